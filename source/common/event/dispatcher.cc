@@ -128,6 +128,8 @@ void FileEvent::activate(uint32_t events) {
   event_active(&event_, what, 0);
 }
 
+void FileEvent::remove() { event_del(&event_); }
+
 void FileEvent::onReady(evutil_socket_t, short what, void* arg) {
   uint32_t events = 0;
   if (what & EV_READ) events |= kRead;

@@ -91,6 +91,8 @@ class FileEvent {
 
   // Runs the callback with these events on the next loop iteration, as if the kernel said so.
   void activate(uint32_t events);
+  // Stops all notifications (before the socket is closed); the callback never runs again.
+  void remove();
 
  private:
   static void onReady(evutil_socket_t, short what, void* arg);

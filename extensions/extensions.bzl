@@ -1,0 +1,11 @@
+"""The static list of extensions linked into sluice: name -> Bazel target of its factory."""
+
+SLUICE_EXTENSIONS = {
+    # Network filters
+    "sluice.http1": "//filters/network/http1:config",
+    # Request filters
+    "sluice.auth": "//filters/request/auth:config",
+    "sluice.router": "//filters/request/router:config",
+    # In-tree custom extensions
+    "sluice.header_rewrite": "//extensions/header_rewrite:config",
+}

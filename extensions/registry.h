@@ -1,0 +1,119 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "api/sluice/config/v1/bootstrap.pb.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/repeated_field.h"
+#include "source/common/network/filter.h"
+#include "source/common/proxy/request_filter.h"
+
+namespace sluice {
+namespace extensions {
+
+// What a factory may use while it builds a filter from its config (main thread, config time).
+struct FactoryContext {
+  std::string listener_name;
+  std::string chain_name;  // stat names of per-chain filters use it: http1.<chain>.rq_total
+  std::string path;        // where this filter sits in the config, for error messages
+};
+
+// Common to every extension: a unique name and the config message it accepts.
+class TypedFactory {
+ public:
+  virtual ~TypedFactory() = default;
+  virtual std::string name() const = 0;
+  virtual std::unique_ptr<google::protobuf::Message> createEmptyConfig() const = 0;
+  std::string configType() const { return createEmptyConfig()->GetDescriptor()->full_name(); }
+};
+
+class ListenerFilterFactory : public TypedFactory {
+ public:
+  static constexpr const char* kCategory = "listener filter";
+  virtual absl::StatusOr<network::ListenerFilterFactoryCb> createFilterFactory(
+      const google::protobuf::Message& config, FactoryContext& context) const = 0;
+};
+
+class NetworkFilterFactory : public TypedFactory {
+ public:
+  static constexpr const char* kCategory = "network filter";
+  virtual absl::StatusOr<network::NetworkFilterFactoryCb> createFilterFactory(
+      const google::protobuf::Message& config, FactoryContext& context) const = 0;
+};
+
+class RequestFilterFactory : public TypedFactory {
+ public:
+  static constexpr const char* kCategory = "request filter";
+  virtual absl::StatusOr<proxy::RequestFilterFactoryCb> createFilterFactory(
+      const google::protobuf::Message& config, FactoryContext& context) const = 0;
+  // Terminal filters (the router) must be last in a request filter chain.
+  virtual bool terminal() const { return false; }
+};
+
+// The extensions linked into this binary, by category. Filled by static registration before
+// main() runs; read-only afterwards.
+template <class Factory>
+class Registry {
+ public:
+  static void add(Factory* factory) { factories().push_back(factory); }
+  static const Factory* byName(std::string_view name) {
+    for (const Factory* f : factories()) {
+      if (f->name() == name) return f;
+    }
+    return nullptr;
+  }
+  static const Factory* byConfigType(std::string_view type) {
+    for (const Factory* f : factories()) {
+      if (f->configType() == type) return f;
+    }
+    return nullptr;
+  }
+  static const std::vector<Factory*>& all() { return factories(); }
+
+ private:
+  static std::vector<Factory*>& factories() {
+    static std::vector<Factory*> list;
+    return list;
+  }
+};
+
+// The factory named by `filter` (or, without a name, the one owning its config type), with
+// its typed_config unpacked and checked against the factory's message type.
+template <class Factory>
+struct ResolvedFilter {
+  const Factory* factory;
+  std::unique_ptr<google::protobuf::Message> config;
+};
+template <class Factory>
+absl::StatusOr<ResolvedFilter<Factory>> resolveFilter(const config::v1::Filter& filter,
+                                                      std::string_view path);
+
+// Builds a request filter chain's factories from its config (used by codecs, whose configs
+// nest request filters). Checks that exactly the last filter is terminal.
+absl::StatusOr<std::vector<proxy::RequestFilterFactoryCb>> createRequestFilterFactories(
+    const google::protobuf::RepeatedPtrField<config::v1::Filter>& filters,
+    FactoryContext& context);
+
+// "name (config type)" of every linked extension, one category per line, for the startup log.
+std::string describeLinked();
+
+template <class Factory>
+class RegisterFactory {
+ public:
+  RegisterFactory() { Registry<typename Factory::Category>::add(&instance_); }
+
+ private:
+  Factory instance_;
+};
+
+}  // namespace extensions
+}  // namespace sluice
+
+// Registers FACTORY (which declares `using Category = <ListenerFilterFactory|...>;`) at startup.
+// Its library needs `alwayslink = True` so the linker keeps the registration.
+#define SLUICE_REGISTER_FACTORY(FACTORY) \
+  static ::sluice::extensions::RegisterFactory<FACTORY> sluice_register_##FACTORY

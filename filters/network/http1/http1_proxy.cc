@@ -1,0 +1,728 @@
+#include "filters/network/http1/http1_proxy.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "source/common/common/logger.h"
+#include "source/common/proxy/worker_context.h"
+#include "source/common/upstream/pool.h"
+
+namespace sluice {
+namespace filters {
+namespace http1proxy {
+
+namespace {
+
+// Request heads are large (fixed header array) and only needed while a request is in flight,
+// so each worker keeps a free list instead of every connection owning one.
+class HeadPool {
+ public:
+  http1::RequestHead* acquire() {
+    if (free_.empty()) return new http1::RequestHead();
+    http1::RequestHead* head = free_.back().release();
+    free_.pop_back();
+    return head;
+  }
+  void release(http1::RequestHead* head) {
+    if (free_.size() < kMaxFree) {
+      free_.emplace_back(head);
+    } else {
+      delete head;
+    }
+  }
+
+ private:
+  static constexpr size_t kMaxFree = 256;
+  std::vector<std::unique_ptr<http1::RequestHead>> free_;
+};
+
+thread_local HeadPool t_head_pool;
+// Response heads are parsed and re-serialized within one callback: one scratch per worker.
+thread_local http1::ResponseHead t_response_head;
+
+const char* statusText(uint16_t status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 407: return "Proxy Authentication Required";
+    case 408: return "Request Timeout";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Error";
+  }
+}
+
+uint16_t denialStatus(proxy::Denial denial) {
+  switch (denial) {
+    case proxy::Denial::BadRequest: return 400;
+    case proxy::Denial::Unauthorized: return 407;
+    case proxy::Denial::Forbidden: return 403;
+    case proxy::Denial::BadGateway: return 502;
+    case proxy::Denial::GatewayTimeout: return 504;
+    case proxy::Denial::ServiceUnavailable: return 503;
+  }
+  return 500;
+}
+
+bool idempotent(http1::Method m) {
+  return m == http1::Method::Get || m == http1::Method::Head || m == http1::Method::Options ||
+         m == http1::Method::Trace || m == http1::Method::Put || m == http1::Method::Delete;
+}
+
+void addHeaderLine(buffer::Buffer& out, std::string_view name, std::string_view value) {
+  out.add(name);
+  out.add(": ", 2);
+  out.add(value);
+  out.add("\r\n", 2);
+}
+
+void addForwardedHeaders(buffer::Buffer& out, const http1::HeaderField* headers, uint32_t count) {
+  constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
+  for (uint32_t i = 0; i < count; ++i) {
+    if ((headers[i].flags & kSkip) == 0) addHeaderLine(out, headers[i].name, headers[i].value);
+  }
+}
+
+// Moves the part of `in` that belongs to a body with this framing into `out`. Returns false on
+// a framing error; sets done when the body ended.
+bool moveBody(http1::BodyFraming framing, uint64_t& left, http1::ChunkedDecoder& chunks,
+              buffer::Buffer& in, buffer::Buffer& out, bool& done) {
+  switch (framing) {
+    case http1::BodyFraming::None:
+      done = true;
+      return true;
+    case http1::BodyFraming::ContentLength: {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(left, in.length()));
+      out.move(in, n);
+      left -= n;
+      done = left == 0;
+      return true;
+    }
+    case http1::BodyFraming::Chunked:
+      while (!in.empty()) {
+        std::string_view piece = in.front();
+        size_t used = 0;
+        http1::ChunkedDecoder::Status st = chunks.consume(piece, used);
+        out.move(in, used);
+        if (st == http1::ChunkedDecoder::Status::Error) return false;
+        if (st == http1::ChunkedDecoder::Status::Done) {
+          done = true;
+          return true;
+        }
+      }
+      done = false;
+      return true;
+    case http1::BodyFraming::UntilClose:
+      out.move(in);
+      done = false;
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Http1ProxyFilter::Http1ProxyFilter(Http1ConfigSharedPtr config)
+    : config_(std::move(config)), upstream_callbacks_(*this) {}
+
+Http1ProxyFilter::~Http1ProxyFilter() {
+  if (chain_) chain_->end();
+  releaseUpstream(false);
+  releaseHead();
+  setState(State::Closed);
+}
+
+void Http1ProxyFilter::setState(State state) {
+  if (state_ == State::Tunnel && state != State::Tunnel) config_->stats.tunnels_active.dec();
+  if (state_ != State::Tunnel && state == State::Tunnel) config_->stats.tunnels_active.inc();
+  state_ = state;
+}
+
+void Http1ProxyFilter::initializeReadFilterCallbacks(network::ReadFilterCallbacks& callbacks) {
+  callbacks_ = &callbacks;
+}
+
+network::FilterStatus Http1ProxyFilter::onNewConnection() {
+  chain_ = std::make_unique<proxy::RequestFilterChain>(callbacks_->worker(), *this);
+  for (const auto& factory : config_->request_filters) factory(*chain_);
+  timer_ = std::make_unique<event::Timer>(downstream().dispatcher(), [this] { onTimer(); });
+  // The first head must arrive within the head deadline, counted from the accept.
+  timer_->enable(config_->request_head_timeout);
+  head_timer_armed_ = true;
+  return network::FilterStatus::Continue;
+}
+
+network::FilterStatus Http1ProxyFilter::onData(buffer::Buffer& data, bool end_stream) {
+  switch (state_) {
+    case State::ReadingHead:
+      processHead(data);
+      if (end_stream && state_ == State::ReadingHead) {
+        // The client closed between requests (or gave up mid-head): nothing to answer.
+        setState(State::Closed);
+        downstream().close(network::CloseType::FlushWrite);
+      }
+      break;
+    case State::Filtering:
+      if (end_stream) downstream_ended_ = true;
+      break;
+    case State::Forwarding:
+      relayRequestBody(data, end_stream);
+      break;
+    case State::Tunnel:
+      if (!data.empty()) {
+        upstream_->write(data);
+        timer_->enable(upstream_info_.tunnel_idle_timeout);
+      }
+      if (end_stream && !downstream_ended_) {
+        downstream_ended_ = true;
+        buffer::Buffer none;
+        upstream_->write(none, true);
+        if (upstream_ended_) closeAll();
+      }
+      break;
+    case State::Closed:
+      data.clear();
+      break;
+  }
+  return network::FilterStatus::StopIteration;
+}
+
+void Http1ProxyFilter::armHeadTimer() {
+  if (!head_timer_armed_) {
+    timer_->enable(config_->request_head_timeout);
+    head_timer_armed_ = true;
+  }
+}
+
+void Http1ProxyFilter::processHead(buffer::Buffer& data) {
+  if (data.empty()) return;
+  armHeadTimer();
+  const uint32_t max = config_->request_limits.max_head_bytes;
+  std::string_view view = data.linearize(std::min<size_t>(data.length(), size_t{max} + 1));
+  if (head_ == nullptr) head_ = t_head_pool.acquire();
+  http1::ParseError err;
+  http1::ParseStatus status = http1::parseRequestHead(view, config_->request_limits, *head_, err);
+  if (status == http1::ParseStatus::Incomplete) return;
+  if (status == http1::ParseStatus::Error) {
+    config_->stats.rq_rejected.inc();
+    sendLocalReply(err.status, err.reason, true);
+    return;
+  }
+  timer_->disable();
+  head_timer_armed_ = false;
+  head_in_buffer_ = true;
+  head_size_ = head_->head_size;
+  config_->stats.rq_total.inc();
+  startRequest();
+}
+
+void Http1ProxyFilter::startRequest() {
+  const http1::RequestHead& head = *head_;
+  method_ = head.method;
+  client_http10_ = head.version_minor == 0;
+  client_keep_alive_ = head.keep_alive && !draining_ && !callbacks_->worker().draining();
+  request_framing_ = head.framing;
+  request_ = proxy::ProxyRequest();
+  added_count_ = 0;
+  retried_ = false;
+  downstream_ended_ = false;
+  upstream_ended_ = false;
+
+  if (head.form == http1::TargetForm::Authority) {
+    if (head.framing != http1::BodyFraming::None) {
+      config_->stats.rq_rejected.inc();
+      sendLocalReply(400, "CONNECT with a body", true);
+      return;
+    }
+    request_.kind = proxy::RequestKind::Tunnel;
+    config_->stats.rq_connect.inc();
+  } else if (head.form == http1::TargetForm::Absolute) {
+    if (!http1::equalsIgnoreCase(head.scheme, "http")) {
+      config_->stats.rq_rejected.inc();
+      sendLocalReply(400, "only http:// URLs are relayed; use CONNECT for others", true);
+      return;
+    }
+    request_.kind = proxy::RequestKind::Forward;
+    request_.headers = this;
+    config_->stats.rq_forward.inc();
+  } else {
+    config_->stats.rq_rejected.inc();
+    sendLocalReply(400, "not a proxy request: use an absolute URL or CONNECT", true);
+    return;
+  }
+  request_.protocol = proxy::Protocol::Http1;
+  request_.host = head.host;
+  request_.port = head.port;
+  request_.client = downstream().peer();
+  if (head.proxy_authorization >= 0) {
+    request_.credential = head.headers[head.proxy_authorization].value;
+    request_.has_credential = true;
+  }
+  setState(State::Filtering);
+  downstream().readDisable(true);
+  chain_->start(request_);
+}
+
+void Http1ProxyFilter::onDenied(proxy::Denial denial, std::string_view reason) {
+  uint16_t status = denialStatus(denial);
+  // A body we did not read would be taken for the next request: close instead of skipping it.
+  bool close = !client_keep_alive_ || request_framing_ != http1::BodyFraming::None ||
+               downstream_ended_;
+  chain_->end();
+  sendLocalReply(status, reason, close, denial == proxy::Denial::Unauthorized);
+  if (close) return;
+  if (head_in_buffer_) {
+    downstream().readBuffer().drain(head_size_);
+    head_in_buffer_ = false;
+  }
+  releaseHead();
+  setState(State::ReadingHead);
+  timer_->enable(config_->idle_timeout);
+  downstream().readDisable(false);
+}
+
+void Http1ProxyFilter::onUpstreamReady(network::ConnectionPtr upstream,
+                                       const proxy::UpstreamInfo& info) {
+  upstream_ = std::move(upstream);
+  upstream_->setCallbacks(&upstream_callbacks_);
+  upstream_info_ = info;
+  chain_->end();
+  if (request_.kind == proxy::RequestKind::Tunnel) {
+    buffer::Buffer out;
+    out.add(std::string_view("HTTP/1.1 200 Connection Established\r\n\r\n"));
+    downstream().write(out);
+    countStatus(200);
+    downstream().readBuffer().drain(head_size_);
+    head_in_buffer_ = false;
+    releaseHead();
+    setState(State::Tunnel);
+    timer_->enable(upstream_info_.tunnel_idle_timeout);
+    // Bytes the client sent after the CONNECT head (an eager TLS hello) flow on next turn.
+    downstream().readDisable(false);
+    return;
+  }
+  setState(State::Forwarding);
+  sendRequestHead();
+}
+
+void Http1ProxyFilter::sendRequestHead() {
+  const http1::RequestHead& head = *head_;
+  buffer::Buffer out;
+  out.add(head.method_text);
+  out.add(" ", 1);
+  out.add(head.path);
+  out.add(client_http10_ ? std::string_view(" HTTP/1.0\r\n") : std::string_view(" HTTP/1.1\r\n"));
+  addForwardedHeaders(out, head.headers.data(), head.header_count);
+  if (head.host_header < 0) {
+    // HTTP/1.0 clients may omit Host; origins need it.
+    bool v6 = head.host.find(':') != std::string_view::npos;
+    std::string host = absl::StrFormat(v6 ? "[%s]" : "%s", head.host);
+    if (head.port != 80) host += absl::StrFormat(":%d", head.port);
+    addHeaderLine(out, "Host", host);
+  }
+  for (uint32_t i = 0; i < added_count_; ++i) addHeaderLine(out, added_[i].name, added_[i].value);
+  if (client_http10_ && client_keep_alive_) addHeaderLine(out, "Connection", "keep-alive");
+  out.add("\r\n", 2);
+
+  request_body_left_ = head.content_length;
+  request_chunks_.reset();
+  request_done_ = request_framing_ == http1::BodyFraming::None;
+  response_started_ = false;
+  buffer::Buffer& client = downstream().readBuffer();
+  if (!retryable()) {
+    // Past the head: body bytes follow it in the client's buffer.
+    client.drain(head_size_);
+    head_in_buffer_ = false;
+    releaseHead();
+    if (!request_done_) {
+      bool ok = moveBody(request_framing_, request_body_left_, request_chunks_, client, out,
+                         request_done_);
+      if (!ok) {
+        config_->stats.rq_rejected.inc();
+        sendLocalReply(400, request_chunks_.error(), true);
+        return;
+      }
+    }
+  }
+  config_->stats.bytes_upstream_tx.add(out.length());
+  upstream_->write(out);
+  if (state_ != State::Forwarding) return;
+  timer_->enable(upstream_info_.response_timeout);
+  // Read the rest of the body; a body-less request leaves pipelined bytes unread for now.
+  if (!request_done_) downstream().readDisable(false);
+}
+
+void Http1ProxyFilter::relayRequestBody(buffer::Buffer& data, bool end_stream) {
+  if (end_stream) downstream_ended_ = true;
+  if (request_done_) {
+    // The next pipelined request waits until this response is done.
+    if (!data.empty() && downstream().readEnabled()) downstream().readDisable(true);
+    return;
+  }
+  buffer::Buffer out;
+  bool ok = moveBody(request_framing_, request_body_left_, request_chunks_, data, out,
+                     request_done_);
+  if (!out.empty()) {
+    config_->stats.bytes_upstream_tx.add(out.length());
+    upstream_->write(out);
+    if (state_ != State::Forwarding) return;
+  }
+  if (!ok) {
+    config_->stats.rq_rejected.inc();
+    if (!response_started_) {
+      sendLocalReply(400, request_chunks_.error(), true);
+    } else {
+      closeAll();
+    }
+    return;
+  }
+  if (request_done_) {
+    downstream().readDisable(true);
+  } else if (end_stream) {
+    // The client left in the middle of its body.
+    config_->stats.downstream_reset.inc();
+    closeAll();
+  }
+}
+
+bool Http1ProxyFilter::retryable() const {
+  return upstream_info_.reused && !retried_ && request_framing_ == http1::BodyFraming::None &&
+         idempotent(method_) && !response_started_;
+}
+
+void Http1ProxyFilter::onUpstreamData(buffer::Buffer& data, bool end_stream) {
+  if (state_ == State::Tunnel) {
+    if (!data.empty()) {
+      downstream().write(data);
+      timer_->enable(upstream_info_.tunnel_idle_timeout);
+    }
+    if (end_stream && !upstream_ended_) {
+      upstream_ended_ = true;
+      buffer::Buffer none;
+      downstream().write(none, true);
+      if (downstream_ended_) closeAll();
+    }
+    return;
+  }
+  if (state_ != State::Forwarding) {
+    data.clear();
+    return;
+  }
+  config_->stats.bytes_upstream_rx.add(data.length());
+  if (!response_started_) {
+    if (!processResponseHead(data)) {
+      if (state_ == State::Forwarding && end_stream) onUpstreamEvent(network::ConnectionEvent::RemoteClose);
+      return;
+    }
+  }
+  relayResponseBody(data, end_stream);
+}
+
+bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data) {
+  http1::ResponseHead& rh = t_response_head;
+  while (true) {
+    const uint32_t max = config_->response_limits.max_head_bytes;
+    std::string_view view = data.linearize(std::min<size_t>(data.length(), size_t{max} + 1));
+    if (view.empty()) return false;
+    http1::ParseError err;
+    http1::ParseStatus st = http1::parseResponseHead(view, config_->response_limits, method_, rh, err);
+    if (st == http1::ParseStatus::Incomplete) return false;
+    if (st == http1::ParseStatus::Error) {
+      config_->stats.upstream_rs_bad.inc();
+      sendLocalReply(502, err.reason, true);
+      return false;
+    }
+    // The origin answered: this request will not be retried, its head is done with.
+    if (head_in_buffer_) {
+      downstream().readBuffer().drain(head_size_);
+      head_in_buffer_ = false;
+      releaseHead();
+    }
+    if (rh.status >= 100 && rh.status < 200) {
+      if (rh.status == 101) {
+        config_->stats.upstream_rs_bad.inc();
+        sendLocalReply(502, "origin switched protocols without an upgrade request", true);
+        return false;
+      }
+      // Interim responses (100 Continue, 103 Early Hints) go to HTTP/1.1 clients as they come.
+      if (!client_http10_) {
+        buffer::Buffer out;
+        out.add(absl::StrFormat("HTTP/1.1 %d %s\r\n", rh.status, rh.reason));
+        addForwardedHeaders(out, rh.headers.data(), rh.header_count);
+        out.add("\r\n", 2);
+        countStatus(rh.status);
+        downstream().write(out);
+      }
+      data.drain(rh.head_size);
+      continue;
+    }
+    response_framing_ = rh.framing;
+    response_body_left_ = rh.content_length;
+    response_keep_alive_ = rh.keep_alive;
+    response_chunks_.reset();
+    response_close_client_ = !client_keep_alive_ || draining_ ||
+                             callbacks_->worker().draining() ||
+                             rh.framing == http1::BodyFraming::UntilClose;
+    buffer::Buffer out;
+    out.add(absl::StrFormat("HTTP/1.1 %d %s\r\n", rh.status, rh.reason));
+    addForwardedHeaders(out, rh.headers.data(), rh.header_count);
+    if (response_close_client_) {
+      addHeaderLine(out, "Connection", "close");
+    } else if (client_http10_) {
+      addHeaderLine(out, "Connection", "keep-alive");
+    }
+    out.add("\r\n", 2);
+    data.drain(rh.head_size);
+    countStatus(rh.status);
+    response_started_ = true;
+    downstream().write(out);
+    return state_ == State::Forwarding;
+  }
+}
+
+void Http1ProxyFilter::relayResponseBody(buffer::Buffer& data, bool end_stream) {
+  buffer::Buffer out;
+  bool done = false;
+  bool ok = moveBody(response_framing_, response_body_left_, response_chunks_, data, out, done);
+  if (!out.empty()) {
+    downstream().write(out);
+    if (state_ != State::Forwarding) return;
+  }
+  if (!ok) {
+    config_->stats.upstream_rs_bad.inc();
+    closeAll();
+    return;
+  }
+  if (response_framing_ == http1::BodyFraming::UntilClose && end_stream) done = true;
+  if (done) {
+    // Anything after the response is not ours to relay: the origin connection is spoiled.
+    if (!data.empty()) {
+      response_keep_alive_ = false;
+      data.clear();
+    }
+    if (end_stream) response_keep_alive_ = false;
+    finishExchange();
+    return;
+  }
+  if (end_stream) {
+    // The origin closed before the body's end: the client must see a truncated message.
+    config_->stats.upstream_reset.inc();
+    closeAll();
+    return;
+  }
+  timer_->enable(upstream_info_.response_timeout);
+}
+
+void Http1ProxyFilter::finishExchange() {
+  timer_->disable();
+  bool reusable = response_keep_alive_ && request_done_ &&
+                  response_framing_ != http1::BodyFraming::UntilClose;
+  releaseUpstream(reusable);
+  response_started_ = false;
+  if (response_close_client_ || !request_done_ || downstream_ended_ || draining_) {
+    setState(State::Closed);
+    downstream().close(network::CloseType::FlushWrite);
+    return;
+  }
+  setState(State::ReadingHead);
+  timer_->enable(config_->idle_timeout);
+  // Pipelined bytes already buffered are delivered again on the next loop turn.
+  downstream().readDisable(false);
+}
+
+void Http1ProxyFilter::onUpstreamEvent(network::ConnectionEvent event) {
+  if (event != network::ConnectionEvent::RemoteClose) return;
+  if (state_ == State::Tunnel) {
+    config_->stats.upstream_reset.inc();
+    setState(State::Closed);
+    releaseUpstream(false);
+    downstream().close(network::CloseType::FlushWrite);
+    return;
+  }
+  if (state_ != State::Forwarding) return;
+  if (!response_started_ && retryable() && head_in_buffer_) {
+    // A pooled connection the origin had already closed: try once more on a new one.
+    config_->stats.rq_retry.inc();
+    releaseUpstream(false);
+    retried_ = true;
+    request_.fresh_connection = true;
+    setState(State::Filtering);
+    timer_->disable();
+    chain_->start(request_);
+    return;
+  }
+  config_->stats.upstream_reset.inc();
+  if (!response_started_) {
+    sendLocalReply(502, "origin closed the connection", true);
+  } else {
+    closeAll();
+  }
+}
+
+void Http1ProxyFilter::onEvent(network::ConnectionEvent event) {
+  if (event == network::ConnectionEvent::Connected) return;
+  if (state_ == State::Forwarding || state_ == State::Filtering) {
+    config_->stats.downstream_reset.inc();
+  }
+  setState(State::Closed);
+  if (chain_) chain_->end();
+  if (timer_) timer_->disable();
+  releaseUpstream(false);
+  releaseHead();
+}
+
+void Http1ProxyFilter::onAboveWriteHighWatermark() {
+  if (upstream_) upstream_->readDisable(true);
+}
+
+void Http1ProxyFilter::onBelowWriteLowWatermark() {
+  if (upstream_) upstream_->readDisable(false);
+}
+
+void Http1ProxyFilter::onDrain() {
+  draining_ = true;
+  if (state_ == State::ReadingHead && !head_timer_armed_) {
+    setState(State::Closed);
+    downstream().close(network::CloseType::FlushWrite);
+  } else if (state_ == State::ReadingHead && downstream().readBuffer().empty()) {
+    setState(State::Closed);
+    downstream().close(network::CloseType::FlushWrite);
+  }
+}
+
+void Http1ProxyFilter::onTimer() {
+  switch (state_) {
+    case State::ReadingHead:
+      if (!downstream().readBuffer().empty()) {
+        config_->stats.rq_head_timeout.inc();
+        sendLocalReply(408, "request head not received in time", true);
+      } else {
+        config_->stats.downstream_idle_timeout.inc();
+        setState(State::Closed);
+        downstream().close(network::CloseType::FlushWrite);
+      }
+      break;
+    case State::Forwarding:
+      config_->stats.upstream_rs_timeout.inc();
+      if (!response_started_) {
+        sendLocalReply(504, "origin did not answer in time", true);
+      } else {
+        closeAll();
+      }
+      break;
+    case State::Tunnel:
+      config_->stats.tunnel_idle_timeout.inc();
+      closeAll();
+      break;
+    case State::Filtering:
+    case State::Closed:
+      break;
+  }
+}
+
+void Http1ProxyFilter::countStatus(uint16_t status) {
+  const Http1Stats& s = config_->stats;
+  if (status < 200) {
+    s.rs_1xx.inc();
+  } else if (status < 300) {
+    s.rs_2xx.inc();
+  } else if (status < 400) {
+    s.rs_3xx.inc();
+  } else if (status < 500) {
+    s.rs_4xx.inc();
+  } else {
+    s.rs_5xx.inc();
+  }
+}
+
+void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, bool close,
+                                      bool auth_challenge) {
+  std::string body = absl::StrFormat("%d %s: %s\n", status, statusText(status), detail);
+  std::string head = absl::StrFormat(
+      "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n",
+      status, statusText(status), body.size());
+  if (auth_challenge) {
+    head += absl::StrFormat("Proxy-Authenticate: Basic realm=\"%s\"\r\n", request_.auth_realm);
+  }
+  head += close ? "Connection: close\r\n\r\n" : "\r\n";
+  buffer::Buffer out;
+  out.add(head);
+  if (method_ != http1::Method::Head || state_ == State::ReadingHead) out.add(body);
+  countStatus(status);
+  downstream().write(out);
+  if (!close) return;
+  setState(State::Closed);
+  if (chain_) chain_->end();
+  releaseUpstream(false);
+  releaseHead();
+  downstream().close(network::CloseType::FlushWrite);
+}
+
+void Http1ProxyFilter::releaseUpstream(bool reusable) {
+  if (!upstream_) return;
+  upstream_->setCallbacks(nullptr);
+  if (reusable && upstream_->open() && !draining_) {
+    callbacks_->worker().pool().release(std::move(upstream_));
+    return;
+  }
+  upstream_->close(network::CloseType::NoFlush);
+  callbacks_->connection().dispatcher().deferredDelete(std::move(upstream_));
+}
+
+void Http1ProxyFilter::closeAll() {
+  setState(State::Closed);
+  if (chain_) chain_->end();
+  if (timer_) timer_->disable();
+  releaseUpstream(false);
+  releaseHead();
+  downstream().close(network::CloseType::FlushWrite);
+}
+
+void Http1ProxyFilter::releaseHead() {
+  if (head_ != nullptr) {
+    t_head_pool.release(head_);
+    head_ = nullptr;
+  }
+}
+
+std::string_view Http1ProxyFilter::get(std::string_view name) const {
+  if (head_ != nullptr) {
+    int32_t i = http1::findHeader(head_->headers.data(), head_->header_count, name);
+    if (i >= 0) return head_->headers[i].value;
+  }
+  for (uint32_t i = 0; i < added_count_; ++i) {
+    if (http1::equalsIgnoreCase(added_[i].name, name)) return added_[i].value;
+  }
+  return {};
+}
+
+void Http1ProxyFilter::remove(std::string_view name) {
+  if (head_ != nullptr) {
+    for (uint32_t i = 0; i < head_->header_count; ++i) {
+      if (http1::equalsIgnoreCase(head_->headers[i].name, name)) {
+        head_->headers[i].flags |= http1::HeaderField::kRemoved;
+      }
+    }
+  }
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < added_count_; ++i) {
+    if (!http1::equalsIgnoreCase(added_[i].name, name)) added_[kept++] = added_[i];
+  }
+  added_count_ = kept;
+}
+
+bool Http1ProxyFilter::add(std::string_view name, std::string_view value) {
+  if (added_count_ == kMaxAddedHeaders) return false;
+  added_[added_count_++] = {name, value};
+  return true;
+}
+
+}  // namespace http1proxy
+}  // namespace filters
+}  // namespace sluice

@@ -1,0 +1,174 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "source/common/event/dispatcher.h"
+#include "source/common/http/chunked.h"
+#include "source/common/http/h1_parser.h"
+#include "source/common/network/filter.h"
+#include "source/common/proxy/request_filter.h"
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace filters {
+namespace http1proxy {
+
+struct Http1Stats {
+  stats::Counter rq_total;        // every request head parsed
+  stats::Counter rq_forward;      // absolute-form requests relayed
+  stats::Counter rq_connect;      // CONNECT tunnels requested
+  stats::Counter rq_rejected;     // malformed heads (400/431/501/505)
+  stats::Counter rq_head_timeout; // heads that did not arrive in time (408)
+  stats::Counter rq_retry;        // retried on a fresh connection after a pooled one failed
+  stats::Counter rs_1xx, rs_2xx, rs_3xx, rs_4xx, rs_5xx;
+  stats::Counter upstream_rs_bad;     // malformed origin responses (502)
+  stats::Counter upstream_rs_timeout; // origins that did not answer in time (504)
+  stats::Counter upstream_reset;      // origins that closed mid-exchange
+  stats::Counter downstream_idle_timeout;
+  stats::Counter downstream_reset;    // clients that left mid-exchange
+  stats::Counter tunnel_idle_timeout;
+  stats::Gauge tunnels_active;
+  stats::Counter bytes_upstream_tx;   // request bytes written to origins (head and body)
+  stats::Counter bytes_upstream_rx;   // response bytes read from origins
+};
+
+// Immutable, shared by every worker: built once from Http1ProxyConfig.
+struct Http1Config {
+  http1::ParseLimits request_limits;
+  http1::ParseLimits response_limits;
+  std::chrono::milliseconds request_head_timeout{10000};
+  std::chrono::milliseconds idle_timeout{60000};
+  std::vector<proxy::RequestFilterFactoryCb> request_filters;
+  Http1Stats stats;
+};
+using Http1ConfigSharedPtr = std::shared_ptr<const Http1Config>;
+
+// The HTTP/1.1 forward-proxy codec of one client connection: parses request heads in place,
+// passes each request through the request filters, relays absolute-form requests over pooled
+// origin connections (bodies streamed, never buffered whole) and turns CONNECT into a tunnel.
+// Requests on a connection are served one at a time, in order; pipelined ones wait unread.
+class Http1ProxyFilter : public network::ReadFilter,
+                         public proxy::RequestSink,
+                         public proxy::RequestHeaders {
+ public:
+  explicit Http1ProxyFilter(Http1ConfigSharedPtr config);
+  ~Http1ProxyFilter() override;
+
+  // network::ReadFilter
+  void initializeReadFilterCallbacks(network::ReadFilterCallbacks& callbacks) override;
+  network::FilterStatus onNewConnection() override;
+  network::FilterStatus onData(buffer::Buffer& data, bool end_stream) override;
+  void onEvent(network::ConnectionEvent event) override;
+  void onAboveWriteHighWatermark() override;
+  void onBelowWriteLowWatermark() override;
+  void onDrain() override;
+
+  // proxy::RequestSink
+  void onUpstreamReady(network::ConnectionPtr upstream, const proxy::UpstreamInfo& info) override;
+  void onDenied(proxy::Denial denial, std::string_view reason) override;
+
+  // proxy::RequestHeaders
+  std::string_view get(std::string_view name) const override;
+  void remove(std::string_view name) override;
+  bool add(std::string_view name, std::string_view value) override;
+
+ private:
+  enum class State : uint8_t {
+    ReadingHead,   // waiting for (the rest of) a request head
+    Filtering,     // request filters running; the client is not read
+    Forwarding,    // request sent or being sent; relaying the response
+    Tunnel,        // CONNECT established: bytes both ways
+    Closed,
+  };
+
+  // Forwards origin connection events to the codec (the codec cannot be both a network
+  // filter and the origin connection's callbacks: the onData signatures clash).
+  class UpstreamCallbacks : public network::ConnectionCallbacks {
+   public:
+    explicit UpstreamCallbacks(Http1ProxyFilter& parent) : parent_(parent) {}
+    void onData(buffer::Buffer& data, bool end_stream) override {
+      parent_.onUpstreamData(data, end_stream);
+    }
+    void onEvent(network::ConnectionEvent event) override { parent_.onUpstreamEvent(event); }
+    void onAboveWriteHighWatermark() override { parent_.downstream().readDisable(true); }
+    void onBelowWriteLowWatermark() override { parent_.downstream().readDisable(false); }
+
+   private:
+    Http1ProxyFilter& parent_;
+  };
+
+  struct AddedHeader {
+    std::string_view name;
+    std::string_view value;
+  };
+  static constexpr uint32_t kMaxAddedHeaders = 16;
+
+  network::Connection& downstream() { return callbacks_->connection(); }
+  // Every state change goes through here so the tunnel gauge stays exact.
+  void setState(State state);
+  void processHead(buffer::Buffer& data);
+  void startRequest();
+  void sendRequestHead();
+  void relayRequestBody(buffer::Buffer& data, bool end_stream);
+  void onUpstreamData(buffer::Buffer& data, bool end_stream);
+  void onUpstreamEvent(network::ConnectionEvent event);
+  bool processResponseHead(buffer::Buffer& data);
+  void relayResponseBody(buffer::Buffer& data, bool end_stream);
+  void finishExchange();
+  void onTimer();
+  void armHeadTimer();
+  // A reply made by the proxy itself; closes the connection after it when close is set.
+  void sendLocalReply(uint16_t status, std::string_view detail, bool close,
+                      bool auth_challenge = false);
+  void countStatus(uint16_t status);
+  void releaseUpstream(bool reusable);
+  void closeAll();
+  void releaseHead();
+  bool retryable() const;
+
+  Http1ConfigSharedPtr config_;
+  network::ReadFilterCallbacks* callbacks_ = nullptr;
+  std::unique_ptr<proxy::RequestFilterChain> chain_;
+  UpstreamCallbacks upstream_callbacks_;
+  network::ConnectionPtr upstream_;
+  std::unique_ptr<event::Timer> timer_;
+  State state_ = State::ReadingHead;
+
+  // The request in flight. The head lives in a per-worker pooled object while it is needed and
+  // points into the client's read buffer, which is not drained until the head is sent.
+  http1::RequestHead* head_ = nullptr;
+  proxy::ProxyRequest request_;
+  AddedHeader added_[kMaxAddedHeaders];
+  uint32_t added_count_ = 0;
+  proxy::UpstreamInfo upstream_info_;
+  http1::Method method_ = http1::Method::Other;
+  bool client_keep_alive_ = true;
+  bool client_http10_ = false;
+  bool head_in_buffer_ = false;     // the request head is still at the front of the client buffer
+  uint32_t head_size_ = 0;
+  http1::BodyFraming request_framing_ = http1::BodyFraming::None;
+  uint64_t request_body_left_ = 0;
+  bool request_done_ = false;
+  http1::ChunkedDecoder request_chunks_;
+  bool retried_ = false;
+  bool head_timer_armed_ = false;
+  bool draining_ = false;
+
+  // The response in flight.
+  bool response_started_ = false;   // its head was sent to the client
+  http1::BodyFraming response_framing_ = http1::BodyFraming::None;
+  uint64_t response_body_left_ = 0;
+  bool response_keep_alive_ = true;
+  bool response_close_client_ = false;
+  http1::ChunkedDecoder response_chunks_;
+
+  // Tunnel half-closes.
+  bool downstream_ended_ = false;
+  bool upstream_ended_ = false;
+};
+
+}  // namespace http1proxy
+}  // namespace filters
+}  // namespace sluice

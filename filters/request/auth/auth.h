@@ -1,0 +1,59 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "source/common/proxy/request_filter.h"
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace filters {
+namespace auth {
+
+using Digest = std::array<uint8_t, 32>;
+
+struct ApiKey {
+  std::string name;
+  Digest digest;  // SHA-256 of the key: presented keys are hashed once, then compared
+  stats::Counter allowed;
+};
+
+struct AuthConfig {
+  std::vector<ApiKey> keys;
+  std::string realm;
+  stats::Counter allowed;
+  stats::Counter denied_missing;  // no Proxy-Authorization
+  stats::Counter denied_invalid;  // a credential that matches no key
+  stats::Counter open_relay;      // requests let through because no key is configured
+};
+using AuthConfigSharedPtr = std::shared_ptr<const AuthConfig>;
+
+// Extracts the key from a Proxy-Authorization value: the password of "Basic base64(user:key)"
+// or the token of "Bearer key" (schemes case-insensitive). False if it is neither.
+// `scratch` holds the decoded Basic credentials; the result may point into it.
+bool extractKey(std::string_view credential, std::array<char, 512>& scratch,
+                std::string_view& key);
+
+// Index of the key whose digest equals `digest`, or -1. Compares against every key, always,
+// without an early exit, so the time taken says nothing about which key (or whether any) matched.
+int32_t matchKey(const std::vector<ApiKey>& keys, const Digest& digest);
+
+Digest sha256(std::string_view data);
+
+// The "sluice.auth" request filter.
+class AuthFilter : public proxy::RequestFilter {
+ public:
+  explicit AuthFilter(AuthConfigSharedPtr config) : config_(std::move(config)) {}
+  proxy::RequestFilterStatus onRequest(proxy::ProxyRequest& request) override;
+
+ private:
+  AuthConfigSharedPtr config_;
+};
+
+}  // namespace auth
+}  // namespace filters
+}  // namespace sluice

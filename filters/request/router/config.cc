@@ -1,0 +1,50 @@
+#include "api/sluice/filters/v1/router.pb.h"
+#include "extensions/registry.h"
+#include "filters/request/router/router.h"
+#include "source/common/common/duration.h"
+
+namespace sluice {
+namespace filters {
+namespace router {
+namespace {
+
+class RouterFactory : public extensions::RequestFilterFactory {
+ public:
+  using Category = extensions::RequestFilterFactory;
+
+  std::string name() const override { return "sluice.router"; }
+  bool terminal() const override { return true; }
+  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
+    return std::make_unique<sluice::filters::v1::RouterConfig>();
+  }
+
+  absl::StatusOr<proxy::RequestFilterFactoryCb> createFilterFactory(
+      const google::protobuf::Message& message, extensions::FactoryContext&) const override {
+    const auto& proto = static_cast<const sluice::filters::v1::RouterConfig&>(message);
+    auto config = std::make_shared<RouterConfig>();
+    config->connect_timeout =
+        durationOr(proto.has_connect_timeout(), proto.connect_timeout(), config->connect_timeout);
+    config->upstream.response_timeout = durationOr(
+        proto.has_response_timeout(), proto.response_timeout(), config->upstream.response_timeout);
+    config->upstream.tunnel_idle_timeout =
+        durationOr(proto.has_tunnel_idle_timeout(), proto.tunnel_idle_timeout(),
+                   config->upstream.tunnel_idle_timeout);
+    stats::Store& store = stats::Store::get();
+    config->stats.cx_connect_total = store.counter("upstream.cx_connect_total");
+    config->stats.cx_connect_fail = store.counter("upstream.cx_connect_fail");
+    config->stats.cx_connect_timeout = store.counter("upstream.cx_connect_timeout");
+    config->stats.pool_reuse = store.counter("upstream.pool_reuse");
+    config->stats.dns_fail = store.counter("upstream.dns_fail");
+    RouterConfigSharedPtr shared = std::move(config);
+    return proxy::RequestFilterFactoryCb([shared](proxy::RequestFilterChain& chain) {
+      chain.addFilter(std::make_unique<RouterFilter>(shared));
+    });
+  }
+};
+
+SLUICE_REGISTER_FACTORY(RouterFactory);
+
+}  // namespace
+}  // namespace router
+}  // namespace filters
+}  // namespace sluice

@@ -1,0 +1,136 @@
+#include "filters/request/router/router.h"
+
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "source/common/upstream/pool.h"
+
+namespace sluice {
+namespace filters {
+namespace router {
+
+RouterFilter::RouterFilter(RouterConfigSharedPtr config) : config_(std::move(config)) {}
+
+RouterFilter::~RouterFilter() { onRequestEnd(); }
+
+proxy::RequestFilterStatus RouterFilter::onRequest(proxy::ProxyRequest& request) {
+  request_ = &request;
+  address_count_ = 0;
+  next_address_ = 0;
+  if (!timer_) {
+    timer_ = std::make_unique<event::Timer>(callbacks_->worker().dispatcher(),
+                                            [this] { onConnectTimeout(); });
+  }
+  if (request.pinned_count > 0) {
+    for (uint32_t i = 0; i < request.pinned_count; ++i) addresses_[i] = request.pinned[i];
+    address_count_ = request.pinned_count;
+    route();
+    return proxy::RequestFilterStatus::StopIteration;
+  }
+  query_ = callbacks_->worker().resolver().resolve(
+      request.host, [this](const absl::Status& status, const std::vector<network::Address>& a) {
+        query_ = nullptr;
+        onResolved(status, a);
+      });
+  return proxy::RequestFilterStatus::StopIteration;
+}
+
+void RouterFilter::onResolved(const absl::Status& status,
+                              const std::vector<network::Address>& addresses) {
+  if (!status.ok() || addresses.empty()) {
+    config_->stats.dns_fail.inc();
+    error_ = status.ok() ? absl::StrFormat("%s: no addresses", request_->host)
+                         : std::string(status.message());
+    callbacks_->deny(proxy::Denial::BadGateway, error_);
+    return;
+  }
+  for (const network::Address& a : addresses) {
+    if (address_count_ == proxy::ProxyRequest::kMaxPinned) break;
+    addresses_[address_count_] = a;
+    addresses_[address_count_].setPort(request_->port);
+    ++address_count_;
+  }
+  route();
+}
+
+void RouterFilter::route() {
+  if (request_->kind == proxy::RequestKind::Forward && !request_->fresh_connection) {
+    for (uint32_t i = 0; i < address_count_; ++i) {
+      network::ConnectionPtr pooled = callbacks_->worker().pool().acquire(addresses_[i]);
+      if (pooled) {
+        config_->stats.pool_reuse.inc();
+        proxy::UpstreamInfo info = config_->upstream;
+        info.reused = true;
+        callbacks_->upstreamReady(std::move(pooled), info);
+        return;
+      }
+    }
+  }
+  timer_->enable(config_->connect_timeout);
+  connectNext();
+}
+
+void RouterFilter::connectNext() {
+  while (next_address_ < address_count_) {
+    const network::Address& to = addresses_[next_address_++];
+    config_->stats.cx_connect_total.inc();
+    connecting_ = network::Connection::connectTo(callbacks_->worker().dispatcher(), to);
+    if (connecting_) {
+      connecting_->setCallbacks(this);
+      return;
+    }
+    config_->stats.cx_connect_fail.inc();
+    error_ = absl::StrFormat("cannot open a socket to %s: %s", to.asString(), strerror(errno));
+  }
+  timer_->disable();
+  callbacks_->deny(proxy::Denial::BadGateway, error_);
+}
+
+void RouterFilter::onEvent(network::ConnectionEvent event) {
+  if (event == network::ConnectionEvent::Connected) {
+    timer_->disable();
+    network::ConnectionPtr conn = std::move(connecting_);
+    conn->setCallbacks(nullptr);
+    proxy::UpstreamInfo info = config_->upstream;
+    info.reused = false;
+    callbacks_->upstreamReady(std::move(conn), info);
+    return;
+  }
+  if (event == network::ConnectionEvent::RemoteClose && connecting_) {
+    config_->stats.cx_connect_fail.inc();
+    int err = connecting_->connectError();
+    error_ = absl::StrFormat("cannot connect to %s: %s", connecting_->peer().asString(),
+                             err != 0 ? strerror(err) : "connection closed");
+    dropConnecting();
+    connectNext();
+  }
+}
+
+void RouterFilter::onConnectTimeout() {
+  if (!connecting_) return;
+  config_->stats.cx_connect_timeout.inc();
+  dropConnecting();
+  error_ = absl::StrFormat("connect to %s:%d timed out", request_->host, request_->port);
+  callbacks_->deny(proxy::Denial::GatewayTimeout, error_);
+}
+
+void RouterFilter::dropConnecting() {
+  if (!connecting_) return;
+  connecting_->setCallbacks(nullptr);
+  connecting_->close(network::CloseType::NoFlush);
+  callbacks_->worker().dispatcher().deferredDelete(std::move(connecting_));
+}
+
+void RouterFilter::onRequestEnd() {
+  if (query_ != nullptr) {
+    query_->cancel();
+    query_ = nullptr;
+  }
+  if (timer_) timer_->disable();
+  if (connecting_) dropConnecting();
+  request_ = nullptr;
+}
+
+}  // namespace router
+}  // namespace filters
+}  // namespace sluice

@@ -1,0 +1,70 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "source/common/dns/resolver.h"
+#include "source/common/event/dispatcher.h"
+#include "source/common/network/connection.h"
+#include "source/common/proxy/request_filter.h"
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace filters {
+namespace router {
+
+struct RouterStats {
+  stats::Counter cx_connect_total;    // outbound connects attempted
+  stats::Counter cx_connect_fail;     // refused, unreachable, reset during connect
+  stats::Counter cx_connect_timeout;
+  stats::Counter pool_reuse;          // requests served on a pooled connection
+  stats::Counter dns_fail;            // names that did not resolve
+};
+
+struct RouterConfig {
+  std::chrono::milliseconds connect_timeout{10000};
+  proxy::UpstreamInfo upstream;  // response and tunnel timeouts the codec applies
+  RouterStats stats;
+};
+using RouterConfigSharedPtr = std::shared_ptr<const RouterConfig>;
+
+// The terminal request filter: finds the destination's addresses (those pinned by an earlier
+// filter, or resolved here), takes a pooled connection for relayed requests when one is idle,
+// otherwise connects (trying each address in turn within the connect timeout), and hands the
+// connection to the codec.
+class RouterFilter : public proxy::RequestFilter, public network::ConnectionCallbacks {
+ public:
+  explicit RouterFilter(RouterConfigSharedPtr config);
+  ~RouterFilter() override;
+
+  // proxy::RequestFilter
+  proxy::RequestFilterStatus onRequest(proxy::ProxyRequest& request) override;
+  void onRequestEnd() override;
+
+  // network::ConnectionCallbacks (of the connection being set up)
+  void onData(buffer::Buffer& data, bool end_stream) override {}
+  void onEvent(network::ConnectionEvent event) override;
+
+ private:
+  void onResolved(const absl::Status& status, const std::vector<network::Address>& addresses);
+  void route();
+  void connectNext();
+  void dropConnecting();
+  void onConnectTimeout();
+
+  RouterConfigSharedPtr config_;
+  proxy::ProxyRequest* request_ = nullptr;
+  dns::Resolver::Query* query_ = nullptr;
+  network::Address addresses_[proxy::ProxyRequest::kMaxPinned];
+  uint32_t address_count_ = 0;
+  uint32_t next_address_ = 0;
+  network::ConnectionPtr connecting_;
+  std::unique_ptr<event::Timer> timer_;
+  std::string error_;  // detail of the last failure, for the refusal text
+};
+
+}  // namespace router
+}  // namespace filters
+}  // namespace sluice

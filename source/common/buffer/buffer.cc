@@ -1,0 +1,248 @@
+#include "source/common/buffer/buffer.h"
+
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace sluice {
+namespace buffer {
+
+namespace {
+
+struct FreeList {
+  Block* head = nullptr;
+  uint32_t count = 0;
+  int64_t outstanding = 0;
+  ~FreeList() {
+    while (head != nullptr) {
+      Block* next = head->next;
+      free(head);
+      head = next;
+    }
+  }
+};
+
+thread_local FreeList t_free;
+
+Block* newBlock(uint32_t capacity) {
+  void* mem = malloc(sizeof(Block) + capacity);
+  if (mem == nullptr) throw std::bad_alloc();
+  Block* b = static_cast<Block*>(mem);
+  b->capacity = capacity;
+  return b;
+}
+
+}  // namespace
+
+Block* BlockPool::acquire(uint32_t min_capacity) {
+  Block* b;
+  if (min_capacity <= kBlockSize && t_free.head != nullptr) {
+    b = t_free.head;
+    t_free.head = b->next;
+    --t_free.count;
+  } else {
+    b = newBlock(std::max(min_capacity, kBlockSize));
+  }
+  b->next = nullptr;
+  b->start = 0;
+  b->end = 0;
+  ++t_free.outstanding;
+  return b;
+}
+
+void BlockPool::release(Block* block) {
+  --t_free.outstanding;
+  if (block->capacity == kBlockSize && t_free.count < kMaxFree) {
+    block->next = t_free.head;
+    t_free.head = block;
+    ++t_free.count;
+    return;
+  }
+  free(block);
+}
+
+int64_t BlockPool::outstanding() { return t_free.outstanding; }
+
+void Buffer::append(Block* block) {
+  block->next = nullptr;
+  if (tail_ == nullptr) {
+    head_ = tail_ = block;
+  } else {
+    tail_->next = block;
+    tail_ = block;
+  }
+  length_ += block->readable();
+}
+
+void Buffer::dropFront() {
+  Block* b = head_;
+  head_ = b->next;
+  if (head_ == nullptr) tail_ = nullptr;
+  BlockPool::release(b);
+}
+
+void Buffer::add(const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    if (tail_ == nullptr || tail_->writable() == 0) append(BlockPool::acquire(kBlockSize));
+    uint32_t take = static_cast<uint32_t>(std::min<size_t>(n, tail_->writable()));
+    memcpy(tail_->data() + tail_->end, p, take);
+    tail_->end += take;
+    length_ += take;
+    p += take;
+    n -= take;
+  }
+}
+
+void Buffer::move(Buffer& other) {
+  if (other.head_ == nullptr) return;
+  if (tail_ == nullptr) {
+    head_ = other.head_;
+  } else {
+    tail_->next = other.head_;
+  }
+  tail_ = other.tail_;
+  length_ += other.length_;
+  other.head_ = other.tail_ = nullptr;
+  other.length_ = 0;
+}
+
+void Buffer::move(Buffer& other, size_t n) {
+  n = std::min(n, other.length_);
+  if (n == other.length_) {
+    move(other);
+    return;
+  }
+  while (n > 0) {
+    Block* b = other.head_;
+    if (b->readable() <= n) {
+      n -= b->readable();
+      other.length_ -= b->readable();
+      other.head_ = b->next;
+      if (other.head_ == nullptr) other.tail_ = nullptr;
+      append(b);
+    } else {
+      add(b->data() + b->start, n);
+      other.drain(n);
+      n = 0;
+    }
+  }
+}
+
+void Buffer::drain(size_t n) {
+  n = std::min(n, length_);
+  length_ -= n;
+  while (n > 0) {
+    uint32_t r = head_->readable();
+    if (r <= n) {
+      n -= r;
+      dropFront();
+    } else {
+      head_->start += static_cast<uint32_t>(n);
+      n = 0;
+    }
+  }
+  // Keep fully-read blocks from lingering at the front.
+  while (head_ != nullptr && head_->readable() == 0) dropFront();
+}
+
+void Buffer::clear() {
+  while (head_ != nullptr) dropFront();
+  length_ = 0;
+}
+
+std::string_view Buffer::front() const {
+  if (head_ == nullptr) return {};
+  return {head_->data() + head_->start, head_->readable()};
+}
+
+std::string_view Buffer::linearize(size_t n) {
+  n = std::min(n, length_);
+  if (n == 0) return {};
+  if (head_->readable() >= n) return {head_->data() + head_->start, n};
+  // Gather the first n bytes into one block that replaces the blocks they came from.
+  Block* joined = BlockPool::acquire(static_cast<uint32_t>(n));
+  size_t copied = 0;
+  while (copied < n) {
+    Block* b = head_;
+    uint32_t take = static_cast<uint32_t>(std::min<size_t>(b->readable(), n - copied));
+    memcpy(joined->data() + copied, b->data() + b->start, take);
+    copied += take;
+    b->start += take;
+    if (b->readable() == 0) {
+      head_ = b->next;
+      if (head_ == nullptr) tail_ = nullptr;
+      BlockPool::release(b);
+    }
+  }
+  joined->end = static_cast<uint32_t>(n);
+  joined->next = head_;
+  head_ = joined;
+  if (tail_ == nullptr) tail_ = joined;
+  return {joined->data(), n};
+}
+
+ssize_t Buffer::readFrom(int fd, size_t max, int& err) {
+  iovec iov[2];
+  int iovcnt = 0;
+  size_t room = 0;
+  const bool use_tail = tail_ != nullptr && tail_->writable() > 0;
+  if (use_tail) {
+    iov[0].iov_base = tail_->data() + tail_->end;
+    iov[0].iov_len = std::min<size_t>(tail_->writable(), max);
+    room = iov[0].iov_len;
+    iovcnt = 1;
+  }
+  Block* fresh = nullptr;
+  if (room < max) {
+    fresh = BlockPool::acquire(kBlockSize);
+    iov[iovcnt].iov_base = fresh->data();
+    iov[iovcnt].iov_len = std::min<size_t>(fresh->capacity, max - room);
+    ++iovcnt;
+  }
+  ssize_t rc = ::readv(fd, iov, iovcnt);
+  if (rc < 0) err = errno;
+  size_t got = rc > 0 ? static_cast<size_t>(rc) : 0;
+  if (use_tail) {
+    size_t in_tail = std::min(got, iov[0].iov_len);
+    tail_->end += static_cast<uint32_t>(in_tail);
+    length_ += in_tail;
+    got -= in_tail;
+  }
+  if (fresh != nullptr) {
+    if (got > 0) {
+      fresh->end = static_cast<uint32_t>(got);
+      append(fresh);
+    } else {
+      BlockPool::release(fresh);
+    }
+  }
+  return rc;
+}
+
+ssize_t Buffer::writeTo(int fd, int& err) {
+  constexpr int kMaxIov = 64;
+  iovec iov[kMaxIov];
+  int n = 0;
+  for (Block* b = head_; b != nullptr && n < kMaxIov; b = b->next) {
+    if (b->readable() == 0) continue;
+    iov[n].iov_base = b->data() + b->start;
+    iov[n].iov_len = b->readable();
+    ++n;
+  }
+  if (n == 0) return 0;
+  ssize_t rc = ::writev(fd, iov, n);
+  if (rc < 0) {
+    err = errno;
+    return rc;
+  }
+  drain(static_cast<size_t>(rc));
+  return rc;
+}
+
+}  // namespace buffer
+}  // namespace sluice

@@ -1,0 +1,81 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace sluice {
+namespace buffer {
+
+inline constexpr uint32_t kBlockSize = 16384;
+
+// A slice of bytes. Standard blocks (kBlockSize) come from and return to a per-thread free
+// list, so steady-state traffic does not touch the heap; larger ones (a linearized head bigger
+// than a block) are allocated and freed directly.
+struct Block {
+  Block* next;
+  uint32_t start;  // first readable byte
+  uint32_t end;    // one past the last readable byte
+  uint32_t capacity;
+  char* data() { return reinterpret_cast<char*>(this + 1); }
+  uint32_t readable() const { return end - start; }
+  uint32_t writable() const { return capacity - end; }
+};
+
+// Per-thread cache of free standard blocks.
+class BlockPool {
+ public:
+  static Block* acquire(uint32_t min_capacity);
+  static void release(Block* block);
+  // Blocks kept free per thread; beyond this they go back to the allocator.
+  static constexpr uint32_t kMaxFree = 512;
+  // Blocks currently handed out by this thread (for tests and stats).
+  static int64_t outstanding();
+};
+
+// A byte queue made of blocks. Holds no memory while empty: an idle connection's buffers cost
+// nothing. Moving between buffers relinks whole blocks instead of copying.
+class Buffer {
+ public:
+  Buffer() = default;
+  ~Buffer() { clear(); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  size_t length() const { return length_; }
+  bool empty() const { return length_ == 0; }
+
+  void add(const void* data, size_t n);
+  void add(std::string_view s) { add(s.data(), s.size()); }
+  // Appends all of other (whole blocks, no copy); other becomes empty.
+  void move(Buffer& other);
+  // Appends the first n bytes of other; whole blocks are relinked, a partial one copied.
+  void move(Buffer& other, size_t n);
+  void drain(size_t n);
+  void clear();
+
+  // The first min(n, length()) bytes as one contiguous span; copies them into one block only
+  // if they span several.
+  std::string_view linearize(size_t n);
+  // The first block's bytes (empty if none).
+  std::string_view front() const;
+
+  // One readv(2) into the tail's free space and a fresh block; returns bytes read, 0 on EOF,
+  // -1 with err = errno on error (EAGAIN included).
+  ssize_t readFrom(int fd, size_t max, int& err);
+  // One writev(2) of up to 64 blocks; drains what was written. -1 with err = errno on error.
+  ssize_t writeTo(int fd, int& err);
+
+ private:
+  void append(Block* block);
+  void dropFront();
+
+  Block* head_ = nullptr;
+  Block* tail_ = nullptr;
+  size_t length_ = 0;
+};
+
+}  // namespace buffer
+}  // namespace sluice

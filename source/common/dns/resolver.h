@@ -1,0 +1,141 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+#include "api/sluice/config/v1/bootstrap.pb.h"
+#include "source/common/event/dispatcher.h"
+#include "source/common/network/address.h"
+
+struct evdns_base;
+
+namespace sluice {
+namespace dns {
+
+// One worker's asynchronous resolver: an evdns_base on the worker's dispatcher, a private answer
+// cache and the hosts file. Used only from the dispatcher's thread; nothing here locks.
+class Resolver {
+ public:
+  // Addresses have port 0: IPv4 first, then IPv6, in the server's order, deduplicated, at most
+  // kMaxAddresses. Empty when the status is not OK.
+  using Callback = std::function<void(const absl::Status& status,
+                                      const std::vector<network::Address>& addresses)>;
+
+  // A lookup in flight. Owned by the resolver: valid until its callback starts or cancel() returns.
+  class Query {
+   public:
+    virtual ~Query() = default;
+    // The callback will never run. Must not be called once the callback has started.
+    virtual void cancel() = 0;
+  };
+
+  struct Counters {
+    // Lookups sent to the name servers (an A+AAAA pair counts once; coalesced waiters do not).
+    uint64_t queries = 0;
+    // resolve() calls answered from the cache, positive or negative.
+    uint64_t cache_hits = 0;
+    // resolve() calls answered from the hosts file.
+    uint64_t hosts_hits = 0;
+    // Lookups that ended in an error other than a timeout (NXDOMAIN, SERVFAIL, no name server).
+    uint64_t failures = 0;
+    // Lookups that ended with DeadlineExceeded.
+    uint64_t timeouts = 0;
+    // resolve() calls refused because the name is not a valid host name.
+    uint64_t invalid_names = 0;
+  };
+
+  static constexpr size_t kMaxAddresses = 16;
+  static constexpr std::chrono::milliseconds kDefaultTimeout{5000};
+  static constexpr std::chrono::milliseconds kDefaultMaxCacheTtl{60000};
+  static constexpr uint32_t kDefaultCacheSize = 4096;
+  // Upper bound on how long NXDOMAIN / no-address answers are remembered.
+  static constexpr std::chrono::milliseconds kNegativeTtl{5000};
+  // Once one address family has answered, the other gets at most this much longer: a server
+  // that drops AAAA queries must not cost every lookup the full timeout.
+  static constexpr std::chrono::milliseconds kFamilySkew{500};
+
+  // Checks what the constructor would otherwise skip with a log line: name server syntax,
+  // negative or zero durations.
+  static absl::Status validateConfig(const config::v1::Dns& config);
+  // Letters, digits, '-', '_' and '.'; at most 253 characters and 63 per label; no empty label
+  // except one trailing dot; the last label must not be all digits (that is an IP, not a name).
+  static absl::Status validateHostname(std::string_view host);
+
+  // Name servers come from config.resolvers, or from resolv_conf when that list is empty. If
+  // neither yields one, every lookup that needs the network fails with Unavailable.
+  Resolver(event::Dispatcher& dispatcher, const config::v1::Dns& config,
+           std::string hosts_file = "/etc/hosts", std::string resolv_conf = "/etc/resolv.conf");
+  // Drops every outstanding lookup without calling its callback. Must not be called from inside
+  // one of this resolver's callbacks.
+  ~Resolver();
+  Resolver(const Resolver&) = delete;
+  Resolver& operator=(const Resolver&) = delete;
+
+  // Literal IPs, invalid names, hosts-file entries and fresh cache entries complete synchronously:
+  // the callback runs before resolve() returns and nullptr is returned. Otherwise the callback
+  // runs exactly once, later, from the loop, unless the returned Query is cancelled first.
+  Query* resolve(std::string_view host, Callback cb);
+
+  const Counters& counters() const { return counters_; }
+  size_t cacheEntries() const { return cache_.size(); }
+  size_t lookupsInFlight() const { return inflight_.size(); }
+  bool hasNameServers() const { return has_name_servers_; }
+
+ private:
+  class Lookup;
+  class Waiter;
+  struct FamilyRequest;
+
+  struct CacheEntry {
+    std::string key;
+    // Empty for a negative answer.
+    std::vector<network::Address> addresses;
+    event::MonotonicTime expires;
+  };
+  using CacheList = std::list<CacheEntry>;
+
+  static void onEvdnsAnswer(int result, char type, int count, int ttl, void* addresses, void* arg);
+  void configureNameServers(const config::v1::Dns& config, const std::string& resolv_conf);
+  void loadHostsFile(const std::string& path);
+  // Runs a synchronous answer's callback, keeping track of callback depth.
+  void complete(const Callback& cb, const absl::Status& status,
+                const std::vector<network::Address>& addresses);
+  Query* startLookup(absl::string_view key, Callback cb);
+  void finishLookup(Lookup& lookup);
+  // Stops a lookup whose last waiter went away.
+  void abandonLookup(Lookup& lookup);
+  void cacheInsert(const std::string& key, const std::vector<network::Address>& addresses,
+                   std::chrono::milliseconds ttl);
+
+  event::Dispatcher& dispatcher_;
+  evdns_base* evdns_ = nullptr;
+  bool has_name_servers_ = false;
+  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds max_cache_ttl_;
+  size_t cache_size_;
+
+  absl::flat_hash_map<std::string, std::vector<network::Address>> hosts_;
+  // Most recently used first; cache_ keys point into the list's own strings.
+  CacheList lru_;
+  absl::flat_hash_map<absl::string_view, CacheList::iterator> cache_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Lookup>> inflight_;
+
+  // Reused for literal-IP answers so the common CONNECT-to-an-IP path does not allocate.
+  std::vector<network::Address> scratch_;
+  // How many of this resolver's callbacks are running right now.
+  int callback_depth_ = 0;
+  Counters counters_;
+};
+
+}  // namespace dns
+}  // namespace sluice

@@ -1,0 +1,235 @@
+#include "source/common/network/connection.h"
+
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "source/common/common/logger.h"
+
+namespace sluice {
+namespace network {
+
+namespace {
+// Bytes read per readiness event before yielding to other connections on the loop.
+constexpr size_t kReadPerEvent = 4 * buffer::kBlockSize;
+constexpr std::chrono::milliseconds kFlushCloseTimeout{10000};
+thread_local uint64_t t_next_connection_id = 1;
+}  // namespace
+
+bool setNonBlocking(int fd) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  return flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
+}
+
+void setNoDelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& peer)
+    : Connection(dispatcher, fd, peer, State::Open) {}
+
+Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& peer, State state)
+    : dispatcher_(dispatcher),
+      fd_(fd),
+      peer_(peer),
+      state_(state),
+      id_(t_next_connection_id++),
+      file_event_(dispatcher, fd, [this](uint32_t events) { onFileEvent(events); }) {}
+
+std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher,
+                                                  const Address& to) {
+  int fd = ::socket(to.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return nullptr;
+  setNoDelay(fd);
+  int rc = ::connect(fd, to.sockaddr_ptr(), to.length());
+  int err = rc == 0 ? 0 : errno;
+  auto conn = std::unique_ptr<Connection>(new Connection(dispatcher, fd, to, State::Connecting));
+  if (err != 0 && err != EINPROGRESS) {
+    // Report the failure from the loop, after the caller has installed its callbacks.
+    conn->connect_error_ = err;
+    conn->file_event_.activate(event::FileEvent::kWrite);
+  }
+  return conn;
+}
+
+Connection::~Connection() {
+  if (state_ != State::Closed) {
+    file_event_.remove();
+    ::close(fd_);
+  }
+}
+
+void Connection::onFileEvent(uint32_t events) {
+  if (state_ == State::Closed) return;
+  if (state_ == State::Connecting) {
+    if ((events & (event::FileEvent::kWrite | event::FileEvent::kClosed)) == 0 &&
+        connect_error_ == 0) {
+      return;
+    }
+    int err = connect_error_;
+    if (err == 0) {
+      socklen_t len = sizeof(err);
+      if (getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    }
+    if (err != 0) {
+      connect_error_ = err;
+      closeNow(ConnectionEvent::RemoteClose);
+      return;
+    }
+    state_ = State::Open;
+    callbacks_->onEvent(ConnectionEvent::Connected);
+    if (state_ == State::Closed) return;
+    events |= event::FileEvent::kWrite;
+  }
+  if (events & event::FileEvent::kWrite) {
+    write_blocked_ = false;
+    flushWrite();
+    if (state_ == State::Closed) return;
+  }
+  if (events & event::FileEvent::kRead) {
+    read_pending_ = true;
+    if (read_disable_count_ == 0) onReadReady();
+  }
+}
+
+void Connection::onReadReady() {
+  size_t total = 0;
+  bool saw_end = false;
+  while (read_pending_ && !read_end_ && total < kReadPerEvent) {
+    int err = 0;
+    ssize_t rc = read_buffer_.readFrom(fd_, kReadPerEvent - total, err);
+    if (rc > 0) {
+      total += static_cast<size_t>(rc);
+      continue;
+    }
+    if (rc == 0) {
+      read_end_ = true;
+      saw_end = true;
+      read_pending_ = false;
+      break;
+    }
+    if (err == EINTR) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      read_pending_ = false;
+      break;
+    }
+    closeNow(ConnectionEvent::RemoteClose);
+    return;
+  }
+  if (total > 0) counters_.rx.add(total);
+  bool force = force_deliver_;
+  force_deliver_ = false;
+  if (total > 0 || saw_end || (force && (!read_buffer_.empty() || read_end_))) {
+    callbacks_->onData(read_buffer_, read_end_);
+    if (state_ == State::Closed) return;
+  }
+  // Yield after a large read so one busy peer cannot starve the loop; resume next iteration.
+  if (read_pending_ && !read_end_ && read_disable_count_ == 0) {
+    file_event_.activate(event::FileEvent::kRead);
+  }
+}
+
+void Connection::scheduleRead() {
+  if (state_ != State::Open) return;
+  force_deliver_ = true;
+  file_event_.activate(event::FileEvent::kRead);
+}
+
+void Connection::write(buffer::Buffer& data, bool end_stream) {
+  if (state_ == State::Closed || write_shut_) {
+    data.clear();
+    return;
+  }
+  write_buffer_.move(data);
+  if (end_stream) write_end_pending_ = true;
+  if (state_ == State::Open && !write_blocked_) {
+    flushWrite();
+    if (state_ == State::Closed) return;
+  }
+  if (!above_high_ && write_buffer_.length() > high_watermark_) {
+    above_high_ = true;
+    callbacks_->onAboveWriteHighWatermark();
+  }
+}
+
+void Connection::flushWrite() {
+  while (!write_buffer_.empty()) {
+    int err = 0;
+    ssize_t rc = write_buffer_.writeTo(fd_, err);
+    if (rc >= 0) {
+      counters_.tx.add(static_cast<uint64_t>(rc));
+      continue;
+    }
+    if (err == EINTR) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      write_blocked_ = true;
+      break;
+    }
+    closeNow(ConnectionEvent::RemoteClose);
+    return;
+  }
+  if (write_buffer_.empty()) {
+    if (close_after_flush_) {
+      closeNow(ConnectionEvent::LocalClose);
+      return;
+    }
+    if (write_end_pending_ && !write_shut_) {
+      ::shutdown(fd_, SHUT_WR);
+      write_shut_ = true;
+    }
+  }
+  checkLowWatermark();
+}
+
+void Connection::checkLowWatermark() {
+  if (above_high_ && write_buffer_.length() <= high_watermark_ / 2) {
+    above_high_ = false;
+    callbacks_->onBelowWriteLowWatermark();
+  }
+}
+
+void Connection::close(CloseType type) {
+  if (state_ == State::Closed) return;
+  if (type == CloseType::FlushWrite && state_ == State::Open && !write_buffer_.empty()) {
+    if (close_after_flush_) return;
+    close_after_flush_ = true;
+    ++read_disable_count_;
+    flush_timer_ = std::make_unique<event::Timer>(
+        dispatcher_, [this] { closeNow(ConnectionEvent::LocalClose); });
+    flush_timer_->enable(kFlushCloseTimeout);
+    return;
+  }
+  closeNow(ConnectionEvent::LocalClose);
+}
+
+void Connection::closeNow(ConnectionEvent event) {
+  if (state_ == State::Closed) return;
+  state_ = State::Closed;
+  file_event_.remove();
+  ::close(fd_);
+  fd_ = -1;
+  read_buffer_.clear();
+  write_buffer_.clear();
+  if (flush_timer_) flush_timer_->disable();
+  if (callbacks_ != nullptr) callbacks_->onEvent(event);
+}
+
+void Connection::readDisable(bool disable) {
+  if (state_ == State::Closed) return;
+  if (disable) {
+    ++read_disable_count_;
+    return;
+  }
+  if (read_disable_count_ == 0) return;
+  if (--read_disable_count_ == 0 && (read_pending_ || !read_buffer_.empty())) {
+    force_deliver_ = true;
+    file_event_.activate(event::FileEvent::kRead);
+  }
+}
+
+}  // namespace network
+}  // namespace sluice

@@ -1,0 +1,131 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "source/common/buffer/buffer.h"
+#include "source/common/event/dispatcher.h"
+#include "source/common/network/address.h"
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace network {
+
+enum class ConnectionEvent : uint8_t {
+  Connected,    // an outbound connect finished
+  RemoteClose,  // the peer reset or closed and nothing more can be written
+  LocalClose,   // close() was called (delivered once, even for a flushed close)
+};
+
+enum class CloseType : uint8_t {
+  NoFlush,    // drop anything unwritten and close now
+  FlushWrite  // write out what is buffered first (bounded by a timer), then close
+};
+
+class Connection;
+
+// The owner of a connection (a network filter manager, a codec's upstream side, the pool).
+class ConnectionCallbacks {
+ public:
+  virtual ~ConnectionCallbacks() = default;
+  // Bytes arrived; end_stream when the peer half-closed. The callee drains what it consumed;
+  // what it leaves stays buffered for the next call.
+  virtual void onData(buffer::Buffer& data, bool end_stream) = 0;
+  virtual void onEvent(ConnectionEvent event) = 0;
+  // The write buffer rose above the high watermark / fell below the low one: stop/resume
+  // feeding this connection (backpressure).
+  virtual void onAboveWriteHighWatermark() {}
+  virtual void onBelowWriteLowWatermark() {}
+};
+
+// Byte counters a connection adds to (per listener); the default handles count nowhere.
+struct ConnectionByteCounters {
+  stats::Counter rx;
+  stats::Counter tx;
+};
+
+// A non-blocking TCP socket on one worker's dispatcher, with its own read and write buffers
+// (both empty, holding no memory, while idle). Closing delivers LocalClose/RemoteClose once and
+// then the owner deletes the connection through the dispatcher's deferred delete.
+class Connection : public event::DeferredDeletable {
+ public:
+  static constexpr uint32_t kDefaultHighWatermark = 1024 * 1024;
+
+  // Wraps an accepted, connected socket (made non-blocking here).
+  Connection(event::Dispatcher& dispatcher, int fd, const Address& peer);
+  // Starts an outbound connect; Connected or RemoteClose follows.
+  static std::unique_ptr<Connection> connectTo(event::Dispatcher& dispatcher, const Address& to);
+  ~Connection() override;
+
+  void setCallbacks(ConnectionCallbacks* callbacks) { callbacks_ = callbacks; }
+  ConnectionCallbacks* callbacks() const { return callbacks_; }
+  event::Dispatcher& dispatcher() { return dispatcher_; }
+  const Address& peer() const { return peer_; }
+  int fd() const { return fd_; }
+  bool open() const { return state_ != State::Closed; }
+  bool connecting() const { return state_ == State::Connecting; }
+  uint64_t id() const { return id_; }
+  // errno of a failed outbound connect (0 otherwise).
+  int connectError() const { return connect_error_; }
+
+  // Queues data (taking its blocks) and writes as much as the socket takes now. With
+  // end_stream the write side is shut down once everything is written (half-close).
+  void write(buffer::Buffer& data, bool end_stream = false);
+  void close(CloseType type);
+  // Nested: n disables need n enables. While disabled, nothing is read (TCP backpressure).
+  void readDisable(bool disable);
+  bool readEnabled() const { return read_disable_count_ == 0; }
+  size_t writeBufferLength() const { return write_buffer_.length(); }
+  bool aboveHighWatermark() const { return above_high_; }
+  void setHighWatermark(uint32_t bytes) { high_watermark_ = bytes; }
+  void setByteCounters(ConnectionByteCounters counters) { counters_ = counters; }
+  // The whole-connection data delivered to the callbacks but not yet drained stays here.
+  buffer::Buffer& readBuffer() { return read_buffer_; }
+  // Gives the bytes in the read buffer to the callbacks again on the next loop iteration
+  // (used after the owner switches state, e.g. an upgrade to a tunnel, or after readDisable).
+  void scheduleRead();
+
+ private:
+  enum class State : uint8_t { Connecting, Open, Closed };
+  Connection(event::Dispatcher& dispatcher, int fd, const Address& peer, State state);
+
+  void onFileEvent(uint32_t events);
+  void onReadReady();
+  void onWriteReady();
+  void flushWrite();
+  void closeNow(ConnectionEvent event);
+  void checkLowWatermark();
+
+  event::Dispatcher& dispatcher_;
+  int fd_;
+  Address peer_;
+  State state_;
+  uint64_t id_;
+  ConnectionCallbacks* callbacks_ = nullptr;
+  buffer::Buffer read_buffer_;
+  buffer::Buffer write_buffer_;
+  event::FileEvent file_event_;
+  std::unique_ptr<event::Timer> flush_timer_;
+  ConnectionByteCounters counters_;
+  uint32_t high_watermark_ = kDefaultHighWatermark;
+  uint32_t read_disable_count_ = 0;
+  bool above_high_ = false;
+  bool read_end_ = false;         // the peer half-closed its write side
+  bool write_end_pending_ = false;  // shut down our write side once the buffer drains
+  bool write_shut_ = false;
+  bool close_after_flush_ = false;
+  bool read_pending_ = false;     // edge-triggered readiness not yet consumed
+  bool write_blocked_ = false;
+  bool force_deliver_ = false;    // hand buffered bytes to the callbacks on the next read event
+  int connect_error_ = 0;
+};
+
+using ConnectionPtr = std::unique_ptr<Connection>;
+
+// Socket helpers.
+bool setNonBlocking(int fd);
+void setNoDelay(int fd);
+
+}  // namespace network
+}  // namespace sluice

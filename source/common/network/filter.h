@@ -1,0 +1,95 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "source/common/buffer/buffer.h"
+#include "source/common/network/connection.h"
+
+namespace sluice {
+namespace proxy {
+class WorkerContext;
+}
+
+namespace network {
+
+enum class FilterStatus : uint8_t {
+  Continue,       // pass on to the next filter
+  StopIteration,  // later filters wait until continueReading() (or the connection closes)
+};
+
+// What a network filter may do with the connection it serves.
+class ReadFilterCallbacks {
+ public:
+  virtual ~ReadFilterCallbacks() = default;
+  virtual Connection& connection() = 0;
+  // Resume iteration after StopIteration, from the next filter, with the buffered bytes.
+  virtual void continueReading() = 0;
+  virtual proxy::WorkerContext& worker() = 0;
+};
+
+// A network filter: sees the bytes of one downstream connection, in order with the others of
+// its chain. The last filter of a chain is terminal (a codec) and consumes the bytes.
+class ReadFilter {
+ public:
+  virtual ~ReadFilter() = default;
+  virtual void initializeReadFilterCallbacks(ReadFilterCallbacks& callbacks) = 0;
+  // Once, when the connection is set up, before any byte.
+  virtual FilterStatus onNewConnection() { return FilterStatus::Continue; }
+  // Bytes from the client; the filter drains what it consumes.
+  virtual FilterStatus onData(buffer::Buffer& data, bool end_stream) = 0;
+  // Connection events and backpressure on the downstream write side, delivered to every filter.
+  virtual void onEvent(ConnectionEvent event) {}
+  virtual void onAboveWriteHighWatermark() {}
+  virtual void onBelowWriteLowWatermark() {}
+  // Graceful shutdown began: finish what is in flight, then close; close now if idle.
+  virtual void onDrain() {}
+};
+using ReadFilterPtr = std::unique_ptr<ReadFilter>;
+
+class FilterManager {
+ public:
+  virtual ~FilterManager() = default;
+  virtual void addReadFilter(ReadFilterPtr filter) = 0;
+};
+
+// Made once per filter chain from the filter's validated config; called per connection.
+using NetworkFilterFactoryCb = std::function<void(FilterManager&)>;
+
+// Facts listener filters record about an accepted socket; filter chain matching reads them.
+struct SocketFacts {
+  std::string_view transport_protocol = "raw_buffer";  // "raw_buffer" | "tls"
+  std::string_view application_protocol;               // "" | "http/1.1" | "h2" | "socks5"
+};
+
+class ListenerFilterCallbacks {
+ public:
+  virtual ~ListenerFilterCallbacks() = default;
+  virtual int fd() const = 0;
+  virtual const Address& peer() const = 0;
+  virtual SocketFacts& facts() = 0;
+  virtual event::Dispatcher& dispatcher() = 0;
+  // After StopIteration: resume with the next listener filter (true) or close the socket (false).
+  virtual void continueFilterChain(bool success) = 0;
+};
+
+// Runs on an accepted socket before any connection object exists. Returning Continue passes it
+// on; StopIteration waits for continueFilterChain(); a filter that wants to refuse the socket
+// returns StopIteration after calling continueFilterChain(false).
+class ListenerFilter {
+ public:
+  virtual ~ListenerFilter() = default;
+  virtual FilterStatus onAccept(ListenerFilterCallbacks& callbacks) = 0;
+};
+using ListenerFilterPtr = std::unique_ptr<ListenerFilter>;
+
+class ListenerFilterManager {
+ public:
+  virtual ~ListenerFilterManager() = default;
+  virtual void addListenerFilter(ListenerFilterPtr filter) = 0;
+};
+using ListenerFilterFactoryCb = std::function<void(ListenerFilterManager&)>;
+
+}  // namespace network
+}  // namespace sluice

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "source/common/network/address.h"
+
+namespace sluice {
+namespace proxy {
+
+enum class Protocol : uint8_t { Http1, Http2, Socks5 };
+
+enum class RequestKind : uint8_t {
+  Forward,  // an HTTP request relayed to the origin, with headers
+  Tunnel,   // a byte stream to host:port (HTTP CONNECT, SOCKS5 CONNECT)
+};
+
+// Header access for Forward requests. Names compare case-insensitively.
+class RequestHeaders {
+ public:
+  virtual ~RequestHeaders() = default;
+  // The first value of the header, or empty.
+  virtual std::string_view get(std::string_view name) const = 0;
+  // Removes every header of this name from what is sent upstream.
+  virtual void remove(std::string_view name) = 0;
+  // Adds a header to what is sent upstream. name and value must outlive the request (filter
+  // configs hold them). False when the request has no room for more headers.
+  virtual bool add(std::string_view name, std::string_view value) = 0;
+};
+
+// One proxy request as every codec presents it to the request filters, whatever the protocol.
+// Views point into codec-owned memory that stays valid until the request ends.
+struct ProxyRequest {
+  static constexpr uint32_t kMaxPinned = 8;
+
+  Protocol protocol = Protocol::Http1;
+  RequestKind kind = RequestKind::Forward;
+  // The destination as the client named it: a host name or a literal IP, and a port.
+  std::string_view host;
+  uint16_t port = 0;
+  // The credential as presented: the Proxy-Authorization value (HTTP) or the password (SOCKS5).
+  std::string_view credential;
+  bool has_credential = false;
+  RequestHeaders* headers = nullptr;  // Forward requests only
+  network::Address client;
+  // Set by the codec when it retries after a pooled connection failed: dial a new one.
+  bool fresh_connection = false;
+
+  // Set by filters:
+  // The authenticated key's name (never the key itself).
+  std::string_view principal;
+  // Realm for a 407 challenge.
+  std::string_view auth_realm = "sluice";
+  // Checked destination addresses (ports set); the router dials only these when present, so no
+  // second lookup can differ from what was checked.
+  network::Address pinned[kMaxPinned];
+  uint32_t pinned_count = 0;
+};
+
+// Why a request was refused; each codec maps it to its own answer (HTTP status, SOCKS5 reply).
+enum class Denial : uint8_t {
+  BadRequest,          // 400
+  Unauthorized,        // 407 with a Basic challenge
+  Forbidden,           // 403
+  BadGateway,          // 502: cannot reach the destination, or it answered badly
+  GatewayTimeout,      // 504
+  ServiceUnavailable,  // 503: draining, over a limit
+};
+
+}  // namespace proxy
+}  // namespace sluice

@@ -1,0 +1,102 @@
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "source/common/network/connection.h"
+#include "source/common/proxy/request.h"
+#include "source/common/proxy/worker_context.h"
+
+namespace sluice {
+namespace proxy {
+
+// What the router hands to the codec with an upstream connection.
+struct UpstreamInfo {
+  bool reused = false;  // came from the keep-alive pool
+  std::chrono::milliseconds response_timeout{60000};
+  std::chrono::milliseconds tunnel_idle_timeout{300000};
+};
+
+// A codec's side of a request: where the filter chain's outcome goes.
+class RequestSink {
+ public:
+  virtual ~RequestSink() = default;
+  // The router connected (or took a pooled connection): the codec now owns it.
+  virtual void onUpstreamReady(network::ConnectionPtr upstream, const UpstreamInfo& info) = 0;
+  // A filter refused the request; reason is short, static or config-owned.
+  virtual void onDenied(Denial denial, std::string_view reason) = 0;
+};
+
+class RequestFilterCallbacks {
+ public:
+  virtual ~RequestFilterCallbacks() = default;
+  virtual WorkerContext& worker() = 0;
+  // Resume the chain with the next filter after onRequest returned StopIteration.
+  virtual void continueRequest() = 0;
+  // End the request with a refusal. After this the filter must not touch the request.
+  virtual void deny(Denial denial, std::string_view reason) = 0;
+  // For the terminal filter (router): the request's upstream connection is ready.
+  virtual void upstreamReady(network::ConnectionPtr upstream, const UpstreamInfo& info) = 0;
+};
+
+enum class RequestFilterStatus : uint8_t {
+  Continue,       // on to the next filter
+  StopIteration,  // paused until continueRequest() or deny() (e.g. waiting on DNS)
+};
+
+// A request filter: one named step every proxy request passes, whatever protocol carried it.
+// Instances are per connection (or per HTTP/2 stream) and serve its requests one at a time.
+class RequestFilter {
+ public:
+  virtual ~RequestFilter() = default;
+  virtual void setCallbacks(RequestFilterCallbacks& callbacks) { callbacks_ = &callbacks; }
+  // Runs once per request, in chain order, before any byte goes upstream. May read and edit
+  // the request (headers, principal, pinned addresses) or refuse it through deny().
+  virtual RequestFilterStatus onRequest(ProxyRequest& request) = 0;
+  // The request ended (served, refused, or the client left): drop any pending async work.
+  virtual void onRequestEnd() {}
+
+ protected:
+  RequestFilterCallbacks* callbacks_ = nullptr;
+};
+using RequestFilterPtr = std::unique_ptr<RequestFilter>;
+
+// Runs the request filters of one connection (or stream) over its requests, one at a time.
+class RequestFilterChain : public RequestFilterCallbacks {
+ public:
+  RequestFilterChain(WorkerContext& worker, RequestSink& sink) : worker_(worker), sink_(sink) {}
+
+  void addFilter(RequestFilterPtr filter);
+  // Runs the chain from the first filter for this request (the request outlives the run).
+  void start(ProxyRequest& request);
+  // Ends the current request (if any): filters that saw it drop pending work.
+  void end();
+  bool active() const { return state_ == State::Running || state_ == State::Paused; }
+
+  // RequestFilterCallbacks
+  WorkerContext& worker() override { return worker_; }
+  void continueRequest() override;
+  void deny(Denial denial, std::string_view reason) override;
+  void upstreamReady(network::ConnectionPtr upstream, const UpstreamInfo& info) override;
+
+ private:
+  enum class State : uint8_t { Idle, Running, Paused, Finished };
+  void iterate();
+
+  WorkerContext& worker_;
+  RequestSink& sink_;
+  std::vector<RequestFilterPtr> filters_;
+  ProxyRequest* request_ = nullptr;
+  size_t next_ = 0;       // the filter to run next
+  size_t reached_ = 0;    // filters that have seen this request
+  State state_ = State::Idle;
+};
+
+// Made once from a filter's validated config; adds that filter to each new chain.
+using RequestFilterFactoryCb = std::function<void(RequestFilterChain&)>;
+
+}  // namespace proxy
+}  // namespace sluice

@@ -1,0 +1,133 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice {
+namespace stats {
+
+// Slots per shard; a power of two so a handle's index can be masked instead of checked.
+inline constexpr uint32_t kMaxStats = 8192;
+static_assert((kMaxStats & (kMaxStats - 1)) == 0, "kMaxStats must be a power of two");
+
+enum class Type : uint8_t { Counter, Gauge };
+
+// One value per registered stat for one writer thread. Only the owning thread writes a bound
+// shard, so updates are plain relaxed load + store; readers sum all shards with relaxed loads.
+// Gauges are stored as two's complement deltas, so their sum is meaningful as int64.
+struct alignas(64) Shard {
+  std::atomic<uint64_t> values[kMaxStats] = {};
+};
+
+namespace detail {
+// The calling thread's shard, or null. __thread (not thread_local) so reads need no TLS wrapper
+// call; initial-exec keeps the access a single %fs-relative load even from a shared object.
+extern __thread Shard* t_shard __attribute__((tls_model("initial-exec")));
+// Shared by every thread that bound no shard (main thread, tests); updated with fetch_add.
+extern Shard g_fallback_shard;
+
+inline void addToSlot(uint32_t index, uint64_t delta) {
+  const uint32_t slot = index & (kMaxStats - 1);
+  Shard* shard = t_shard;
+  if (__builtin_expect(shard != nullptr, 1)) {
+    std::atomic<uint64_t>& value = shard->values[slot];
+    value.store(value.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  } else {
+    g_fallback_shard.values[slot].fetch_add(delta, std::memory_order_relaxed);
+  }
+}
+}  // namespace detail
+
+// Handles are indexes into every shard: 4 bytes, copyable, valid for the life of the process.
+// A default-constructed handle points at slot 0, which is reserved and never reported.
+struct Counter {
+  uint32_t index = 0;
+  void inc() const { detail::addToSlot(index, 1); }
+  void add(uint64_t n) const { detail::addToSlot(index, n); }
+};
+
+struct Gauge {
+  uint32_t index = 0;
+  void inc() const { detail::addToSlot(index, 1); }
+  void dec() const { detail::addToSlot(index, ~uint64_t{0}); }
+  void add(int64_t n) const { detail::addToSlot(index, static_cast<uint64_t>(n)); }
+};
+
+// Stat names are dotted segments of [A-Za-z0-9_:-] ("listener.http.downstream_cx_total").
+// Registering any other name is a bug and aborts; user-supplied parts (listener names) must go
+// through sanitizeNamePart() first.
+bool validName(std::string_view name);
+// Maps every character outside [A-Za-z0-9_-] (dots included) to '_'; "" becomes "_".
+std::string sanitizeNamePart(std::string_view part);
+
+// The process-wide registry of stat names and the owner of every shard.
+class Store {
+ public:
+  static Store& get();
+
+  // Config time only (takes a mutex). The same name returns the same handle. Aborts when the
+  // store is full, the name is invalid, or the name is already registered with the other type.
+  Counter counter(std::string_view name);
+  Gauge gauge(std::string_view name);
+
+  // A zeroed shard owned by the store and never freed; each worker binds one at start.
+  Shard* createShard();
+  // Binds the calling thread to shard (null unbinds: the thread falls back to the shared shard).
+  static void bindThreadShard(Shard* shard);
+
+  struct Value {
+    std::string name;
+    Type type;
+    int64_t value;  // Counters too: 2^63 events are out of reach.
+  };
+  // Sum over all shards with relaxed loads: safe from any thread while workers write.
+  // Sorted by name.
+  std::vector<Value> snapshot() const;
+  // 0 when the name is unknown or registered with the other type.
+  uint64_t counterValue(std::string_view name) const;
+  int64_t gaugeValue(std::string_view name) const;
+
+  // The renderers keep only stats whose name contains filter (all of them when empty).
+  // "name: value\n" per stat, sorted by name.
+  std::string renderText(std::string_view filter = {}) const;
+  // Prometheus text exposition format 0.0.4: "sluice_" + name with [^a-zA-Z0-9_] mapped to '_',
+  // each sample preceded by its "# TYPE" line.
+  std::string renderPrometheus(std::string_view filter = {}) const;
+  // {"stats":[{"name":"...","value":N},...]}, sorted by name.
+  std::string renderJson(std::string_view filter = {}) const;
+
+  // Forgets every name and zeroes every shard. Tests only: not safe while other threads write.
+  void resetForTest();
+
+ private:
+  struct Entry {
+    Type type;
+    uint32_t index;
+    // Unique among all registered stats: a later name that sanitizes to a taken one gets a
+    // "_<n>" suffix, so the exposition never repeats a metric.
+    std::string prometheus_name;
+  };
+
+  Store();
+  uint32_t registerStat(std::string_view name, Type type);
+  // Caller holds mutex_. Sums one slot over every shard.
+  uint64_t sumLocked(uint32_t index) const;
+  // Caller holds mutex_. Every slot summed over every shard, shard by shard.
+  std::vector<uint64_t> sumAllLocked() const;
+
+  mutable std::mutex mutex_;
+  // Ordered so every snapshot comes out sorted without a sort.
+  std::map<std::string, Entry, std::less<>> entries_;
+  std::map<std::string, uint32_t, std::less<>> prometheus_names_;
+  uint32_t next_index_ = 1;  // Slot 0 is the sink for default-constructed handles.
+  std::vector<std::unique_ptr<Shard>> shards_;
+};
+
+}  // namespace stats
+}  // namespace sluice

@@ -1,0 +1,109 @@
+#include "source/common/upstream/pool.h"
+
+#include <algorithm>
+
+namespace sluice {
+namespace upstream {
+
+// Holds one idle connection and watches it: any byte or close from the origin while idle means
+// the connection cannot be reused.
+class Pool::Idle : public network::ConnectionCallbacks {
+ public:
+  explicit Idle(Pool& pool)
+      : pool_(pool), timer_(pool.dispatcher_, [this] { pool_.remove(this); }) {}
+
+  void hold(network::ConnectionPtr conn) {
+    conn_ = std::move(conn);
+    conn_->setCallbacks(this);
+    timer_.enable(pool_.idle_timeout_);
+  }
+  network::ConnectionPtr take() {
+    timer_.disable();
+    conn_->setCallbacks(nullptr);
+    return std::move(conn_);
+  }
+  const network::Address& destination() const { return conn_->peer(); }
+
+  // ConnectionCallbacks
+  void onData(buffer::Buffer&, bool) override { pool_.remove(this); }
+  void onEvent(network::ConnectionEvent event) override {
+    if (event != network::ConnectionEvent::Connected) pool_.remove(this);
+  }
+
+ private:
+  Pool& pool_;
+  event::Timer timer_;
+  network::ConnectionPtr conn_;
+};
+
+Pool::Pool(event::Dispatcher& dispatcher, uint32_t max_idle_per_destination,
+           std::chrono::milliseconds idle_timeout)
+    : dispatcher_(dispatcher),
+      max_idle_per_destination_(max_idle_per_destination),
+      idle_timeout_(idle_timeout) {}
+
+Pool::~Pool() { closeAll(); }
+
+network::ConnectionPtr Pool::acquire(const network::Address& to) {
+  auto it = idle_.find(to);
+  if (it == idle_.end() || it->second.empty()) return nullptr;
+  IdlePtr idle = std::move(it->second.back());
+  it->second.pop_back();
+  --idle_count_;
+  network::ConnectionPtr conn = idle->take();
+  spare_.push_back(std::move(idle));
+  return conn;
+}
+
+void Pool::release(network::ConnectionPtr conn) {
+  if (!conn->open() || !conn->readBuffer().empty() || conn->writeBufferLength() > 0) {
+    close(std::move(conn));
+    return;
+  }
+  auto& list = idle_[conn->peer()];
+  if (list.size() >= max_idle_per_destination_) {
+    close(std::move(conn));
+    return;
+  }
+  IdlePtr idle;
+  if (!spare_.empty()) {
+    idle = std::move(spare_.back());
+    spare_.pop_back();
+  } else {
+    idle = std::make_unique<Idle>(*this);
+  }
+  idle->hold(std::move(conn));
+  list.push_back(std::move(idle));
+  ++idle_count_;
+}
+
+void Pool::remove(Idle* idle) {
+  auto it = idle_.find(idle->destination());
+  if (it == idle_.end()) return;
+  auto& list = it->second;
+  auto pos = std::find_if(list.begin(), list.end(), [idle](const IdlePtr& p) { return p.get() == idle; });
+  if (pos == list.end()) return;
+  IdlePtr owned = std::move(*pos);
+  list.erase(pos);
+  --idle_count_;
+  close(owned->take());
+  spare_.push_back(std::move(owned));
+}
+
+void Pool::close(network::ConnectionPtr conn) {
+  conn->setCallbacks(nullptr);
+  conn->close(network::CloseType::NoFlush);
+  dispatcher_.deferredDelete(std::move(conn));
+}
+
+void Pool::closeAll() {
+  for (auto& [addr, list] : idle_) {
+    for (auto& idle : list) close(idle->take());
+    list.clear();
+  }
+  idle_.clear();
+  idle_count_ = 0;
+}
+
+}  // namespace upstream
+}  // namespace sluice

@@ -1,0 +1,334 @@
+#include "source/server/admin.h"
+
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "absl/strings/str_format.h"
+#include "event2/buffer.h"
+#include "event2/http.h"
+#include "event2/keyvalq_struct.h"
+
+#include "source/common/common/logger.h"
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace server {
+
+namespace {
+
+// Admin requests are a line and a few headers; anything bigger is not an operator's client.
+constexpr ev_ssize_t kMaxHeadersBytes = 8 * 1024;
+constexpr ev_ssize_t kMaxBodyBytes = 4 * 1024;
+constexpr int kRequestTimeoutSeconds = 10;
+
+constexpr char kTextPlain[] = "text/plain; charset=utf-8";
+constexpr char kJson[] = "application/json";
+constexpr char kPrometheus[] = "text/plain; version=0.0.4; charset=utf-8";
+
+// Every method evhttp can parse reaches our handler, so we answer 405 rather than its 501.
+constexpr ev_uint16_t kAllMethods = EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                    EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                                    EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH;
+
+enum class Route {
+  Index,
+  Ready,
+  Health,
+  Stats,
+  Prometheus,
+  ConfigDump,
+  ServerInfo,
+  Listeners,
+  Drain
+};
+
+struct Endpoint {
+  const char* path;
+  Route route;
+  const char* help;
+};
+
+constexpr Endpoint kEndpoints[] = {
+    {"/", Route::Index, "this list"},
+    {"/ready", Route::Ready, "200 when serving, 503 while starting or draining"},
+    {"/health", Route::Health, "200 while the process runs"},
+    {"/stats", Route::Stats,
+     "counters and gauges; ?format=text|json|prometheus, ?filter=<substring>"},
+    {"/stats/prometheus", Route::Prometheus, "Prometheus text exposition format 0.0.4"},
+    {"/config_dump", Route::ConfigDump, "the running configuration (JSON, secrets redacted)"},
+    {"/server_info", Route::ServerInfo, "server information (JSON)"},
+    {"/listeners", Route::Listeners, "the listeners (JSON)"},
+    {"/drain", Route::Drain, "POST: stop accepting and drain connections"},
+};
+
+struct Reply {
+  int code;
+  std::string body;
+  const char* content_type;
+  const char* allow = nullptr;  // Set on 405.
+};
+
+Reply text(int code, std::string body) { return Reply{code, std::move(body), kTextPlain}; }
+
+const char* reason(int code) {
+  switch (code) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Error";
+  }
+}
+
+// Owns the parsed query so every path out of the stats handler frees it.
+class QueryParams {
+ public:
+  QueryParams() {
+    params_.tqh_first = nullptr;
+    params_.tqh_last = &params_.tqh_first;
+  }
+  QueryParams(const QueryParams&) = delete;
+  QueryParams& operator=(const QueryParams&) = delete;
+  ~QueryParams() { evhttp_clear_headers(&params_); }
+  // False when the query is malformed.
+  bool parse(const char* query) {
+    return query == nullptr || evhttp_parse_query_str(query, &params_) == 0;
+  }
+  std::string_view get(const char* key) {
+    const char* value = evhttp_find_header(&params_, key);
+    return value == nullptr ? std::string_view() : std::string_view(value);
+  }
+
+ private:
+  evkeyvalq params_;
+};
+
+Reply statsReply(const evhttp_uri* uri) {
+  QueryParams params;
+  if (!params.parse(evhttp_uri_get_query(uri))) {
+    return text(400, "malformed query string\n");
+  }
+  const std::string_view format = params.get("format");
+  const std::string_view filter = params.get("filter");
+  const stats::Store& store = stats::Store::get();
+  if (format.empty() || format == "text") {
+    return text(200, store.renderText(filter));
+  }
+  if (format == "json") {
+    return Reply{200, store.renderJson(filter), kJson};
+  }
+  if (format == "prometheus") {
+    return Reply{200, store.renderPrometheus(filter), kPrometheus};
+  }
+  return text(400, "unknown format: use text, json or prometheus\n");
+}
+
+void send(evhttp_request* request, const Reply& reply) {
+  evkeyvalq* headers = evhttp_request_get_output_headers(request);
+  evhttp_add_header(headers, "Content-Type", reply.content_type);
+  evhttp_add_header(headers, "Cache-Control", "no-store");
+  evhttp_add_header(headers, "X-Content-Type-Options", "nosniff");
+  if (reply.allow != nullptr) {
+    evhttp_add_header(headers, "Allow", reply.allow);
+  }
+  if (evhttp_request_get_command(request) == EVHTTP_REQ_HEAD) {
+    // HEAD: the headers GET would carry, without the body.
+    evhttp_add_header(headers, "Content-Length", std::to_string(reply.body.size()).c_str());
+    evhttp_send_reply(request, reply.code, reason(reply.code), nullptr);
+    return;
+  }
+  evbuffer* body = evbuffer_new();
+  if (body == nullptr) {
+    evhttp_send_error(request, 500, nullptr);
+    return;
+  }
+  evbuffer_add(body, reply.body.data(), reply.body.size());
+  evhttp_send_reply(request, reply.code, reason(reply.code), body);
+  evbuffer_free(body);
+}
+
+}  // namespace
+
+Admin::Admin(event::Dispatcher& dispatcher, AdminHandlers handlers)
+    : handlers_(std::move(handlers)), http_(evhttp_new(dispatcher.base())) {
+  SLUICE_ASSERT(http_ != nullptr, "evhttp_new failed");
+  evhttp_set_max_headers_size(http_, kMaxHeadersBytes);
+  evhttp_set_max_body_size(http_, kMaxBodyBytes);
+  evhttp_set_timeout(http_, kRequestTimeoutSeconds);
+  evhttp_set_allowed_methods(http_, kAllMethods);
+  evhttp_set_gencb(http_, &Admin::onRequest, this);
+}
+
+Admin::~Admin() { evhttp_free(http_); }
+
+absl::Status Admin::bind(const network::Address& address) {
+  if (bound_address_.valid()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("admin: already listening on %s", bound_address_.asString()));
+  }
+  if (!address.valid()) {
+    return absl::InvalidArgumentError("admin: bind address is not an IPv4 or IPv6 address");
+  }
+  const std::string where = address.asString();
+  int fd = ::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrFormat("admin: socket() for %s: %s", where, strerror(errno)));
+  }
+  const int one = 1;
+  // Lets a restarted proxy rebind while old connections sit in TIME_WAIT; a live listener on
+  // the port still makes bind() fail.
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, address.sockaddr_ptr(), address.length()) != 0 || ::listen(fd, 128) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::UnavailableError(
+        absl::StrFormat("admin: cannot listen on %s: %s", where, strerror(err)));
+  }
+  sockaddr_storage bound;
+  socklen_t bound_len = sizeof(bound);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bound_len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::InternalError(
+        absl::StrFormat("admin: getsockname for %s: %s", where, strerror(err)));
+  }
+  // From here evhttp owns the socket and closes it when freed.
+  if (evhttp_accept_socket_with_handle(http_, fd) == nullptr) {
+    ::close(fd);
+    return absl::InternalError(absl::StrFormat("admin: evhttp cannot accept on %s", where));
+  }
+  bound_address_ = network::Address::fromSockaddr(reinterpret_cast<sockaddr*>(&bound), bound_len);
+  SLUICE_LOG(Info, "admin listening on %s", bound_address_.asString());
+  return absl::OkStatus();
+}
+
+void Admin::onRequest(evhttp_request* request, void* arg) {
+  static_cast<Admin*>(arg)->handle(request);
+}
+
+void Admin::handle(evhttp_request* request) {
+  const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
+  if (uri == nullptr) {
+    send(request, text(400, "bad request target\n"));
+    return;
+  }
+  // Origin-form targets are matched as sent: evhttp_uri would read "//health" as a host.
+  std::string_view path = evhttp_request_get_uri(request);
+  if (path.empty() || path[0] != '/') {
+    const char* absolute_path = evhttp_uri_get_path(uri);
+    path = absolute_path == nullptr ? "" : absolute_path;
+  }
+  path = path.substr(0, path.find_first_of("?#"));
+  // An absolute-form target with no path ("http://host") means "/".
+  if (path.empty()) {
+    path = "/";
+  }
+
+  auto available = [this](Route route) {
+    switch (route) {
+      case Route::Ready:
+        return static_cast<bool>(handlers_.ready);
+      case Route::ConfigDump:
+        return static_cast<bool>(handlers_.config_dump);
+      case Route::ServerInfo:
+        return static_cast<bool>(handlers_.server_info);
+      case Route::Listeners:
+        return static_cast<bool>(handlers_.listeners);
+      case Route::Drain:
+        return static_cast<bool>(handlers_.drain);
+      default:
+        return true;
+    }
+  };
+
+  const Endpoint* endpoint = nullptr;
+  for (const Endpoint& candidate : kEndpoints) {
+    if (path == candidate.path && available(candidate.route)) {
+      endpoint = &candidate;
+      break;
+    }
+  }
+  if (endpoint == nullptr) {
+    send(request, text(404, "not found; GET / lists the endpoints\n"));
+    return;
+  }
+
+  const evhttp_cmd_type method = evhttp_request_get_command(request);
+  if (endpoint->route == Route::Drain) {
+    if (method != EVHTTP_REQ_POST) {
+      Reply reply = text(405, "use POST\n");
+      reply.allow = "POST";
+      send(request, reply);
+      return;
+    }
+    // Browsers send Origin on cross-site POSTs: a web page must not be able to drain the proxy.
+    if (evhttp_find_header(evhttp_request_get_input_headers(request), "Origin") != nullptr) {
+      send(request, text(403, "cross-origin requests are refused\n"));
+      return;
+    }
+    SLUICE_LOG(Info, "admin: drain requested");
+    handlers_.drain();
+    send(request, text(200, "draining\n"));
+    return;
+  }
+  if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
+    Reply reply = text(405, "use GET or HEAD\n");
+    reply.allow = "GET, HEAD";
+    send(request, reply);
+    return;
+  }
+
+  switch (endpoint->route) {
+    case Route::Index: {
+      std::string body = "sluice admin\n";
+      for (const Endpoint& e : kEndpoints) {
+        if (available(e.route)) {
+          absl::StrAppendFormat(&body, "  %-18s %s\n", e.path, e.help);
+        }
+      }
+      send(request, text(200, std::move(body)));
+      return;
+    }
+    case Route::Ready:
+      send(request, handlers_.ready() ? text(200, "ready\n") : text(503, "not ready\n"));
+      return;
+    case Route::Health:
+      send(request, text(200, "ok\n"));
+      return;
+    case Route::Stats:
+      send(request, statsReply(uri));
+      return;
+    case Route::Prometheus:
+      send(request, Reply{200, stats::Store::get().renderPrometheus(), kPrometheus});
+      return;
+    case Route::ConfigDump:
+      send(request, Reply{200, handlers_.config_dump(), kJson});
+      return;
+    case Route::ServerInfo:
+      send(request, Reply{200, handlers_.server_info(), kJson});
+      return;
+    case Route::Listeners:
+      send(request, Reply{200, handlers_.listeners(), kJson});
+      return;
+    case Route::Drain:
+      return;  // Answered above.
+  }
+}
+
+}  // namespace server
+}  // namespace sluice

@@ -1,0 +1,59 @@
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+
+#include "source/common/event/dispatcher.h"
+#include "source/common/network/address.h"
+
+struct evhttp;
+struct evhttp_request;
+
+namespace sluice {
+namespace server {
+
+// What the admin endpoints ask of the server. Each runs on the admin dispatcher's thread; an
+// unset handler leaves its endpoint out (404, and absent from the index).
+struct AdminHandlers {
+  // GET /ready: 200 "ready" when true, 503 "not ready" while starting or draining.
+  std::function<bool()> ready;
+  // GET /config_dump: JSON, already redacted by the caller.
+  std::function<std::string()> config_dump;
+  // GET /server_info: JSON.
+  std::function<std::string()> server_info;
+  // GET /listeners: JSON.
+  std::function<std::string()> listeners;
+  // POST /drain: starts a graceful drain; answered 200 "draining".
+  std::function<void()> drain;
+};
+
+// The operator's HTTP endpoint (libevent evhttp), off the hot path on the main dispatcher.
+// Serves GET|HEAD /, /ready, /health, /stats[?format=text|json|prometheus][&filter=substr],
+// /stats/prometheus, /config_dump, /server_info, /listeners and POST /drain. Create, bind and
+// destroy it on the dispatcher's thread (or while that dispatcher's loop is not running).
+class Admin {
+ public:
+  Admin(event::Dispatcher& dispatcher, AdminHandlers handlers);
+  ~Admin();
+  Admin(const Admin&) = delete;
+  Admin& operator=(const Admin&) = delete;
+
+  // Listens on address (port 0 picks a free port). Fails, naming the address and the reason,
+  // when the address is taken or invalid, or when the admin is already bound.
+  absl::Status bind(const network::Address& address);
+  // The address actually listened on (with the real port); invalid before a successful bind().
+  network::Address boundAddress() const { return bound_address_; }
+
+ private:
+  static void onRequest(evhttp_request* request, void* arg);
+  void handle(evhttp_request* request);
+
+  AdminHandlers handlers_;
+  evhttp* http_;
+  network::Address bound_address_;
+};
+
+}  // namespace server
+}  // namespace sluice

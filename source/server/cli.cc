@@ -1,0 +1,167 @@
+#include "source/server/cli.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "extensions/registry.h"
+#include "source/common/common/logger.h"
+#include "source/common/common/version.h"
+#include "source/common/config/api_key.h"
+#include "source/common/config/bootstrap_loader.h"
+#include "source/common/config/short_form.h"
+#include "source/common/config/yaml_loader.h"
+#include "source/server/listener_config.h"
+#include "source/server/server.h"
+
+namespace sluice {
+namespace server {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: sluice <command> [-c FILE] [--log-level LEVEL]\n"
+    "\n"
+    "commands:\n"
+    "  run             run the proxy in the foreground (SIGINT/SIGTERM drain, then exit 0)\n"
+    "  check           validate the configuration (binds nothing)\n"
+    "  init            write a commented configuration with a fresh API key\n"
+    "  config expand   print the full form of the configuration\n"
+    "  --version       print the version\n"
+    "\n"
+    "options:\n"
+    "  -c, --config FILE   configuration file (default: %s)\n"
+    "  --log-level LEVEL   error | warn | info | debug (overrides log_level)\n";
+
+void printUsage(FILE* out) { absl::FPrintF(out, kUsage, config::defaultConfigPath()); }
+
+int fail(const std::string& message) {
+  absl::FPrintF(stderr, "sluice: %s\n", message);
+  return 1;
+}
+
+bool mkdirs(const std::string& dir) {
+  if (dir.empty()) return true;
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
+  size_t slash = dir.rfind('/');
+  if (slash != std::string::npos && slash > 0 && !mkdirs(dir.substr(0, slash))) return false;
+  return mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST;
+}
+
+int cmdInit(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash != std::string::npos && !mkdirs(path.substr(0, slash))) {
+    return fail(absl::StrFormat("cannot create the folder of %s: %s", path, strerror(errno)));
+  }
+  // O_EXCL: never overwrite a config (it holds the keys clients already use).
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) {
+      return fail(absl::StrFormat("%s already exists; not overwriting it", path));
+    }
+    return fail(absl::StrFormat("cannot create %s: %s", path, strerror(errno)));
+  }
+  std::string text = config::initialConfigText(config::generateApiKey());
+  ssize_t written = ::write(fd, text.data(), text.size());
+  ::close(fd);
+  if (written != static_cast<ssize_t>(text.size())) {
+    return fail(absl::StrFormat("cannot write %s", path));
+  }
+  absl::PrintF("wrote %s (with a fresh API key; mode 0600)\n", path);
+  return 0;
+}
+
+}  // namespace
+
+int runCli(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string command;
+  std::string path = config::defaultConfigPath();
+  std::string log_level;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--version" || a == "version") {
+      absl::PrintF("sluice %s\n", kVersion);
+      return 0;
+    }
+    if (a == "-h" || a == "--help" || a == "help") {
+      printUsage(stdout);
+      return 0;
+    }
+    if (a == "-c" || a == "--config" || a == "--log-level") {
+      if (i + 1 >= args.size()) return fail(absl::StrFormat("%s needs a value", a));
+      (a == "--log-level" ? log_level : path) = args[++i];
+      continue;
+    }
+    if (!a.empty() && a[0] == '-') {
+      printUsage(stderr);
+      return fail(absl::StrFormat("unknown option '%s'", a));
+    }
+    if (command.empty()) {
+      command = a;
+    } else if (command == "config" && a == "expand") {
+      command = "config expand";
+    } else {
+      printUsage(stderr);
+      return fail(absl::StrFormat("unexpected argument '%s'", a));
+    }
+  }
+  if (command.empty()) {
+    printUsage(stderr);
+    return 2;
+  }
+  if (command == "init") return cmdInit(path);
+  if (command != "run" && command != "check" && command != "config expand") {
+    printUsage(stderr);
+    return fail(absl::StrFormat("unknown command '%s'", command));
+  }
+
+  auto bootstrap = config::loadBootstrapFile(path);
+  if (!bootstrap.ok()) {
+    if (access(path.c_str(), F_OK) != 0 && command == "run") {
+      return fail(absl::StrFormat("%s\n(no config yet? `sluice init -c %s` writes one)",
+                                  bootstrap.status().message(), path));
+    }
+    return fail(std::string(bootstrap.status().message()));
+  }
+  if (command == "config expand") {
+    absl::PrintF("%s", config::toYaml(*bootstrap));
+    return 0;
+  }
+  std::string level_name = !log_level.empty() ? log_level : bootstrap->log_level();
+  if (!level_name.empty()) {
+    LogLevel level;
+    if (!logger::parseLevel(level_name, level)) {
+      return fail(absl::StrFormat("log_level: unknown level '%s' (error, warn, info, debug)",
+                                  level_name));
+    }
+    logger::setLevel(level);
+  }
+  auto server_config = buildServerConfig(*bootstrap);
+  if (!server_config.ok()) {
+    return fail(absl::StrFormat("%s: %s", path, server_config.status().message()));
+  }
+  if (command == "check") {
+    absl::PrintF("configuration OK: %s (%d listeners, %d workers)\n", path,
+                 (*server_config)->listeners.size(), (*server_config)->workers);
+    return 0;
+  }
+  SLUICE_LOG(Info, "sluice %s starting with %s", kVersion, path);
+  SLUICE_LOG(Info, "linked extensions: %s", extensions::describeLinked());
+  Server server(*server_config);
+  absl::Status started = server.start();
+  if (!started.ok()) return fail(std::string(started.message()));
+  server.run();
+  return 0;
+}
+
+}  // namespace server
+}  // namespace sluice

@@ -1,0 +1,10 @@
+#pragma once
+
+namespace sluice {
+namespace server {
+
+// `sluice run|check|init|config expand [-c FILE]`, `sluice --version`. Returns the exit code.
+int runCli(int argc, char** argv);
+
+}  // namespace server
+}  // namespace sluice

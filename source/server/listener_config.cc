@@ -1,0 +1,144 @@
+#include "source/server/listener_config.h"
+
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "extensions/registry.h"
+#include "source/common/common/duration.h"
+
+namespace sluice {
+namespace server {
+
+const FilterChainConfig* ListenerConfig::match(const network::SocketFacts& facts) const {
+  for (const FilterChainConfig& chain : chains) {
+    if (!chain.transport_protocol.empty() && chain.transport_protocol != facts.transport_protocol) {
+      continue;
+    }
+    if (!chain.application_protocols.empty()) {
+      bool found = false;
+      for (const std::string& p : chain.application_protocols) {
+        if (p == facts.application_protocol) found = true;
+      }
+      if (!found) continue;
+    }
+    return &chain;
+  }
+  return nullptr;
+}
+
+namespace {
+
+ListenerStats makeListenerStats(const std::string& name) {
+  stats::Store& store = stats::Store::get();
+  std::string p = absl::StrFormat("listener.%s.", stats::sanitizeNamePart(name));
+  ListenerStats s;
+  s.downstream_cx_total = store.counter(p + "downstream_cx_total");
+  s.downstream_cx_active = store.gauge(p + "downstream_cx_active");
+  s.downstream_cx_refused = store.counter(p + "downstream_cx_refused");
+  s.downstream_cx_no_chain = store.counter(p + "downstream_cx_no_chain");
+  s.downstream_accept_error = store.counter(p + "downstream_accept_error");
+  s.downstream_bytes_rx = store.counter(p + "downstream_bytes_rx");
+  s.downstream_bytes_tx = store.counter(p + "downstream_bytes_tx");
+  return s;
+}
+
+absl::StatusOr<ListenerConfigSharedPtr> buildListener(const config::v1::Listener& proto,
+                                                      int index) {
+  std::string path = absl::StrFormat("listeners[%d]", index);
+  auto config = std::make_shared<ListenerConfig>();
+  config->name = proto.name();
+  auto address = network::Address::parseHostPort(proto.address());
+  if (!address.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s.address: %s", path, address.status().message()));
+  }
+  config->address = *address;
+  if (proto.backlog() != 0) config->backlog = proto.backlog();
+
+  extensions::FactoryContext context;
+  context.listener_name = proto.name();
+  for (int i = 0; i < proto.listener_filters_size(); ++i) {
+    context.path = absl::StrFormat("%s.listener_filters[%d]", path, i);
+    auto resolved = extensions::resolveFilter<extensions::ListenerFilterFactory>(
+        proto.listener_filters(i), context.path);
+    if (!resolved.ok()) return resolved.status();
+    auto cb = resolved->factory->createFilterFactory(*resolved->config, context);
+    if (!cb.ok()) return cb.status();
+    config->listener_filters.push_back(std::move(*cb));
+  }
+  if (proto.filter_chains_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s.filter_chains: empty", path));
+  }
+  for (int c = 0; c < proto.filter_chains_size(); ++c) {
+    const auto& chain_proto = proto.filter_chains(c);
+    std::string chain_path = absl::StrFormat("%s.filter_chains[%d]", path, c);
+    FilterChainConfig chain;
+    chain.name = chain_proto.name().empty() ? proto.name() : chain_proto.name();
+    chain.transport_protocol = chain_proto.match().transport_protocol();
+    for (const auto& p : chain_proto.match().application_protocols()) {
+      chain.application_protocols.push_back(p);
+    }
+    if (chain_proto.filters_size() == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s.filters: empty", chain_path));
+    }
+    context.chain_name = chain.name;
+    for (int f = 0; f < chain_proto.filters_size(); ++f) {
+      context.path = absl::StrFormat("%s.filters[%d]", chain_path, f);
+      auto resolved = extensions::resolveFilter<extensions::NetworkFilterFactory>(
+          chain_proto.filters(f), context.path);
+      if (!resolved.ok()) return resolved.status();
+      auto cb = resolved->factory->createFilterFactory(*resolved->config, context);
+      if (!cb.ok()) return cb.status();
+      chain.filters.push_back(std::move(*cb));
+    }
+    config->chains.push_back(std::move(chain));
+  }
+  config->stats = makeListenerStats(proto.name());
+  return ListenerConfigSharedPtr(std::move(config));
+}
+
+}  // namespace
+
+absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootstrap& bootstrap) {
+  auto config = std::make_shared<ServerConfig>();
+  config->bootstrap = bootstrap;
+  config->workers = bootstrap.workers();
+  if (config->workers == 0) config->workers = std::max(1u, std::thread::hardware_concurrency());
+  if (config->workers > 256) {
+    return absl::InvalidArgumentError("workers: at most 256");
+  }
+  config->drain_timeout =
+      durationOr(bootstrap.has_drain_timeout(), bootstrap.drain_timeout(), config->drain_timeout);
+  if (bootstrap.upstream_pool().max_idle_per_destination() != 0) {
+    config->pool_max_idle = bootstrap.upstream_pool().max_idle_per_destination();
+  }
+  config->pool_idle_timeout =
+      durationOr(bootstrap.upstream_pool().has_idle_timeout(),
+                 bootstrap.upstream_pool().idle_timeout(), config->pool_idle_timeout);
+  if (!bootstrap.admin().address().empty()) {
+    auto admin = network::Address::parseHostPort(bootstrap.admin().address());
+    if (!admin.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("admin.address: %s", admin.status().message()));
+    }
+    config->admin_address = *admin;
+  }
+  if (bootstrap.listeners_size() == 0) {
+    return absl::InvalidArgumentError("listeners: at least one listener is needed");
+  }
+  for (int i = 0; i < bootstrap.listeners_size(); ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (bootstrap.listeners(j).name() == bootstrap.listeners(i).name()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "listeners[%d].name: '%s' is used twice", i, bootstrap.listeners(i).name()));
+      }
+    }
+    auto listener = buildListener(bootstrap.listeners(i), i);
+    if (!listener.ok()) return listener.status();
+    config->listeners.push_back(std::move(*listener));
+  }
+  return ServerConfigSharedPtr(std::move(config));
+}
+
+}  // namespace server
+}  // namespace sluice

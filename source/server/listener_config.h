@@ -1,0 +1,64 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "api/sluice/config/v1/bootstrap.pb.h"
+#include "source/common/network/address.h"
+#include "source/common/network/filter.h"
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace server {
+
+struct ListenerStats {
+  stats::Counter downstream_cx_total;
+  stats::Gauge downstream_cx_active;
+  stats::Counter downstream_cx_refused;    // closed by a listener filter
+  stats::Counter downstream_cx_no_chain;   // no filter chain matched
+  stats::Counter downstream_accept_error;  // accept(2) failures, EMFILE/ENFILE included
+  stats::Counter downstream_bytes_rx;
+  stats::Counter downstream_bytes_tx;
+};
+
+struct FilterChainConfig {
+  std::string name;
+  std::string transport_protocol;                  // empty matches any
+  std::vector<std::string> application_protocols;  // empty matches any
+  std::vector<network::NetworkFilterFactoryCb> filters;
+};
+
+// One listener's validated, immutable config, shared by every worker.
+struct ListenerConfig {
+  std::string name;
+  network::Address address;
+  uint32_t backlog = 1024;
+  std::vector<network::ListenerFilterFactoryCb> listener_filters;
+  std::vector<FilterChainConfig> chains;
+  ListenerStats stats;
+
+  // The first chain that fits the socket's facts, or null.
+  const FilterChainConfig* match(const network::SocketFacts& facts) const;
+};
+using ListenerConfigSharedPtr = std::shared_ptr<const ListenerConfig>;
+
+// Everything the server runs with, built and checked from a Bootstrap before anything binds:
+// `sluice check` stops here.
+struct ServerConfig {
+  config::v1::Bootstrap bootstrap;
+  uint32_t workers = 1;
+  std::vector<ListenerConfigSharedPtr> listeners;
+  std::chrono::milliseconds drain_timeout{10000};
+  uint32_t pool_max_idle = 32;
+  std::chrono::milliseconds pool_idle_timeout{60000};
+  network::Address admin_address;  // invalid when the admin endpoint is off
+};
+using ServerConfigSharedPtr = std::shared_ptr<const ServerConfig>;
+
+absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootstrap& bootstrap);
+
+}  // namespace server
+}  // namespace sluice

@@ -1,0 +1,56 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "source/common/event/dispatcher.h"
+#include "source/server/admin.h"
+#include "source/server/listener_config.h"
+#include "source/server/worker.h"
+
+namespace sluice {
+namespace server {
+
+// The main thread: binds every listen socket (one per worker per listener, SO_REUSEPORT),
+// starts the workers, serves the admin endpoint and turns SIGINT/SIGTERM into a graceful drain.
+class Server {
+ public:
+  explicit Server(ServerConfigSharedPtr config);
+  ~Server();
+
+  // Binds and starts; an error names the listener and address (nothing is left running).
+  absl::Status start();
+  // Runs the main loop until the workers have drained (or the drain timeout passed).
+  void run();
+  void beginDrain();
+  // Addresses actually bound, per listener (port 0 resolved).
+  const std::vector<network::Address>& boundAddresses() const { return bound_; }
+
+ private:
+  static void onSignal(evutil_socket_t signal, short, void* arg);
+  void onWorkerExit(uint32_t index);
+  std::string serverInfoJson() const;
+  std::string listenersJson() const;
+  std::string configDumpJson() const;
+
+  ServerConfigSharedPtr config_;
+  event::Dispatcher dispatcher_;
+  std::unique_ptr<Admin> admin_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<network::Address> bound_;
+  struct event* sigint_ = nullptr;
+  struct event* sigterm_ = nullptr;
+  std::unique_ptr<event::Timer> drain_timer_;
+  std::chrono::steady_clock::time_point started_at_;
+  uint32_t workers_exited_ = 0;
+  bool running_ = false;
+  bool draining_ = false;
+};
+
+// A listening TCP socket with SO_REUSEPORT (several per address: one per worker).
+absl::StatusOr<int> createListenSocket(const network::Address& address, uint32_t backlog);
+
+}  // namespace server
+}  // namespace sluice

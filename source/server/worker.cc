@@ -1,0 +1,318 @@
+#include "source/server/worker.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "source/common/common/logger.h"
+
+namespace sluice {
+namespace server {
+
+namespace {
+// Sockets accepted per readiness event before yielding to the connections already open.
+constexpr int kAcceptsPerEvent = 64;
+// How long accepting pauses after EMFILE/ENFILE: the backlog waits, nothing spins.
+constexpr std::chrono::milliseconds kAcceptBackoff{100};
+}  // namespace
+
+// ---- ActiveConnection ----
+
+ActiveConnection::ActiveConnection(Worker& worker, const ListenerConfig& listener,
+                                   network::ConnectionPtr connection)
+    : worker_(worker), listener_(listener), connection_(std::move(connection)) {
+  connection_->setCallbacks(this);
+  connection_->setByteCounters(
+      {listener.stats.downstream_bytes_rx, listener.stats.downstream_bytes_tx});
+  listener_.stats.downstream_cx_total.inc();
+  listener_.stats.downstream_cx_active.inc();
+}
+
+ActiveConnection::~ActiveConnection() {
+  // Filters go first: they may still use the connection while they release what they hold.
+  filters_.clear();
+  listener_.stats.downstream_cx_active.dec();
+}
+
+void ActiveConnection::initialize(const FilterChainConfig& chain) {
+  for (const auto& factory : chain.filters) factory(*this);
+  startFilters(0);
+}
+
+void ActiveConnection::addReadFilter(network::ReadFilterPtr filter) {
+  filter->initializeReadFilterCallbacks(*this);
+  filters_.push_back(std::move(filter));
+}
+
+proxy::WorkerContext& ActiveConnection::worker() { return worker_; }
+
+// onNewConnection runs on each filter in order; a filter that stops holds back the later ones
+// until it calls continueReading().
+void ActiveConnection::startFilters(size_t from) {
+  for (size_t i = from; i < filters_.size() && !closed_; ++i) {
+    if (filters_[i]->onNewConnection() == network::FilterStatus::StopIteration) {
+      stopped_at_ = i;
+      return;
+    }
+  }
+  initialized_ = true;
+  stopped_at_ = 0;
+  if (!closed_ && !connection_->readBuffer().empty()) deliver(0, connection_->readBuffer(), false);
+}
+
+void ActiveConnection::deliver(size_t from, buffer::Buffer& data, bool end_stream) {
+  for (size_t i = from; i < filters_.size() && !closed_; ++i) {
+    if (filters_[i]->onData(data, end_stream) == network::FilterStatus::StopIteration) {
+      stopped_at_ = i;
+      return;
+    }
+  }
+}
+
+void ActiveConnection::continueReading() {
+  if (!initialized_) {
+    startFilters(stopped_at_ + 1);
+  } else {
+    deliver(stopped_at_ + 1, connection_->readBuffer(), false);
+  }
+}
+
+void ActiveConnection::onData(buffer::Buffer& data, bool end_stream) {
+  // Bytes that arrive while a filter still holds back onNewConnection wait in the buffer.
+  if (!initialized_) return;
+  deliver(0, data, end_stream);
+}
+
+void ActiveConnection::onEvent(network::ConnectionEvent event) {
+  if (event == network::ConnectionEvent::Connected) return;
+  if (closed_) return;
+  closed_ = true;
+  for (auto& filter : filters_) filter->onEvent(event);
+  worker_.removeConnection(*this);
+}
+
+void ActiveConnection::onAboveWriteHighWatermark() {
+  for (auto& filter : filters_) filter->onAboveWriteHighWatermark();
+}
+
+void ActiveConnection::onBelowWriteLowWatermark() {
+  for (auto& filter : filters_) filter->onBelowWriteLowWatermark();
+}
+
+void ActiveConnection::drain() {
+  for (auto& filter : filters_) {
+    if (closed_) return;
+    filter->onDrain();
+  }
+}
+
+// ---- AcceptedSocket ----
+
+AcceptedSocket::~AcceptedSocket() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+event::Dispatcher& AcceptedSocket::dispatcher() { return listener_.worker().dispatcher(); }
+
+void AcceptedSocket::run() {
+  for (const auto& factory : listener_.config().listener_filters) factory(*this);
+  iterate();
+}
+
+void AcceptedSocket::iterate() {
+  while (!done_ && next_ < filters_.size()) {
+    network::ListenerFilter& filter = *filters_[next_++];
+    if (filter.onAccept(*this) == network::FilterStatus::StopIteration) return;
+  }
+  if (!done_) continueFilterChain(true);
+}
+
+void AcceptedSocket::continueFilterChain(bool success) {
+  if (done_) return;
+  if (success && next_ < filters_.size()) {
+    iterate();
+    return;
+  }
+  done_ = true;
+  listener_.onSocketDone(*this, success);
+}
+
+// ---- ActiveListener ----
+
+ActiveListener::ActiveListener(Worker& worker, ListenerConfigSharedPtr config, int fd)
+    : worker_(worker),
+      config_(std::move(config)),
+      fd_(fd),
+      backoff_(worker.dispatcher(), [this] { onAcceptReady(); }) {
+  event_ = std::make_unique<event::FileEvent>(worker.dispatcher(), fd_, [this](uint32_t events) {
+    if (events & event::FileEvent::kRead) onAcceptReady();
+  });
+}
+
+ActiveListener::~ActiveListener() {
+  stopAccepting();
+  pending_.clear();
+}
+
+void ActiveListener::stopAccepting() {
+  if (fd_ < 0) return;
+  event_.reset();
+  backoff_.disable();
+  ::close(fd_);
+  fd_ = -1;
+}
+
+void ActiveListener::onAcceptReady() {
+  for (int i = 0; i < kAcceptsPerEvent && fd_ >= 0; ++i) {
+    sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      config_->stats.downstream_accept_error.inc();
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        SLUICE_LOG(Warn, "listener '%s': accept: %s; pausing accepts for %d ms", config_->name,
+                   strerror(errno), static_cast<int>(kAcceptBackoff.count()));
+        backoff_.enable(kAcceptBackoff);
+        return;
+      }
+      SLUICE_LOG(Warn, "listener '%s': accept: %s", config_->name, strerror(errno));
+      return;
+    }
+    network::Address peer = network::Address::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+    if (config_->listener_filters.empty()) {
+      newConnection(fd, peer, network::SocketFacts());
+      continue;
+    }
+    auto socket = std::make_unique<AcceptedSocket>(*this, fd, peer);
+    AcceptedSocket* raw = socket.get();
+    pending_.push_front(std::move(socket));
+    raw->position = pending_.begin();
+    raw->run();
+  }
+  // More may be waiting: edge-triggered readiness will not say so again.
+  if (fd_ >= 0 && event_) event_->activate(event::FileEvent::kRead);
+}
+
+void ActiveListener::onSocketDone(AcceptedSocket& socket, bool success) {
+  std::unique_ptr<AcceptedSocket> owned = std::move(*socket.position);
+  pending_.erase(socket.position);
+  if (success) {
+    newConnection(socket.releaseFd(), socket.peer(), socket.facts());
+  } else {
+    config_->stats.downstream_cx_refused.inc();
+  }
+  // A listener filter may be on the stack: delete after the current callback.
+  worker_.dispatcher().deferredDelete(std::move(owned));
+}
+
+void ActiveListener::newConnection(int fd, const network::Address& peer,
+                                   const network::SocketFacts& facts) {
+  if (fd < 0) return;
+  const FilterChainConfig* chain = config_->match(facts);
+  if (chain == nullptr) {
+    config_->stats.downstream_cx_no_chain.inc();
+    ::close(fd);
+    return;
+  }
+  network::setNoDelay(fd);
+  auto conn = std::make_unique<network::Connection>(worker_.dispatcher(), fd, peer);
+  auto active = std::make_unique<ActiveConnection>(worker_, *config_, std::move(conn));
+  ActiveConnection* raw = active.get();
+  worker_.addConnection(std::move(active));
+  raw->initialize(*chain);
+}
+
+// ---- Worker ----
+
+Worker::Worker(uint32_t index, ServerConfigSharedPtr config, std::vector<int> listen_fds,
+               std::function<void(uint32_t)> on_exit)
+    : index_(index),
+      config_(std::move(config)),
+      listen_fds_(std::move(listen_fds)),
+      on_exit_(std::move(on_exit)) {
+  resolver_ = std::make_unique<dns::Resolver>(dispatcher_, config_->bootstrap.dns());
+  pool_ = std::make_unique<upstream::Pool>(dispatcher_, config_->pool_max_idle,
+                                           config_->pool_idle_timeout);
+}
+
+Worker::~Worker() {
+  join();
+  listeners_.clear();
+  connections_.clear();
+  pool_.reset();
+  resolver_.reset();
+  for (int fd : listen_fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void Worker::start() { thread_ = std::thread([this] { run(); }); }
+
+void Worker::run() {
+  logger::setThreadName(absl::StrFormat("worker%d", index_));
+  stats::Store::bindThreadShard(stats::Store::get().createShard());
+  for (size_t i = 0; i < listen_fds_.size(); ++i) {
+    listeners_.push_back(
+        std::make_unique<ActiveListener>(*this, config_->listeners[i], listen_fds_[i]));
+    listen_fds_[i] = -1;  // the listener owns it now
+  }
+  dispatcher_.run();
+  // Close what is left on this thread, where it was created.
+  listeners_.clear();
+  connections_.clear();
+  pool_->closeAll();
+  stats::Store::bindThreadShard(nullptr);
+  if (on_exit_) on_exit_(index_);
+}
+
+void Worker::drain() {
+  dispatcher_.post([this] {
+    draining_ = true;
+    for (auto& listener : listeners_) listener->stopAccepting();
+    pool_->closeAll();
+    // onDrain may close connections (and remove them from the list) under us.
+    std::vector<ActiveConnection*> current;
+    for (auto& c : connections_) current.push_back(c.get());
+    for (ActiveConnection* c : current) c->drain();
+    maybeFinishDrain();
+  });
+}
+
+void Worker::stop() {
+  dispatcher_.post([this] { event_base_loopbreak(dispatcher_.base()); });
+}
+
+void Worker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::addConnection(std::unique_ptr<ActiveConnection> conn) {
+  ActiveConnection* raw = conn.get();
+  connections_.push_front(std::move(conn));
+  raw->position = connections_.begin();
+  active_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Worker::removeConnection(ActiveConnection& conn) {
+  std::unique_ptr<ActiveConnection> owned = std::move(*conn.position);
+  connections_.erase(conn.position);
+  active_.fetch_sub(1, std::memory_order_relaxed);
+  dispatcher_.deferredDelete(std::move(owned));
+  maybeFinishDrain();
+}
+
+void Worker::maybeFinishDrain() {
+  if (draining_ && connections_.empty()) {
+    // Let deferred deletions run first, then leave the loop.
+    dispatcher_.post([this] { event_base_loopbreak(dispatcher_.base()); });
+  }
+}
+
+}  // namespace server
+}  // namespace sluice

@@ -1,0 +1,177 @@
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <list>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "source/common/dns/resolver.h"
+#include "source/common/event/dispatcher.h"
+#include "source/common/network/connection.h"
+#include "source/common/network/filter.h"
+#include "source/common/proxy/worker_context.h"
+#include "source/common/stats/stats.h"
+#include "source/common/upstream/pool.h"
+#include "source/server/listener_config.h"
+
+namespace sluice {
+namespace server {
+
+class Worker;
+class ActiveListener;
+
+// A client connection served by its network filter chain. Lives on one worker until it closes.
+class ActiveConnection : public network::ConnectionCallbacks,
+                         public network::FilterManager,
+                         public network::ReadFilterCallbacks,
+                         public event::DeferredDeletable {
+ public:
+  ActiveConnection(Worker& worker, const ListenerConfig& listener,
+                   network::ConnectionPtr connection);
+  ~ActiveConnection() override;
+
+  void initialize(const FilterChainConfig& chain);
+  void drain();
+
+  // network::FilterManager
+  void addReadFilter(network::ReadFilterPtr filter) override;
+  // network::ReadFilterCallbacks
+  network::Connection& connection() override { return *connection_; }
+  void continueReading() override;
+  proxy::WorkerContext& worker() override;
+  // network::ConnectionCallbacks
+  void onData(buffer::Buffer& data, bool end_stream) override;
+  void onEvent(network::ConnectionEvent event) override;
+  void onAboveWriteHighWatermark() override;
+  void onBelowWriteLowWatermark() override;
+
+  std::list<std::unique_ptr<ActiveConnection>>::iterator position;
+
+ private:
+  void startFilters(size_t from);
+  void deliver(size_t from, buffer::Buffer& data, bool end_stream);
+
+  Worker& worker_;
+  const ListenerConfig& listener_;
+  network::ConnectionPtr connection_;
+  std::vector<network::ReadFilterPtr> filters_;
+  size_t stopped_at_ = 0;  // the filter that last returned StopIteration
+  bool initialized_ = false;
+  bool closed_ = false;
+};
+
+// An accepted socket going through the listener filters, before it has a connection.
+class AcceptedSocket : public network::ListenerFilterCallbacks,
+                       public network::ListenerFilterManager,
+                       public event::DeferredDeletable {
+ public:
+  AcceptedSocket(ActiveListener& listener, int fd, const network::Address& peer)
+      : listener_(listener), fd_(fd), peer_(peer) {}
+  ~AcceptedSocket() override;
+
+  void run();
+  // Hands the socket over (to its connection): this object no longer closes it.
+  int releaseFd() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  std::list<std::unique_ptr<AcceptedSocket>>::iterator position;
+
+  // network::ListenerFilterManager
+  void addListenerFilter(network::ListenerFilterPtr filter) override {
+    filters_.push_back(std::move(filter));
+  }
+  // network::ListenerFilterCallbacks
+  int fd() const override { return fd_; }
+  const network::Address& peer() const override { return peer_; }
+  network::SocketFacts& facts() override { return facts_; }
+  event::Dispatcher& dispatcher() override;
+  void continueFilterChain(bool success) override;
+
+ private:
+  void iterate();
+
+  ActiveListener& listener_;
+  int fd_;
+  network::Address peer_;
+  network::SocketFacts facts_;
+  std::vector<network::ListenerFilterPtr> filters_;
+  size_t next_ = 0;
+  bool done_ = false;
+};
+
+// One listener's SO_REUSEPORT socket on one worker: accepts until EAGAIN, backs off when the
+// process runs out of file descriptors.
+class ActiveListener {
+ public:
+  ActiveListener(Worker& worker, ListenerConfigSharedPtr config, int fd);
+  ~ActiveListener();
+
+  void stopAccepting();
+  Worker& worker() { return worker_; }
+  const ListenerConfig& config() const { return *config_; }
+  // A socket that passed the listener filters (or was refused: success false).
+  void onSocketDone(AcceptedSocket& socket, bool success);
+
+ private:
+  void onAcceptReady();
+  void newConnection(int fd, const network::Address& peer, const network::SocketFacts& facts);
+
+  Worker& worker_;
+  ListenerConfigSharedPtr config_;
+  int fd_;
+  std::unique_ptr<event::FileEvent> event_;
+  event::Timer backoff_;
+  std::list<std::unique_ptr<AcceptedSocket>> pending_;
+};
+
+// One event loop thread and everything it owns: listen sockets, connections, upstream pool,
+// resolver, stats shard. Nothing here is touched by another thread except through post().
+class Worker : public proxy::WorkerContext {
+ public:
+  // listen_fds: one bound, listening socket per listener, in config order.
+  Worker(uint32_t index, ServerConfigSharedPtr config, std::vector<int> listen_fds,
+         std::function<void(uint32_t)> on_exit);
+  ~Worker() override;
+
+  void start();
+  // Thread-safe. Stops accepting, lets connections finish, exits the loop when none is left.
+  void drain();
+  // Thread-safe. Exits the loop now; connections are closed when the worker is destroyed.
+  void stop();
+  void join();
+  size_t activeConnections() const { return active_.load(std::memory_order_relaxed); }
+
+  // proxy::WorkerContext
+  event::Dispatcher& dispatcher() override { return dispatcher_; }
+  dns::Resolver& resolver() override { return *resolver_; }
+  upstream::Pool& pool() override { return *pool_; }
+  uint32_t index() const override { return index_; }
+  bool draining() const override { return draining_; }
+
+  void addConnection(std::unique_ptr<ActiveConnection> conn);
+  void removeConnection(ActiveConnection& conn);
+
+ private:
+  void run();
+  void maybeFinishDrain();
+
+  const uint32_t index_;
+  ServerConfigSharedPtr config_;
+  std::vector<int> listen_fds_;
+  std::function<void(uint32_t)> on_exit_;
+  event::Dispatcher dispatcher_;
+  std::unique_ptr<dns::Resolver> resolver_;
+  std::unique_ptr<upstream::Pool> pool_;
+  std::vector<std::unique_ptr<ActiveListener>> listeners_;
+  std::list<std::unique_ptr<ActiveConnection>> connections_;
+  std::atomic<size_t> active_{0};
+  bool draining_ = false;
+  std::thread thread_;
+};
+
+}  // namespace server
+}  // namespace sluice
