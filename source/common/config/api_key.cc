@@ -1,9 +1,9 @@
 #include "source/common/config/api_key.h"
 
-#include <sys/random.h>
-
 #include <cerrno>
 #include <cstdint>
+
+#include <sys/random.h>
 
 #include "absl/strings/escaping.h"
 

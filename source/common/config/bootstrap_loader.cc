@@ -1,15 +1,15 @@
 #include "source/common/config/bootstrap_loader.h"
 
-#include <fcntl.h>
-#include <pwd.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <unistd.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
@@ -19,6 +19,7 @@
 #include "source/common/common/logger.h"
 #include "source/common/config/short_form.h"
 #include "source/common/config/yaml_loader.h"
+#include "source/common/network/address.h"
 
 namespace sluice {
 namespace config {
@@ -31,7 +32,6 @@ using google::protobuf::Reflection;
 
 // A config file is a few kilobytes; anything this big is a mistake (or /dev/zero).
 constexpr size_t kMaxConfigBytes = 4 * 1024 * 1024;
-constexpr uint32_t kMaxWorkers = 1024;
 
 absl::Status withPrefix(std::string_view prefix, const absl::Status& status) {
   if (status.ok()) return status;
@@ -68,8 +68,10 @@ absl::Status checkFiltersIn(const Message& msg, const std::string& path, int dep
     }
     const FieldDescriptor* typed = d->FindFieldByName("typed_config");
     if (!r->HasField(msg, typed) ||
-        r->GetMessage(msg, typed).GetReflection()->GetString(
-            r->GetMessage(msg, typed), typed->message_type()->FindFieldByNumber(1)).empty()) {
+        r->GetMessage(msg, typed)
+            .GetReflection()
+            ->GetString(r->GetMessage(msg, typed), typed->message_type()->FindFieldByNumber(1))
+            .empty()) {
       return pathError(joinPath(path, "typed_config"), "required (a map with an \"@type\" key)");
     }
   }
@@ -82,8 +84,7 @@ absl::Status checkFiltersIn(const Message& msg, const std::string& path, int dep
             : google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName(
                   url.substr(slash + 1));
     const Message* prototype =
-        type ? google::protobuf::MessageFactory::generated_factory()->GetPrototype(type)
-             : nullptr;
+        type ? google::protobuf::MessageFactory::generated_factory()->GetPrototype(type) : nullptr;
     if (prototype == nullptr) {
       return pathError(joinPath(path, "@type"),
                        absl::StrFormat("unknown type \"%s\"", url.substr(0, 200)));
@@ -123,29 +124,9 @@ absl::Status checkResolver(const std::string& text) {
 
 }  // namespace
 
-absl::StatusOr<network::Address> parseListenAddress(std::string_view text) {
-  absl::StatusOr<network::Address> address = network::Address::parseHostPort(text);
-  if (address.ok()) return address;
-  // parseHostPort refuses port 0, which a listener may use to get an ephemeral port.
-  if (text.size() > 2 && text.substr(text.size() - 2) == ":0") {
-    std::string_view host = text.substr(0, text.size() - 2);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-      host = host.substr(1, host.size() - 2);
-    } else if (host.find(':') != std::string_view::npos) {
-      return address;  // An IPv6 address needs brackets before ":port".
-    }
-    absl::StatusOr<network::Address> any_port = network::Address::parseIp(host, 0);
-    if (any_port.ok()) return any_port;
-  }
-  return address;
-}
-
 absl::Status validateBootstrap(const v1::Bootstrap& bootstrap) {
   if (bootstrap.listeners_size() == 0) {
     return pathError("listeners", "at least one listener is required");
-  }
-  if (bootstrap.workers() > kMaxWorkers) {
-    return pathError("workers", absl::StrFormat("at most %d", kMaxWorkers));
   }
   if (!bootstrap.log_level().empty()) {
     LogLevel level;
@@ -157,20 +138,19 @@ absl::Status validateBootstrap(const v1::Bootstrap& bootstrap) {
   }
   absl::flat_hash_map<std::string, int> names;
   std::vector<std::pair<network::Address, std::string>> addresses;
-  auto checkUnique = [&](const network::Address& address,
-                         const std::string& path) -> absl::Status {
-    if (address.port() == 0) return absl::OkStatus();  // Each gets its own ephemeral port.
+  auto checkUnique = [&](const network::Address& address, const std::string& path) -> absl::Status {
     for (const auto& [other, other_path] : addresses) {
       if (other == address) {
-        return pathError(path, absl::StrFormat("same address as %s (%s)", other_path,
-                                               address.asString()));
+        return pathError(
+            path, absl::StrFormat("same address as %s (%s)", other_path, address.asString()));
       }
     }
     addresses.emplace_back(address, path);
     return absl::OkStatus();
   };
   if (!bootstrap.admin().address().empty()) {
-    absl::StatusOr<network::Address> admin = parseListenAddress(bootstrap.admin().address());
+    absl::StatusOr<network::Address> admin =
+        network::Address::parseHostPort(bootstrap.admin().address());
     if (!admin.ok()) return withPrefix("admin.address", admin.status());
     absl::Status status = checkUnique(*admin, "admin.address");
     if (!status.ok()) return status;
@@ -191,7 +171,7 @@ absl::Status validateBootstrap(const v1::Bootstrap& bootstrap) {
                                                        listener.name(), pos->second));
     }
     if (listener.address().empty()) return pathError(path + ".address", "required");
-    absl::StatusOr<network::Address> address = parseListenAddress(listener.address());
+    absl::StatusOr<network::Address> address = network::Address::parseHostPort(listener.address());
     if (!address.ok()) return withPrefix(path + ".address", address.status());
     absl::Status status = checkUnique(*address, path + ".address");
     if (!status.ok()) return status;
@@ -213,8 +193,7 @@ absl::Status validateBootstrap(const v1::Bootstrap& bootstrap) {
   return checkFiltersIn(bootstrap, "", 0);
 }
 
-absl::StatusOr<v1::Bootstrap> loadBootstrapString(std::string_view yaml,
-                                                  std::string_view source) {
+absl::StatusOr<v1::Bootstrap> loadBootstrapString(std::string_view yaml, std::string_view source) {
   absl::StatusOr<std::vector<std::string>> keys = yamlTopLevelKeys(yaml, source);
   if (!keys.ok()) return keys.status();
   const std::string prefix = source.empty() ? std::string("config") : std::string(source);

@@ -7,7 +7,6 @@
 #include "absl/status/statusor.h"
 
 #include "api/sluice/config/v1/bootstrap.pb.h"
-#include "source/common/network/address.h"
 
 namespace sluice {
 namespace config {
@@ -21,13 +20,10 @@ absl::StatusOr<sluice::config::v1::Bootstrap> loadBootstrapFile(const std::strin
 // Structural checks on a full-form config, errors carrying the path of the bad field: at least
 // one listener; listener names unique and [a-zA-Z0-9_-]+; listener and admin addresses literal
 // ip:port and distinct; every listener with a chain, every chain with a filter; every Filter
-// (also those inside typed_config payloads) with a name and a typed_config. Whether a filter
-// name is registered and its config valid is the extension registry's check.
+// (also those inside typed_config payloads) with a name and a typed_config; log_level and
+// dns.resolvers well-formed. Whether a filter name is registered and its config valid is the
+// extension registry's check.
 absl::Status validateBootstrap(const sluice::config::v1::Bootstrap& bootstrap);
-
-// A listen address: literal "ip:port" or "[ipv6]:port". Unlike Address::parseHostPort, port 0
-// is accepted: the kernel then picks a free port (tests rely on it).
-absl::StatusOr<network::Address> parseListenAddress(std::string_view text);
 
 // $XDG_CONFIG_HOME/sluice/config.yaml when XDG_CONFIG_HOME is set to an absolute path, else
 // $HOME/.config/sluice/config.yaml (HOME from the password database when unset).

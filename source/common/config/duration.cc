@@ -19,8 +19,8 @@ constexpr size_t kMaxFracDigits = 18;
 bool isDigit(char c) { return c >= '0' && c <= '9'; }
 
 absl::Status junk(std::string_view text) {
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "expected a duration such as 10s, 1.5s, 500ms, 2m or 1h, got \"%s\"", text));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("expected a duration such as 10s, 1.5s, 500ms, 2m or 1h, got \"%s\"", text));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "api/sluice/filters/v1/router.pb.h"
 #include "source/common/common/logger.h"
 #include "source/common/config/bootstrap_loader.h"
+#include "source/common/network/address.h"
 
 namespace sluice {
 namespace config {
@@ -25,7 +26,7 @@ constexpr size_t kMaxKeyLength = 1024;
 constexpr char kInitialConfig[] = R"(# sluice configuration, short form.
 #
 # These few keys are all most setups need. An unknown or misplaced key fails startup with its
-# path. `sluice config expand <file>` prints the full form this becomes (listeners, filter
+# path. `sluice config expand -c <file>` prints the full form this becomes (listeners, filter
 # chains, filters): write that instead to add or reorder filters. Every key, its type and its
 # default: docs/configuration.md.
 
@@ -117,18 +118,18 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
     return absl::InvalidArgumentError("socks5: not supported yet (planned)");
   }
 
-  const std::string listen = config.server().listen().empty() ? kDefaultListen
-                                                              : config.server().listen();
-  absl::StatusOr<network::Address> listen_address = parseListenAddress(listen);
+  const std::string listen =
+      config.server().listen().empty() ? kDefaultListen : config.server().listen();
+  absl::StatusOr<network::Address> listen_address = network::Address::parseHostPort(listen);
   if (!listen_address.ok()) return withPath("server.listen", listen_address.status());
 
   std::string admin = config.admin().listen().empty() ? kDefaultAdmin : config.admin().listen();
   if (admin == "off") {
     admin.clear();
   } else {
-    absl::StatusOr<network::Address> admin_address = parseListenAddress(admin);
+    absl::StatusOr<network::Address> admin_address = network::Address::parseHostPort(admin);
     if (!admin_address.ok()) return withPath("admin.listen", admin_address.status());
-    if (admin_address->port() != 0 && *admin_address == *listen_address) {
+    if (*admin_address == *listen_address) {
       return absl::InvalidArgumentError(
           absl::StrFormat("admin.listen: same address as server.listen (%s)", admin));
     }
@@ -183,19 +184,18 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
     // The key itself is never echoed: errors end up in logs.
     auto [key_pos, key_new] = keys.try_emplace(in.key(), i);
     if (!key_new) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s.key: the same key as auth.api_keys[%d]", path, key_pos->second));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.key: the same key as auth.api_keys[%d]", path, key_pos->second));
     }
     if (in.key() == kPlaceholderApiKey) {
-      SLUICE_LOG(Warn, "%s.key is the placeholder of the example config: anyone can read it; "
-                       "run `sluice init` or set a key from `openssl rand -base64 32`", path);
+      SLUICE_LOG(Warn,
+                 "%s.key is the placeholder of the example config: anyone can read it; "
+                 "run `sluice init` or set a key from `openssl rand -base64 32`",
+                 path);
     }
     filters::v1::AuthConfig::ApiKey* out = auth.add_api_keys();
     out->set_name(name);
     out->set_key(in.key());
-  }
-  if (auth.api_keys_size() == 0) {
-    SLUICE_LOG(Warn, "auth.api_keys is empty: the proxy is an open relay");
   }
 
   filters::v1::RouterConfig router;
@@ -234,7 +234,7 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   dns->mutable_max_cache_ttl()->set_seconds(60);
   dns->set_cache_size(4096);
   v1::UpstreamPool* pool = bootstrap.mutable_upstream_pool();
-  pool->set_max_idle_per_destination(32);
+  pool->set_max_idle_per_destination(256);
   pool->mutable_idle_timeout()->set_seconds(60);
   bootstrap.mutable_drain_timeout()->set_seconds(10);
   bootstrap.set_log_level("info");

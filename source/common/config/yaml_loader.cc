@@ -20,6 +20,7 @@
 #include "google/protobuf/message.h"
 #include "yaml-cpp/yaml.h"
 
+#include "api/sluice/config/v1/options.pb.h"
 #include "source/common/config/duration.h"
 
 namespace sluice {
@@ -39,23 +40,26 @@ constexpr size_t kMaxNodes = 100000;
 constexpr std::string_view kTypeUrlPrefix = "type.googleapis.com/";
 constexpr size_t kMaxEchoedScalar = 48;
 
-#define RETURN_IF_ERROR(expr)             \
-  do {                                    \
-    absl::Status status_ = (expr);        \
-    if (!status_.ok()) return status_;    \
+#define RETURN_IF_ERROR(expr)          \
+  do {                                 \
+    absl::Status status_ = (expr);     \
+    if (!status_.ok()) return status_; \
   } while (false)
 
 std::string joinPath(const std::string& path, const std::string& name) {
   return path.empty() ? name : path + "." + name;
 }
 
-std::string describe(const YAML::Node& node) {
+// What was found instead of the expected value. Scalars are echoed only where the caller asks:
+// a scalar where a list or map belongs may be a secret (`api_keys: <key>`).
+std::string describe(const YAML::Node& node, bool echo_scalar = false) {
   switch (node.Type()) {
     case YAML::NodeType::Map:
       return "a map";
     case YAML::NodeType::Sequence:
       return "a list";
     case YAML::NodeType::Scalar: {
+      if (!echo_scalar) return "a scalar";
       const std::string& s = node.Scalar();
       if (s.size() > kMaxEchoedScalar) {
         return absl::StrFormat("\"%s...\"", absl::CHexEscape(s.substr(0, kMaxEchoedScalar)));
@@ -163,8 +167,8 @@ size_t editDistance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= a.size(); ++i) {
     for (size_t j = 1; j <= b.size(); ++j) {
       const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      size_t best = std::min({d[(i - 1) * w + j] + 1, d[i * w + j - 1] + 1,
-                              d[(i - 1) * w + j - 1] + cost});
+      size_t best =
+          std::min({d[(i - 1) * w + j] + 1, d[i * w + j - 1] + 1, d[(i - 1) * w + j - 1] + cost});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
         best = std::min(best, d[(i - 2) * w + j - 2] + 1);
       }
@@ -368,6 +372,7 @@ class Walker {
                   absl::StrFormat("expected %s, found %s", typeName(f), describe(node)));
     }
     const std::string& text = node.Scalar();
+    const bool echo = !f->options().GetExtension(sluice::config::v1::sensitive);
     switch (f->cpp_type()) {
       case FieldDescriptor::CPPTYPE_INT32:
       case FieldDescriptor::CPPTYPE_INT64:
@@ -377,7 +382,7 @@ class Walker {
         uint64_t magnitude;
         if (!parseDecimal(text, negative, magnitude)) {
           return fail(node, path,
-                      absl::StrFormat("expected %s, found %s", typeName(f), describe(node)));
+                      absl::StrFormat("expected %s, found %s", typeName(f), describe(node, echo)));
         }
         const bool is_unsigned = f->cpp_type() == FieldDescriptor::CPPTYPE_UINT32 ||
                                  f->cpp_type() == FieldDescriptor::CPPTYPE_UINT64;
@@ -433,7 +438,7 @@ class Walker {
         auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
         if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() ||
             !std::isfinite(v)) {
-          return fail(node, path, "expected a number, found " + describe(node));
+          return fail(node, path, "expected a number, found " + describe(node, echo));
         }
         if (f->cpp_type() == FieldDescriptor::CPPTYPE_FLOAT) {
           if (std::fabs(v) > std::numeric_limits<float>::max()) {
@@ -448,7 +453,7 @@ class Walker {
       }
       case FieldDescriptor::CPPTYPE_BOOL: {
         if (text != "true" && text != "false") {
-          return fail(node, path, "expected true or false, found " + describe(node));
+          return fail(node, path, "expected true or false, found " + describe(node, echo));
         }
         rep ? r->AddBool(&msg, f, text == "true") : r->SetBool(&msg, f, text == "true");
         return absl::OkStatus();
@@ -462,7 +467,7 @@ class Walker {
             names += f->enum_type()->value(i)->name();
           }
           return fail(node, path,
-                      absl::StrFormat("expected one of %s, found %s", names, describe(node)));
+                      absl::StrFormat("expected one of %s, found %s", names, describe(node, echo)));
         }
         rep ? r->AddEnum(&msg, f, v) : r->SetEnum(&msg, f, v);
         return absl::OkStatus();
@@ -508,9 +513,9 @@ class Walker {
 
   absl::Status loadDuration(const YAML::Node& node, const std::string& path, Message& msg) {
     if (!node.IsScalar()) {
-      return fail(node, path,
-                  "expected a duration such as 10s, 1.5s, 500ms, 2m or 1h, found " +
-                      describe(node));
+      return fail(
+          node, path,
+          "expected a duration such as 10s, 1.5s, 500ms, 2m or 1h, found " + describe(node));
     }
     google::protobuf::Duration d;
     absl::Status status = parseDuration(node.Scalar(), d);
@@ -548,7 +553,7 @@ class Walker {
         url.compare(0, kTypeUrlPrefix.size(), kTypeUrlPrefix) != 0) {
       return fail(type_node, type_path,
                   absl::StrFormat("expected type.googleapis.com/<message name>, found %s",
-                                  describe(type_node)));
+                                  describe(type_node, true)));
     }
     const std::string type_name = url.substr(kTypeUrlPrefix.size());
     const Descriptor* type =
@@ -569,7 +574,8 @@ class Walker {
         const std::string name = it->first.IsScalar() ? it->first.Scalar() : "";
         if (name == "@type") continue;
         if (name != "value") {
-          return fail(it->first, joinPath(path, name), "unknown field (known fields: @type, value)");
+          return fail(it->first, joinPath(path, name),
+                      "unknown field (known fields: @type, value)");
         }
         if (!it->second.IsNull()) {
           RETURN_IF_ERROR(loadMessage(it->second, joinPath(path, "value"), *payload, depth + 1));
@@ -605,15 +611,18 @@ absl::StatusOr<YAML::Node> parseDocument(std::string_view yaml_text, std::string
     if (docs.empty()) return YAML::Node(YAML::NodeType::Null);
     if (docs.size() > 1) {
       const YAML::Mark mark = docs[1].Mark();
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%sonly one YAML document is allowed, found a second one (line %d)", prefix,
-          mark.is_null() ? 0 : mark.line + 1));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%sonly one YAML document is allowed, found a second one (line %d)",
+                          prefix, mark.is_null() ? 0 : mark.line + 1));
     }
     return docs[0];
   } catch (const YAML::ParserException& e) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%sYAML syntax error at line %d, column %d: %s", prefix, e.mark.line + 1,
-                        e.mark.column + 1, e.msg));
+    // `@type:` unquoted is the likeliest way to meet yaml-cpp's bare "unknown token".
+    const bool at_sign = e.mark.pos >= 0 && static_cast<size_t>(e.mark.pos) < yaml_text.size() &&
+                         yaml_text[e.mark.pos] == '@';
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%sYAML syntax error at line %d, column %d: %s%s", prefix, e.mark.line + 1,
+        e.mark.column + 1, e.msg, at_sign ? " (quote keys that start with @: \"@type\")" : ""));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrFormat("%sYAML error: %s", prefix, e.what()));
   }
@@ -767,17 +776,17 @@ class Emitter {
     const bool rep = index >= 0;
     switch (f->cpp_type()) {
       case FieldDescriptor::CPPTYPE_INT32:
-        return absl::StrFormat("%d", rep ? r->GetRepeatedInt32(msg, f, index)
-                                         : r->GetInt32(msg, f));
+        return absl::StrFormat("%d",
+                               rep ? r->GetRepeatedInt32(msg, f, index) : r->GetInt32(msg, f));
       case FieldDescriptor::CPPTYPE_INT64:
-        return absl::StrFormat("%d", rep ? r->GetRepeatedInt64(msg, f, index)
-                                         : r->GetInt64(msg, f));
+        return absl::StrFormat("%d",
+                               rep ? r->GetRepeatedInt64(msg, f, index) : r->GetInt64(msg, f));
       case FieldDescriptor::CPPTYPE_UINT32:
-        return absl::StrFormat("%d", rep ? r->GetRepeatedUInt32(msg, f, index)
-                                         : r->GetUInt32(msg, f));
+        return absl::StrFormat("%d",
+                               rep ? r->GetRepeatedUInt32(msg, f, index) : r->GetUInt32(msg, f));
       case FieldDescriptor::CPPTYPE_UINT64:
-        return absl::StrFormat("%d", rep ? r->GetRepeatedUInt64(msg, f, index)
-                                         : r->GetUInt64(msg, f));
+        return absl::StrFormat("%d",
+                               rep ? r->GetRepeatedUInt64(msg, f, index) : r->GetUInt64(msg, f));
       case FieldDescriptor::CPPTYPE_DOUBLE:
         return formatDouble(rep ? r->GetRepeatedDouble(msg, f, index) : r->GetDouble(msg, f));
       case FieldDescriptor::CPPTYPE_FLOAT:
@@ -807,6 +816,7 @@ absl::Status loadYaml(std::string_view yaml_text, std::string_view source, Messa
                       const LoadOptions& options) {
   absl::StatusOr<YAML::Node> root = parseDocument(yaml_text, source);
   if (!root.ok()) return root.status();
+  msg.Clear();
   Walker walker(source, options);
   try {
     return walker.loadRoot(*root, msg);

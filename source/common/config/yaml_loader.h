@@ -23,7 +23,8 @@ struct LoadOptions {
 // wrong shapes and values that do not fit the field's type fail with the key's path, e.g.
 // "config.yaml: listeners[0].name: expected a string, found a list (line 3, column 11)".
 // `source` names the file in errors (omitted when empty). google.protobuf.Any is a map with an
-// "@type" key; google.protobuf.Duration is text such as "10s" (see duration.h).
+// "@type" key; google.protobuf.Duration is text such as "10s" (see duration.h). msg is cleared
+// first; after an error it holds whatever was read before it.
 absl::Status loadYaml(std::string_view yaml_text, std::string_view source,
                       google::protobuf::Message& msg);
 absl::Status loadYaml(std::string_view yaml_text, std::string_view source,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include <arpa/inet.h>
 
@@ -46,6 +47,24 @@ std::string printable(std::string_view text) {
 bool isHostnameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
          c == '_';
+}
+
+// "0x7f": URL parsers read such a last label as part of an IPv4 address.
+bool isHexNumber(std::string_view label) {
+  if (label.size() < 2 || label[0] != '0' || (label[1] != 'x' && label[1] != 'X')) return false;
+  for (char c : label.substr(2)) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return false;
+  }
+  return true;
+}
+
+// evdns's own diagnostics (a name server going down or coming back) into our log.
+void evdnsLog(int is_warning, const char* message) {
+  if (is_warning) {
+    SLUICE_LOG(Warn, "evdns: %s", message);
+  } else {
+    SLUICE_LOG(Debug, "evdns: %s", message);
+  }
 }
 
 char toLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
@@ -191,8 +210,8 @@ class Resolver::Lookup : public event::DeferredDeletable {
       resolver_.finishLookup(*this);
       return;
     }
-    if (family.error != DNS_ERR_TIMEOUT &&
-        (isNegative(family.error, !family.addresses.empty()) || !family.addresses.empty())) {
+    // Addresses or a negative answer settle this family; a failure does not.
+    if (!family.addresses.empty() || isNegative(family.error, false)) {
       auto remaining = deadline_ - resolver_.dispatcher_.now();
       if (remaining > kFamilySkew) timer_.enable(kFamilySkew);
     }
@@ -266,7 +285,7 @@ absl::Status Resolver::validateHostname(std::string_view host) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "label longer than %d characters in host name %s", kMaxLabelLength, printable(host)));
       }
-      if (i == name.size() && label_all_digits) {
+      if (i == name.size() && (label_all_digits || isHexNumber(name.substr(label_start)))) {
         // "127.1" or "1.2.3.04" would be an IP to a browser; never send it to DNS as a name.
         return absl::InvalidArgumentError(
             absl::StrFormat("not a canonical IP address nor a host name: %s", printable(host)));
@@ -294,6 +313,9 @@ Resolver::Resolver(event::Dispatcher& dispatcher, const config::v1::Dns& config,
                          ? toMillis(config.max_cache_ttl())
                          : kDefaultMaxCacheTtl),
       cache_size_(config.cache_size() > 0 ? config.cache_size() : kDefaultCacheSize) {
+  // The log hook is process-wide; every worker would set the same one.
+  static std::once_flag log_hook_once;
+  std::call_once(log_hook_once, [] { evdns_set_log_fn(&evdnsLog); });
   // DISABLE_WHEN_INACTIVE: idle name server sockets must not keep a draining loop alive.
   evdns_ = evdns_base_new(dispatcher_.base(), EVDNS_BASE_DISABLE_WHEN_INACTIVE);
   SLUICE_ASSERT(evdns_ != nullptr, "evdns_base_new failed");

@@ -31,11 +31,12 @@ class Resolver {
   using Callback = std::function<void(const absl::Status& status,
                                       const std::vector<network::Address>& addresses)>;
 
-  // A lookup in flight. Owned by the resolver: valid until its callback starts or cancel() returns.
+  // A lookup in flight. Owned by the resolver: valid until its callback returns or cancel() is
+  // called, whichever comes first.
   class Query {
    public:
     virtual ~Query() = default;
-    // The callback will never run. Must not be called once the callback has started.
+    // The callback will never run. From inside its own callback this is a no-op.
     virtual void cancel() = 0;
   };
 
@@ -76,7 +77,8 @@ class Resolver {
   Resolver(event::Dispatcher& dispatcher, const config::v1::Dns& config,
            std::string hosts_file = "/etc/hosts", std::string resolv_conf = "/etc/resolv.conf");
   // Drops every outstanding lookup without calling its callback. Must not be called from inside
-  // one of this resolver's callbacks.
+  // one of this resolver's callbacks. evdns frees its cancelled requests from the loop's next
+  // iteration: destroying the dispatcher without one more iteration leaks a few bytes per lookup.
   ~Resolver();
   Resolver(const Resolver&) = delete;
   Resolver& operator=(const Resolver&) = delete;

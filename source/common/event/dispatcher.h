@@ -39,7 +39,7 @@ class Dispatcher {
   void post(std::function<void()> fn);
   // Deletes the object after the current callback returns (safe from inside its own callbacks).
   void deferredDelete(DeferredDeletablePtr object);
-  // Time cached by the loop at the start of this iteration: no syscall.
+  // Monotonic time (unaffected by changes to the wall clock).
   MonotonicTime now();
 
  private:

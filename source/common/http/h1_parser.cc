@@ -29,6 +29,19 @@ constexpr std::array<char, 256> kLower = makeLowerTable();
 inline char lower(char c) { return kLower[static_cast<unsigned char>(c)]; }
 inline bool isOws(char c) { return c == ' ' || c == '\t'; }
 
+// True when any of the 8 bytes at p is below 0x20 or is 0x7f (SWAR "has less than" and "has
+// zero" tricks; exact for the any-byte question). Bytes >= 0x80 (obs-text) never match.
+inline bool hasCtl(const char* p) {
+  uint64_t x;
+  std::memcpy(&x, p, sizeof(x));
+  constexpr uint64_t kOnes = 0x0101010101010101ull;
+  constexpr uint64_t kHigh = 0x8080808080808080ull;
+  const uint64_t below_space = (x - kOnes * 0x20) & ~x & kHigh;
+  const uint64_t del = x ^ (kOnes * 0x7f);
+  const uint64_t is_del = (del - kOnes) & ~del & kHigh;
+  return (below_space | is_del) != 0;
+}
+
 ParseStatus fail(ParseError& err, uint16_t status, const char* reason) {
   err.status = status;
   err.reason = reason;
@@ -42,7 +55,8 @@ class LineReader {
   enum class Result : uint8_t { Line, Incomplete, TooLarge };
 
   LineReader(std::string_view data, uint32_t max_head_bytes)
-      : data_(data), limit_(std::min<size_t>(data.size(), max_head_bytes)),
+      : data_(data),
+        limit_(std::min<size_t>(data.size(), max_head_bytes)),
         over_limit_(data.size() > max_head_bytes) {}
 
   // raw: the line without its LF; a trailing CR is left for stripCr() to check.
@@ -60,7 +74,8 @@ class LineReader {
   }
 
   size_t pos() const { return pos_; }
-  std::string_view rest() const { return data_.substr(pos_); }
+  // The unterminated tail, up to max_head_bytes.
+  std::string_view rest() const { return data_.substr(pos_, limit_ - pos_); }
 
  private:
   std::string_view data_;
@@ -110,27 +125,27 @@ bool nextListElement(std::string_view& rest, std::string_view& element, bool& mo
 
 Method methodFromText(std::string_view m) {
   switch (m.size()) {
-  case 3:
-    if (m == "GET") return Method::Get;
-    if (m == "PUT") return Method::Put;
-    break;
-  case 4:
-    if (m == "HEAD") return Method::Head;
-    if (m == "POST") return Method::Post;
-    break;
-  case 5:
-    if (m == "PATCH") return Method::Patch;
-    if (m == "TRACE") return Method::Trace;
-    break;
-  case 6:
-    if (m == "DELETE") return Method::Delete;
-    break;
-  case 7:
-    if (m == "CONNECT") return Method::Connect;
-    if (m == "OPTIONS") return Method::Options;
-    break;
-  default:
-    break;
+    case 3:
+      if (m == "GET") return Method::Get;
+      if (m == "PUT") return Method::Put;
+      break;
+    case 4:
+      if (m == "HEAD") return Method::Head;
+      if (m == "POST") return Method::Post;
+      break;
+    case 5:
+      if (m == "PATCH") return Method::Patch;
+      if (m == "TRACE") return Method::Trace;
+      break;
+    case 6:
+      if (m == "DELETE") return Method::Delete;
+      break;
+    case 7:
+      if (m == "CONNECT") return Method::Connect;
+      if (m == "OPTIONS") return Method::Options;
+      break;
+    default:
+      break;
   }
   return Method::Other;
 }
@@ -154,40 +169,40 @@ enum class HeaderId : uint8_t {
 // Dispatch on length first: almost every header is rejected by one integer compare.
 HeaderId classifyHeader(std::string_view name) {
   switch (name.size()) {
-  case 2:
-    if (equalsIgnoreCase(name, "te")) return HeaderId::Te;
-    break;
-  case 4:
-    if (equalsIgnoreCase(name, "host")) return HeaderId::Host;
-    break;
-  case 6:
-    if (equalsIgnoreCase(name, "expect")) return HeaderId::Expect;
-    break;
-  case 7:
-    if (equalsIgnoreCase(name, "upgrade")) return HeaderId::Upgrade;
-    if (equalsIgnoreCase(name, "trailer")) return HeaderId::Trailer;
-    break;
-  case 10:
-    if (equalsIgnoreCase(name, "connection")) return HeaderId::Connection;
-    if (equalsIgnoreCase(name, "keep-alive")) return HeaderId::KeepAlive;
-    break;
-  case 14:
-    if (equalsIgnoreCase(name, "content-length")) return HeaderId::ContentLength;
-    break;
-  case 16:
-    if (equalsIgnoreCase(name, "proxy-connection")) return HeaderId::ProxyConnection;
-    break;
-  case 17:
-    if (equalsIgnoreCase(name, "transfer-encoding")) return HeaderId::TransferEncoding;
-    break;
-  case 18:
-    if (equalsIgnoreCase(name, "proxy-authenticate")) return HeaderId::ProxyAuthenticate;
-    break;
-  case 19:
-    if (equalsIgnoreCase(name, "proxy-authorization")) return HeaderId::ProxyAuthorization;
-    break;
-  default:
-    break;
+    case 2:
+      if (equalsIgnoreCase(name, "te")) return HeaderId::Te;
+      break;
+    case 4:
+      if (equalsIgnoreCase(name, "host")) return HeaderId::Host;
+      break;
+    case 6:
+      if (equalsIgnoreCase(name, "expect")) return HeaderId::Expect;
+      break;
+    case 7:
+      if (equalsIgnoreCase(name, "upgrade")) return HeaderId::Upgrade;
+      if (equalsIgnoreCase(name, "trailer")) return HeaderId::Trailer;
+      break;
+    case 10:
+      if (equalsIgnoreCase(name, "connection")) return HeaderId::Connection;
+      if (equalsIgnoreCase(name, "keep-alive")) return HeaderId::KeepAlive;
+      break;
+    case 14:
+      if (equalsIgnoreCase(name, "content-length")) return HeaderId::ContentLength;
+      break;
+    case 16:
+      if (equalsIgnoreCase(name, "proxy-connection")) return HeaderId::ProxyConnection;
+      break;
+    case 17:
+      if (equalsIgnoreCase(name, "transfer-encoding")) return HeaderId::TransferEncoding;
+      break;
+    case 18:
+      if (equalsIgnoreCase(name, "proxy-authenticate")) return HeaderId::ProxyAuthenticate;
+      break;
+    case 19:
+      if (equalsIgnoreCase(name, "proxy-authorization")) return HeaderId::ProxyAuthorization;
+      break;
+    default:
+      break;
   }
   return HeaderId::Other;
 }
@@ -222,6 +237,10 @@ const char* parseFieldLine(std::string_view line, std::string_view& name, std::s
     ++j;
   }
   const size_t start = j;
+  // Eight bytes at a time while none is a CTL; the byte loop below pins down HTAB or the culprit.
+  while (j + 8 <= n && !hasCtl(p + j)) {
+    j += 8;
+  }
   for (; j < n; ++j) {
     if (!is(p[j], kValue)) {
       return p[j] == '\r' ? "bare cr" : "invalid header value";
@@ -557,8 +576,7 @@ ParseStatus classifyTarget(RequestHead& out, ParseError& err) {
   out.scheme = t.substr(0, k);
   const std::string_view rest = t.substr(k + 3);
   const size_t authority_end = rest.find_first_of("/?");
-  const char* reason =
-      splitAuthority(rest.substr(0, authority_end), out.host, out.port, has_port);
+  const char* reason = splitAuthority(rest.substr(0, authority_end), out.host, out.port, has_port);
   if (reason != nullptr) {
     return fail(err, 400, reason);
   }
@@ -633,8 +651,8 @@ ParseStatus parseStatusLine(std::string_view line, ResponseHead& out, ParseError
     return fail(err, kBadGateway, "invalid status code");
   }
   out.version_minor = static_cast<uint8_t>(version);
-  out.status = static_cast<uint16_t>((line[9] - '0') * 100 + (line[10] - '0') * 10 +
-                                     (line[11] - '0'));
+  out.status =
+      static_cast<uint16_t>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0'));
   if (line.size() == 12) {
     return ParseStatus::Complete;  // no SP + reason: tolerated for old origins
   }
@@ -679,50 +697,50 @@ struct HeadFacts {
 ParseStatus processCommonHeader(HeaderId id, HeaderField& h, uint16_t status, HeadFacts& facts,
                                 uint64_t& content_length, ParseError& err) {
   switch (id) {
-  case HeaderId::ContentLength: {
-    uint64_t value = 0;
-    const ClResult r = parseContentLength(h.value, value);
-    if (r == ClResult::Invalid) {
-      return fail(err, status, "invalid content-length");
+    case HeaderId::ContentLength: {
+      uint64_t value = 0;
+      const ClResult r = parseContentLength(h.value, value);
+      if (r == ClResult::Invalid) {
+        return fail(err, status, "invalid content-length");
+      }
+      if (r == ClResult::Conflict || (facts.has_content_length && value != content_length)) {
+        return fail(err, status, "conflicting content-length");
+      }
+      facts.has_content_length = true;
+      content_length = value;
+      break;
     }
-    if (r == ClResult::Conflict || (facts.has_content_length && value != content_length)) {
-      return fail(err, status, "conflicting content-length");
-    }
-    facts.has_content_length = true;
-    content_length = value;
-    break;
-  }
-  case HeaderId::TransferEncoding:
-    if (!scanTransferEncoding(h.value, facts.te)) {
-      return fail(err, status, "invalid transfer-encoding");
-    }
-    if (facts.te.chunked_count > 1) {
-      return fail(err, status, "chunked applied twice");
-    }
-    break;
-  case HeaderId::Connection:
-    scanConnection(h.value, facts.connection);
-    h.flags |= HeaderField::kHopByHop;
-    break;
-  case HeaderId::ProxyConnection:
-    scanConnection(h.value, facts.proxy_connection);
-    h.flags |= HeaderField::kHopByHop;
-    break;
-  case HeaderId::Upgrade:
-    facts.has_upgrade = true;
-    h.flags |= HeaderField::kHopByHop;
-    break;
-  case HeaderId::KeepAlive:
-  case HeaderId::Te:
-  case HeaderId::Trailer:
-  case HeaderId::ProxyAuthorization:
-  case HeaderId::ProxyAuthenticate:
-    h.flags |= HeaderField::kHopByHop;
-    break;
-  case HeaderId::Host:
-  case HeaderId::Expect:
-  case HeaderId::Other:
-    break;
+    case HeaderId::TransferEncoding:
+      if (!scanTransferEncoding(h.value, facts.te)) {
+        return fail(err, status, "invalid transfer-encoding");
+      }
+      if (facts.te.chunked_count > 1) {
+        return fail(err, status, "chunked applied twice");
+      }
+      break;
+    case HeaderId::Connection:
+      scanConnection(h.value, facts.connection);
+      h.flags |= HeaderField::kHopByHop;
+      break;
+    case HeaderId::ProxyConnection:
+      scanConnection(h.value, facts.proxy_connection);
+      h.flags |= HeaderField::kHopByHop;
+      break;
+    case HeaderId::Upgrade:
+      facts.has_upgrade = true;
+      h.flags |= HeaderField::kHopByHop;
+      break;
+    case HeaderId::KeepAlive:
+    case HeaderId::Te:
+    case HeaderId::Trailer:
+    case HeaderId::ProxyAuthorization:
+    case HeaderId::ProxyAuthenticate:
+      h.flags |= HeaderField::kHopByHop;
+      break;
+    case HeaderId::Host:
+    case HeaderId::Expect:
+    case HeaderId::Other:
+      break;
   }
   return ParseStatus::Complete;
 }
@@ -817,7 +835,8 @@ bool equalsIgnoreCase(std::string_view a, std::string_view b) {
 
 int32_t findHeader(const HeaderField* headers, uint32_t count, std::string_view name) {
   for (uint32_t i = 0; i < count; ++i) {
-    if ((headers[i].flags & HeaderField::kRemoved) == 0 && equalsIgnoreCase(headers[i].name, name)) {
+    if ((headers[i].flags & HeaderField::kRemoved) == 0 &&
+        equalsIgnoreCase(headers[i].name, name)) {
       return static_cast<int32_t>(i);
     }
   }
@@ -850,11 +869,13 @@ ParseStatus parseRequestHead(std::string_view data, const ParseLimits& limits, R
   // RFC 9112 §2.2: a server SHOULD ignore at least one empty line before the request line.
   for (uint32_t empty_lines = 0;;) {
     const LineReader::Result r = reader.next(raw);
-    if (r == LineReader::Result::TooLarge) {
-      return fail(err, 431, "head too large");
-    }
-    if (r == LineReader::Result::Incomplete) {
-      return checkPartialRequestLine(reader.rest(), err);
+    if (r != LineReader::Result::Line) {
+      // The partial check goes first so that a prefix and the whole agree on the error.
+      if (checkPartialRequestLine(reader.rest(), err) == ParseStatus::Error) {
+        return ParseStatus::Error;
+      }
+      return r == LineReader::Result::TooLarge ? fail(err, 431, "head too large")
+                                               : ParseStatus::Incomplete;
     }
     crlf = stripCr(raw, line);
     if (!line.empty()) {
@@ -879,40 +900,40 @@ ParseStatus parseRequestHead(std::string_view data, const ParseLimits& limits, R
       reader, limits.max_headers, 431, 400, out.headers.data(), out.header_count, err,
       [&](HeaderId id, HeaderField& h, int32_t index) {
         switch (id) {
-        case HeaderId::Host:
-          if (out.host_header >= 0) {
-            return fail(err, 400, "multiple host headers");
-          }
-          out.host_header = index;
-          if (out.form == TargetForm::Absolute || out.form == TargetForm::Authority) {
-            if (!hostMatchesTarget(out, h.value)) {
-              return fail(err, 400, "host header does not match target");
+          case HeaderId::Host:
+            if (out.host_header >= 0) {
+              return fail(err, 400, "multiple host headers");
             }
-          } else if (!h.value.empty()) {
-            // An empty Host is valid for origin-form (RFC 9112 §3.2); a non-empty one must parse.
-            std::string_view host;
-            uint16_t port;
-            bool has_port;
-            if (splitAuthority(h.value, host, port, has_port) != nullptr) {
-              return fail(err, 400, "invalid host header");
+            out.host_header = index;
+            if (out.form == TargetForm::Absolute || out.form == TargetForm::Authority) {
+              if (!hostMatchesTarget(out, h.value)) {
+                return fail(err, 400, "host header does not match target");
+              }
+            } else if (!h.value.empty()) {
+              // An empty Host is valid for origin-form (RFC 9112 §3.2); a non-empty one must parse.
+              std::string_view host;
+              uint16_t port;
+              bool has_port;
+              if (splitAuthority(h.value, host, port, has_port) != nullptr) {
+                return fail(err, 400, "invalid host header");
+              }
             }
-          }
-          return ParseStatus::Complete;
-        case HeaderId::TransferEncoding:
-          if (out.version_minor == 0) {
-            return fail(err, 400, "transfer-encoding in http/1.0");
-          }
-          break;
-        case HeaderId::ProxyAuthorization:
-          if (out.proxy_authorization < 0) {
-            out.proxy_authorization = index;
-          }
-          break;
-        case HeaderId::Expect:
-          out.expect_continue |= headerHasToken(h.value, "100-continue");
-          return ParseStatus::Complete;
-        default:
-          break;
+            return ParseStatus::Complete;
+          case HeaderId::TransferEncoding:
+            if (out.version_minor == 0) {
+              return fail(err, 400, "transfer-encoding in http/1.0");
+            }
+            break;
+          case HeaderId::ProxyAuthorization:
+            if (out.proxy_authorization < 0) {
+              out.proxy_authorization = index;
+            }
+            break;
+          case HeaderId::Expect:
+            out.expect_continue |= headerHasToken(h.value, "100-continue");
+            return ParseStatus::Complete;
+          default:
+            break;
         }
         return processCommonHeader(id, h, 400, facts, out.content_length, err);
       });
@@ -952,11 +973,12 @@ ParseStatus parseResponseHead(std::string_view data, const ParseLimits& limits,
   std::string_view raw;
   std::string_view line;
   const LineReader::Result r = reader.next(raw);
-  if (r == LineReader::Result::TooLarge) {
-    return fail(err, kBadGateway, "head too large");
-  }
-  if (r == LineReader::Result::Incomplete) {
-    return checkPartialStatusLine(reader.rest(), err);
+  if (r != LineReader::Result::Line) {
+    if (checkPartialStatusLine(reader.rest(), err) == ParseStatus::Error) {
+      return ParseStatus::Error;
+    }
+    return r == LineReader::Result::TooLarge ? fail(err, kBadGateway, "head too large")
+                                             : ParseStatus::Incomplete;
   }
   const bool crlf = stripCr(raw, line);
   if (parseStatusLine(line, out, err) != ParseStatus::Complete) {

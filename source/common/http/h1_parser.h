@@ -11,7 +11,10 @@
 // start. The result for any prefix of a message is either Incomplete or exactly the result for
 // the whole message: errors are reported as soon as they are certain (a bad line is rejected
 // when its LF arrives; a first line that cannot start a request or status line is rejected even
-// before), and a valid head is Complete only once its final CRLF is buffered.
+// before), and a valid head is Complete only once its final CRLF is buffered. Since each call
+// starts over, a caller should call again only when the bytes just read contain a LF (or on the
+// first read, or once the buffer exceeds max_head_bytes): that bounds the work for one head to
+// about one parse per line, whatever the peer's read sizes.
 namespace sluice::http1 {
 
 enum class Method : uint8_t { Other, Get, Head, Post, Put, Delete, Connect, Options, Trace, Patch };
@@ -39,7 +42,8 @@ struct ParseLimits {
 // status the codec sends to the client for a malformed origin response.
 struct ParseError {
   uint16_t status = 400;
-  const char* reason = "";  // static, short, lowercase, e.g. "content-length with transfer-encoding"
+  const char* reason =
+      "";  // static, short, lowercase, e.g. "content-length with transfer-encoding"
 };
 
 struct RequestHead {
@@ -55,20 +59,21 @@ struct RequestHead {
   std::string_view host;    // no brackets for IPv6 literals; not lowercased
   uint16_t port = 0;        // explicit, or the scheme's default (http/ws 80, https/wss 443), else 0
   // origin-form to send upstream: path + query. For origin-form the target itself, for
-  // asterisk-form "*", for absolute-form the part from the first '/' ("/" when there is none:
-  // "http://a" gives "/"). "http://a?x" is rejected with 400: "/?x" cannot be made in place.
+  // asterisk-form "*", for absolute-form the part from the first '/' ("/", a static string, when
+  // there is none: "http://a" gives "/"). "http://a?x" is rejected with 400: "/?x" cannot be made
+  // in place. Empty for authority-form.
   std::string_view path;
   std::array<HeaderField, kMaxHeaderCapacity> headers;
   uint32_t header_count = 0;
   // Derived facts:
   BodyFraming framing = BodyFraming::None;  // requests: None, ContentLength or Chunked only
   uint64_t content_length = 0;
-  bool keep_alive = true;          // per version and Connection/Proxy-Connection tokens
-  bool expect_continue = false;    // Expect: 100-continue (case-insensitive)
-  bool upgrade = false;            // Connection lists "upgrade" and an Upgrade header exists
-  int32_t host_header = -1;        // index of Host, -1 if none
+  bool keep_alive = true;            // per version and Connection/Proxy-Connection tokens
+  bool expect_continue = false;      // Expect: 100-continue (case-insensitive)
+  bool upgrade = false;              // Connection lists "upgrade" and an Upgrade header exists
+  int32_t host_header = -1;          // index of Host, -1 if none
   int32_t proxy_authorization = -1;  // index of Proxy-Authorization, -1 if none
-  uint32_t head_size = 0;          // bytes of the head including the final CRLFCRLF
+  uint32_t head_size = 0;            // bytes of the head including the final CRLFCRLF
 };
 
 struct ResponseHead {
@@ -111,14 +116,14 @@ bool parseAuthority(std::string_view authority, std::string_view& host, uint16_t
 namespace detail {
 
 // Byte classes for the parsers, one table lookup per byte.
-inline constexpr uint8_t kTchar = 1;    // RFC 9110 token
-inline constexpr uint8_t kValue = 2;    // field-vchar / SP / HTAB
-inline constexpr uint8_t kTarget = 4;   // request-target: VCHAR except '#'
-inline constexpr uint8_t kHost = 8;     // ALPHA / DIGIT / "-" / "." / "_" / "~"
-inline constexpr uint8_t kHex = 16;     // HEXDIG
-inline constexpr uint8_t kDigit = 32;   // DIGIT
-inline constexpr uint8_t kScheme = 64;  // ALPHA / DIGIT / "+" / "-" / "."
-inline constexpr uint8_t kQdtext = 128; // quoted-string text: HTAB / SP / VCHAR except '"' '\'
+inline constexpr uint8_t kTchar = 1;     // RFC 9110 token
+inline constexpr uint8_t kValue = 2;     // field-vchar / SP / HTAB
+inline constexpr uint8_t kTarget = 4;    // request-target: VCHAR except '#'
+inline constexpr uint8_t kHost = 8;      // ALPHA / DIGIT / "-" / "." / "_" / "~"
+inline constexpr uint8_t kHex = 16;      // HEXDIG
+inline constexpr uint8_t kDigit = 32;    // DIGIT
+inline constexpr uint8_t kScheme = 64;   // ALPHA / DIGIT / "+" / "-" / "."
+inline constexpr uint8_t kQdtext = 128;  // quoted-string text: HTAB / SP / VCHAR except '"' '\'
 
 constexpr std::array<uint8_t, 256> makeCharClasses() {
   std::array<uint8_t, 256> t{};
@@ -131,13 +136,8 @@ constexpr std::array<uint8_t, 256> makeCharClasses() {
     if (alpha || digit) {
       v |= kTchar | kHost | kScheme;
     }
-    switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-':
-    case '.': case '^': case '_': case '`': case '|': case '~':
+    if (std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos) {
       v |= kTchar;
-      break;
-    default:
-      break;
     }
     if (c == '-' || c == '.' || c == '_' || c == '~') {
       v |= kHost;

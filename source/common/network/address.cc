@@ -31,7 +31,7 @@ Address Address::ipv4(uint32_t host_order_ip, uint16_t port) {
 
 absl::StatusOr<Address> Address::parseIp(std::string_view ip, uint16_t port) {
   char buf[INET6_ADDRSTRLEN + 1];
-  if (ip.empty() || ip.size() >= sizeof(buf)) {
+  if (ip.empty() || ip.size() >= sizeof(buf) || ip.find('\0') != std::string_view::npos) {
     return absl::InvalidArgumentError(absl::StrFormat("not an IP address: '%s'", ip));
   }
   memcpy(buf, ip.data(), ip.size());

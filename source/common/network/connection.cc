@@ -30,7 +30,11 @@ void setNoDelay(int fd) {
 }
 
 Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& peer)
-    : Connection(dispatcher, fd, peer, State::Open) {}
+    : Connection(dispatcher, fd, peer, State::Open) {
+  // As the header promises: a blocking socket would stall the worker on the read that ends an
+  // edge-triggered burst.
+  setNonBlocking(fd);
+}
 
 Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& peer, State state)
     : dispatcher_(dispatcher),
