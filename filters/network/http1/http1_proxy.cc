@@ -1,5 +1,6 @@
 #include "filters/network/http1/http1_proxy.h"
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -205,6 +206,14 @@ void Http1ProxyFilter::processHead(buffer::Buffer& data) {
   armHeadTimer();
   const uint32_t max = config_->request_limits.max_head_bytes;
   std::string_view view = data.linearize(std::min<size_t>(data.length(), size_t{max} + 1));
+  // The parser starts over on each call: only call it when a line ended in the new bytes (or
+  // the limit is reached), so a client sending one byte at a time cannot make it quadratic.
+  size_t scanned = std::min<size_t>(head_scanned_, view.size());
+  head_scanned_ = view.size();
+  if (scanned > 0 && view.size() <= max &&
+      memchr(view.data() + scanned, '\n', view.size() - scanned) == nullptr) {
+    return;
+  }
   if (head_ == nullptr) head_ = t_head_pool.acquire();
   http1::ParseError err;
   http1::ParseStatus status = http1::parseRequestHead(view, config_->request_limits, *head_, err);
@@ -216,6 +225,7 @@ void Http1ProxyFilter::processHead(buffer::Buffer& data) {
   }
   timer_->disable();
   head_timer_armed_ = false;
+  head_scanned_ = 0;
   head_in_buffer_ = true;
   head_size_ = head_->head_size;
   config_->stats.rq_total.inc();
@@ -334,6 +344,7 @@ void Http1ProxyFilter::sendRequestHead() {
   request_chunks_.reset();
   request_done_ = request_framing_ == http1::BodyFraming::None;
   response_started_ = false;
+  response_scanned_ = 0;
   buffer::Buffer& client = downstream().readBuffer();
   if (!retryable()) {
     // Past the head: body bytes follow it in the client's buffer.
@@ -430,9 +441,17 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data) {
     const uint32_t max = config_->response_limits.max_head_bytes;
     std::string_view view = data.linearize(std::min<size_t>(data.length(), size_t{max} + 1));
     if (view.empty()) return false;
+    // As for requests: re-parse only when a line ended in the new bytes.
+    size_t scanned = std::min<size_t>(response_scanned_, view.size());
+    response_scanned_ = view.size();
+    if (scanned > 0 && view.size() <= max &&
+        memchr(view.data() + scanned, '\n', view.size() - scanned) == nullptr) {
+      return false;
+    }
     http1::ParseError err;
     http1::ParseStatus st = http1::parseResponseHead(view, config_->response_limits, method_, rh, err);
     if (st == http1::ParseStatus::Incomplete) return false;
+    response_scanned_ = 0;
     if (st == http1::ParseStatus::Error) {
       config_->stats.upstream_rs_bad.inc();
       sendLocalReply(502, err.reason, true);

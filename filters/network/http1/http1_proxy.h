@@ -147,6 +147,7 @@ class Http1ProxyFilter : public network::ReadFilter,
   bool client_keep_alive_ = true;
   bool client_http10_ = false;
   bool head_in_buffer_ = false;     // the request head is still at the front of the client buffer
+  size_t head_scanned_ = 0;         // bytes of the next head already looked at
   uint32_t head_size_ = 0;
   http1::BodyFraming request_framing_ = http1::BodyFraming::None;
   uint64_t request_body_left_ = 0;
@@ -158,6 +159,7 @@ class Http1ProxyFilter : public network::ReadFilter,
 
   // The response in flight.
   bool response_started_ = false;   // its head was sent to the client
+  size_t response_scanned_ = 0;     // bytes of the response head already looked at
   http1::BodyFraming response_framing_ = http1::BodyFraming::None;
   uint64_t response_body_left_ = 0;
   bool response_keep_alive_ = true;

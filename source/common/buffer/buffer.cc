@@ -186,7 +186,7 @@ std::string_view Buffer::linearize(size_t n) {
   return {joined->data(), n};
 }
 
-ssize_t Buffer::readFrom(int fd, size_t max, int& err) {
+ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked) {
   iovec iov[2];
   int iovcnt = 0;
   size_t room = 0;
@@ -204,6 +204,8 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err) {
     iov[iovcnt].iov_len = std::min<size_t>(fresh->capacity, max - room);
     ++iovcnt;
   }
+  asked = 0;
+  for (int i = 0; i < iovcnt; ++i) asked += iov[i].iov_len;
   ssize_t rc = ::readv(fd, iov, iovcnt);
   if (rc < 0) err = errno;
   size_t got = rc > 0 ? static_cast<size_t>(rc) : 0;
@@ -224,14 +226,16 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err) {
   return rc;
 }
 
-ssize_t Buffer::writeTo(int fd, int& err) {
+ssize_t Buffer::writeTo(int fd, int& err, size_t& asked) {
   constexpr int kMaxIov = 64;
   iovec iov[kMaxIov];
   int n = 0;
+  asked = 0;
   for (Block* b = head_; b != nullptr && n < kMaxIov; b = b->next) {
     if (b->readable() == 0) continue;
     iov[n].iov_base = b->data() + b->start;
     iov[n].iov_len = b->readable();
+    asked += b->readable();
     ++n;
   }
   if (n == 0) return 0;

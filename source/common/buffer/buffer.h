@@ -63,10 +63,12 @@ class Buffer {
   std::string_view front() const;
 
   // One readv(2) into the tail's free space and a fresh block; returns bytes read, 0 on EOF,
-  // -1 with err = errno on error (EAGAIN included).
-  ssize_t readFrom(int fd, size_t max, int& err);
+  // -1 with err = errno on error (EAGAIN included). `asked` is how many bytes were asked for:
+  // a read that returns fewer has emptied the socket.
+  ssize_t readFrom(int fd, size_t max, int& err, size_t& asked);
   // One writev(2) of up to 64 blocks; drains what was written. -1 with err = errno on error.
-  ssize_t writeTo(int fd, int& err);
+  // `asked` as for readFrom: a write that takes fewer has filled the socket's send buffer.
+  ssize_t writeTo(int fd, int& err, size_t& asked);
 
  private:
   void append(Block* block);

@@ -105,9 +105,13 @@ void Connection::onReadReady() {
   bool saw_end = false;
   while (read_pending_ && !read_end_ && total < kReadPerEvent) {
     int err = 0;
-    ssize_t rc = read_buffer_.readFrom(fd_, kReadPerEvent - total, err);
+    size_t asked = 0;
+    ssize_t rc = read_buffer_.readFrom(fd_, kReadPerEvent - total, err, asked);
     if (rc > 0) {
       total += static_cast<size_t>(rc);
+      // A short read emptied the socket: edge-triggered readiness will report the next bytes,
+      // so the read that would only return EAGAIN is skipped.
+      if (static_cast<size_t>(rc) < asked) read_pending_ = false;
       continue;
     }
     if (rc == 0) {
@@ -163,9 +167,15 @@ void Connection::write(buffer::Buffer& data, bool end_stream) {
 void Connection::flushWrite() {
   while (!write_buffer_.empty()) {
     int err = 0;
-    ssize_t rc = write_buffer_.writeTo(fd_, err);
+    size_t asked = 0;
+    ssize_t rc = write_buffer_.writeTo(fd_, err, asked);
     if (rc >= 0) {
       counters_.tx.add(static_cast<uint64_t>(rc));
+      // A short write filled the send buffer: wait for writability instead of asking again.
+      if (static_cast<size_t>(rc) < asked) {
+        write_blocked_ = true;
+        break;
+      }
       continue;
     }
     if (err == EINTR) continue;

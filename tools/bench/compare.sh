@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# CPU per proxied request: sluice beside nginx (reverse proxy) and Squid (forward proxy), in one
+# run, on loopback. The proxy under test gets core 0 alone; wrk and the nginx origin share core 1.
+# "CPU" is the proxy's own user+system time (from /proc/<pid>/stat) divided by requests served.
+#
+#   tools/bench/compare.sh [--size 1k|10k|1m] [--duration 10] [--connections 64] [--only sluice]
+#
+# Needs: wrk, nginx-light, squid (tools/deps.sh --bench installs them), a built sluice
+# (bazel build //:sluice). Prints a markdown table.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+SIZE=1k
+DURATION=10
+CONNS=64
+ONLY=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --size) SIZE=$2; shift 2 ;;
+    --duration) DURATION=$2; shift 2 ;;
+    --connections) CONNS=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+SLUICE=${SLUICE_BIN:-bazel-bin/source/exe/sluice}
+[ -x "$SLUICE" ] || { echo "build sluice first: bazel build //:sluice" >&2; exit 1; }
+for tool in wrk nginx squid; do
+  command -v $tool >/dev/null || { echo "missing $tool: tools/deps.sh --bench" >&2; exit 1; }
+done
+
+WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -f "$WORK/origin/nginx.pid" ] && kill "$(cat "$WORK/origin/nginx.pid")" 2>/dev/null || true
+  [ -f "$WORK/rp/nginx.pid" ] && kill "$(cat "$WORK/rp/nginx.pid")" 2>/dev/null || true
+  [ -f "$WORK/squid/squid.pid" ] && kill "$(cat "$WORK/squid/squid.pid")" 2>/dev/null || true
+  sleep 0.5
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+ORIGIN_PORT=18201 SLUICE_PORT=18202 ADMIN_PORT=18203 RP_PORT=18204 SQUID_PORT=18205
+KEY=$(head -c 24 /dev/urandom | base64 | tr '+/' '-_')
+AUTH=$(printf 'bench:%s' "$KEY" | base64 -w0)
+
+mkdir -p "$WORK/www" "$WORK/origin" "$WORK/rp" "$WORK/squid"
+# nginx workers run as nobody: the object must be readable by them.
+chmod 755 "$WORK" "$WORK/www"
+case "$SIZE" in
+  1k) head -c 1024 /dev/urandom > "$WORK/www/obj" ;;
+  10k) head -c 10240 /dev/urandom > "$WORK/www/obj" ;;
+  1m) head -c 1048576 /dev/urandom > "$WORK/www/obj" ;;
+  *) echo "size must be 1k, 10k or 1m" >&2; exit 2 ;;
+esac
+chmod 644 "$WORK/www/obj"
+
+nginx_conf() {  # dir cpu body
+  cat > "$1/nginx.conf" <<CONF
+worker_processes 1;
+worker_cpu_affinity $2;
+pid $1/nginx.pid;
+error_log $1/error.log;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path $1/body; proxy_temp_path $1/proxy; fastcgi_temp_path $1/fcgi;
+  uwsgi_temp_path $1/uwsgi; scgi_temp_path $1/scgi;
+  keepalive_requests 100000000;
+  $3
+}
+CONF
+  nginx -c "$1/nginx.conf" -p "$1"
+}
+
+# The origin: nginx serving the object, on core 1 with the load generator.
+nginx_conf "$WORK/origin" 10 "server { listen 127.0.0.1:$ORIGIN_PORT; root $WORK/www; }"
+URL="http://127.0.0.1:$ORIGIN_PORT/obj"
+
+cat > "$WORK/proxy.lua" <<LUA
+wrk.method = "GET"
+wrk.path = "$URL"
+wrk.headers["Host"] = "127.0.0.1:$ORIGIN_PORT"
+wrk.headers["Proxy-Authorization"] = "Basic $AUTH"
+LUA
+
+cpu_ticks() {  # pids... -> utime+stime summed
+  local total=0 p
+  for p in "$@"; do
+    [ -r "/proc/$p/stat" ] && total=$((total + $(awk '{print $14+$15}' "/proc/$p/stat")))
+  done
+  echo $total
+}
+
+HZ=$(getconf CLK_TCK)
+ROWS=()
+measure() {  # name target-url lua pids...
+  local name=$1 target=$2 lua=$3; shift 3
+  # Warm up (connections, pools), then measure.
+  taskset -c 1 wrk -t1 -c"$CONNS" -d2s ${lua:+-s "$lua"} "$target" >/dev/null
+  local t0 t1 out reqs errors rps
+  t0=$(cpu_ticks "$@")
+  out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" ${lua:+-s "$lua"} "$target")
+  t1=$(cpu_ticks "$@")
+  reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+  rps=$(echo "$out" | awk '/Requests\/sec/ {printf "%.0f", $2}')
+  errors=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
+  local us
+  us=$(awk -v t=$((t1 - t0)) -v hz="$HZ" -v r="$reqs" 'BEGIN {printf "%.1f", t * 1e6 / hz / r}')
+  ROWS+=("| $name | $us | $rps | ${errors:-none} |")
+}
+
+if [ -z "$ONLY" ] || [ "$ONLY" = sluice ]; then
+  cat > "$WORK/sluice.yaml" <<YAML
+server:
+  listen: 127.0.0.1:$SLUICE_PORT
+  workers: 1
+auth:
+  api_keys: ["$KEY"]
+admin:
+  listen: 127.0.0.1:$ADMIN_PORT
+YAML
+  taskset -c 0 "$SLUICE" run -c "$WORK/sluice.yaml" 2>"$WORK/sluice.log" &
+  PIDS+=($!)
+  SPID=$!
+  for _ in $(seq 50); do curl -sf "http://127.0.0.1:$ADMIN_PORT/ready" >/dev/null && break; sleep 0.1; done
+  measure "sluice (auth on)" "http://127.0.0.1:$SLUICE_PORT" "$WORK/proxy.lua" "$SPID"
+  kill -TERM "$SPID"; wait "$SPID" || true
+fi
+
+if [ -z "$ONLY" ] || [ "$ONLY" = nginx ]; then
+  nginx_conf "$WORK/rp" 01 "upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 256; }
+  server { listen 127.0.0.1:$RP_PORT;
+    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
+  sleep 0.3
+  RP_PIDS=$(pgrep -P "$(cat "$WORK/rp/nginx.pid")" | tr '\n' ' ')
+  measure "nginx 1.22 reverse proxy (no auth)" "http://127.0.0.1:$RP_PORT/obj" "" $RP_PIDS
+fi
+
+if [ -z "$ONLY" ] || [ "$ONLY" = squid ]; then
+  printf 'bench:%s\n' "$(openssl passwd -apr1 "$KEY")" > "$WORK/squid/passwd"
+  cat > "$WORK/squid/squid.conf" <<CONF
+http_port 127.0.0.1:$SQUID_PORT
+pid_filename $WORK/squid/squid.pid
+cache_log $WORK/squid/cache.log
+access_log none
+cache deny all
+cache_mem 0 MB
+workers 1
+cpu_affinity_map process_numbers=1 cores=1
+auth_param basic program /usr/lib/squid/basic_ncsa_auth $WORK/squid/passwd
+auth_param basic credentialsttl 1 hour
+acl authed proxy_auth REQUIRED
+http_access allow authed
+http_access deny all
+shutdown_lifetime 1 second
+CONF
+  chown -R proxy:proxy "$WORK/squid" 2>/dev/null || true
+  squid -f "$WORK/squid/squid.conf" -N 2>"$WORK/squid/stderr" &
+  PIDS+=($!)
+  for _ in $(seq 50); do
+    curl -sf -o /dev/null -x "http://127.0.0.1:$SQUID_PORT" -U "bench:$KEY" "$URL" && break
+    sleep 0.2
+  done
+  SQUID_PIDS=$(pgrep -f "squid -f $WORK/squid/squid.conf" | tr '\n' ' ')
+  measure "Squid 5.7 forward proxy (basic auth)" "http://127.0.0.1:$SQUID_PORT" "$WORK/proxy.lua" $SQUID_PIDS
+fi
+
+echo "size $SIZE, $CONNS connections, ${DURATION}s, proxy on core 0, wrk + nginx origin on core 1"
+echo "| proxy | CPU µs/req | req/s | errors |"
+echo "| --- | --- | --- | --- |"
+for r in "${ROWS[@]}"; do echo "$r"; done
