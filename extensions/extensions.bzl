@@ -1,6 +1,8 @@
 """The static list of extensions linked into sluice: name -> Bazel target of its factory."""
 
 SLUICE_EXTENSIONS = {
+    # Listener filters
+    "sluice.ip_allowlist": "//filters/listener/ip_allowlist:config",
     # Network filters
     "sluice.http1": "//filters/network/http1:config",
     # Request filters

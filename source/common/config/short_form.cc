@@ -8,10 +8,12 @@
 
 #include "api/sluice/filters/v1/auth.pb.h"
 #include "api/sluice/filters/v1/http1.pb.h"
+#include "api/sluice/filters/v1/ip_allowlist.pb.h"
 #include "api/sluice/filters/v1/router.pb.h"
 #include "source/common/common/logger.h"
 #include "source/common/config/bootstrap_loader.h"
 #include "source/common/network/address.h"
+#include "source/common/network/cidr.h"
 
 namespace sluice {
 namespace config {
@@ -49,6 +51,11 @@ admin:
   # host:port of the admin endpoint (/stats, /ready, /config_dump, ...). "off" disables it.
   # Keep it on loopback.
   listen: "127.0.0.1:9901"
+
+allowlist:
+  # Client ranges admitted ("10.0.0.0/8", "2001:db8::/32", "192.0.2.7"); any other client is
+  # closed at accept, before a byte is read. Empty: everyone who can reach the port.
+  cidrs: []
 
 destinations:
   # Checked for errors but not enforced yet: the destination guard that applies them is
@@ -223,6 +230,20 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   listener->set_name("http");
   listener->set_address(listen);
   listener->set_backlog(1024);
+  if (config.allowlist().cidrs_size() > 0) {
+    filters::v1::IpAllowlistConfig allowlist;
+    for (int i = 0; i < config.allowlist().cidrs_size(); ++i) {
+      auto range = network::CidrRange::parse(config.allowlist().cidrs(i));
+      if (!range.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("allowlist.cidrs[%d]: %s", i, range.status().message()));
+      }
+      allowlist.add_cidrs(config.allowlist().cidrs(i));
+    }
+    v1::Filter* filter = listener->add_listener_filters();
+    filter->set_name("sluice.ip_allowlist");
+    filter->mutable_typed_config()->PackFrom(allowlist);
+  }
   v1::FilterChain* chain = listener->add_filter_chains();
   chain->set_name("http");
   v1::Filter* codec = chain->add_filters();

@@ -1,0 +1,55 @@
+#include "absl/strings/str_format.h"
+#include "api/sluice/filters/v1/ip_allowlist.pb.h"
+#include "extensions/registry.h"
+#include "filters/listener/ip_allowlist/ip_allowlist.h"
+
+namespace sluice {
+namespace filters {
+namespace ip_allowlist {
+namespace {
+
+class IpAllowlistFactory : public extensions::ListenerFilterFactory {
+ public:
+  using Category = extensions::ListenerFilterFactory;
+
+  std::string name() const override { return "sluice.ip_allowlist"; }
+  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
+    return std::make_unique<sluice::filters::v1::IpAllowlistConfig>();
+  }
+
+  absl::StatusOr<network::ListenerFilterFactoryCb> createFilterFactory(
+      const google::protobuf::Message& message,
+      extensions::FactoryContext& context) const override {
+    const auto& proto = static_cast<const sluice::filters::v1::IpAllowlistConfig&>(message);
+    if (proto.cidrs().empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.typed_config.cidrs: empty (it would refuse every client; leave the filter out "
+          "to admit everyone)",
+          context.path));
+    }
+    auto config = std::make_shared<IpAllowlistConfig>();
+    for (int i = 0; i < proto.cidrs_size(); ++i) {
+      auto range = network::CidrRange::parse(proto.cidrs(i));
+      if (!range.ok()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s.typed_config.cidrs[%d]: %s", context.path, i, range.status().message()));
+      }
+      config->ranges.push_back(*range);
+    }
+    std::string prefix =
+        absl::StrFormat("listener.%s.ip_allowlist.", stats::sanitizeNamePart(context.listener_name));
+    config->allowed = stats::Store::get().counter(prefix + "allowed");
+    config->refused = stats::Store::get().counter(prefix + "refused");
+    IpAllowlistConfigSharedPtr shared = std::move(config);
+    return network::ListenerFilterFactoryCb([shared](network::ListenerFilterManager& manager) {
+      manager.addListenerFilter(std::make_unique<IpAllowlistFilter>(shared));
+    });
+  }
+};
+
+SLUICE_REGISTER_FACTORY(IpAllowlistFactory);
+
+}  // namespace
+}  // namespace ip_allowlist
+}  // namespace filters
+}  // namespace sluice
