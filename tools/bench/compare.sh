@@ -5,7 +5,7 @@
 #
 #   tools/bench/compare.sh [--size 1k|10k|1m] [--duration 10] [--connections 64] [--only sluice]
 #
-# Needs: wrk, nginx-light, squid (tools/deps.sh --bench installs them), a built sluice
+# Needs: wrk, nginx-light, squid (tools/deps.sh --bench installs them) and a built sluice
 # (bazel build //:sluice). Prints a markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

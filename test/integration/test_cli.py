@@ -1,0 +1,168 @@
+"""The command line: --version, check, init, config expand, and startup failures."""
+
+import socket
+import subprocess
+
+import yaml
+
+from sluice_proc import run_cli, short_config, sluice_binary
+from helpers import CLEAN_ENV, free_port
+
+
+def output(r):
+    return (r.stdout or "") + (r.stderr or "")
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+def valid_config(tmp_path, key="k-0123456789abcdef"):
+    return write(tmp_path / "ok.yaml", short_config(free_port(), free_port(), key))
+
+
+def test_version():
+    r = run_cli("--version")
+    assert r.returncode == 0, output(r)
+    assert r.stdout.startswith("sluice "), f"--version printed {r.stdout!r}"
+
+
+def test_check_accepts_a_valid_config(tmp_path):
+    r = run_cli("check", "-c", valid_config(tmp_path))
+    assert r.returncode == 0, output(r)
+    assert "configuration OK" in output(r)
+
+
+def test_check_binds_nothing(tmp_path):
+    # The configured proxy port is taken: `check` must still pass, since it binds nothing.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg = write(tmp_path / "c.yaml", short_config(port, free_port(), "k-0123456789abcdef"))
+        r = run_cli("check", "-c", cfg)
+    assert r.returncode == 0, f"check failed on a taken port: {output(r)}"
+
+
+def test_check_names_an_unknown_key(tmp_path):
+    cfg = write(tmp_path / "bad.yaml", "server:\n  lisen: 127.0.0.1:8080\nauth:\n"
+                "  api_keys: [\"k\"]\n")
+    r = run_cli("check", "-c", cfg)
+    assert r.returncode == 1, f"exit {r.returncode}: {output(r)}"
+    assert "server.lisen" in output(r), f"error does not name server.lisen: {output(r)}"
+    assert "configuration OK" not in output(r)
+
+
+def test_check_names_an_unknown_top_level_section(tmp_path):
+    cfg = write(tmp_path / "bad.yaml", "servers:\n  listen: 127.0.0.1:8080\n")
+    r = run_cli("check", "-c", cfg)
+    assert r.returncode == 1, output(r)
+    assert "servers" in output(r), output(r)
+
+
+def test_check_rejects_a_bad_type(tmp_path):
+    cfg = write(tmp_path / "bad.yaml", "server:\n  workers: many\n")
+    r = run_cli("check", "-c", cfg)
+    assert r.returncode == 1, output(r)
+    assert "server.workers" in output(r), f"error does not name server.workers: {output(r)}"
+
+
+def test_check_rejects_an_unparsable_listen_address(tmp_path):
+    cfg = write(tmp_path / "bad.yaml", "server:\n  listen: not-an-address\n")
+    r = run_cli("check", "-c", cfg)
+    assert r.returncode == 1, f"check accepted listen: not-an-address: {output(r)}"
+
+
+def test_check_missing_file_fails(tmp_path):
+    r = run_cli("check", "-c", tmp_path / "nope.yaml")
+    assert r.returncode != 0, output(r)
+    assert "nope.yaml" in output(r), f"error does not name the file: {output(r)}"
+
+
+def test_run_with_unknown_key_fails_at_startup(tmp_path):
+    cfg = write(tmp_path / "bad.yaml",
+                short_config(free_port(), free_port(), "k-0123456789abcdef").replace(
+                    "  workers: 1\n", "  workers: 1\n  lisen: 127.0.0.1:1\n"))
+    try:
+        r = subprocess.run([sluice_binary(), "run", "-c", str(cfg)], capture_output=True,
+                           text=True, env=CLEAN_ENV, timeout=15)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("sluice run kept running with an unknown config key") from None
+    assert r.returncode != 0, output(r)
+    assert "server.lisen" in output(r), f"startup error does not name the key: {output(r)}"
+
+
+def read_key(path):
+    doc = yaml.safe_load(path.read_text())
+    keys = doc["auth"]["api_keys"]
+    assert keys, f"init wrote no API key: {path.read_text()}"
+    k = keys[0]
+    return k["key"] if isinstance(k, dict) else k
+
+
+def test_init_writes_a_commented_config_with_a_fresh_key(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    for p in (a, b):
+        r = run_cli("init", "-c", p)
+        assert r.returncode == 0, output(r)
+        assert p.exists(), f"init did not write {p}"
+    text = a.read_text()
+    assert "#" in text, "the generated config has no comments"
+    mode = a.stat().st_mode & 0o777
+    assert mode & 0o077 == 0, f"the config holds a secret but is mode {oct(mode)}"
+    ka, kb = read_key(a), read_key(b)
+    assert len(ka) >= 16, f"API key too short to be random: {ka!r}"
+    assert ka != kb, "two inits produced the same key"
+    r = run_cli("check", "-c", a)
+    assert r.returncode == 0, f"the config init wrote does not pass check: {output(r)}"
+
+
+def test_init_refuses_to_overwrite(tmp_path):
+    p = tmp_path / "c.yaml"
+    assert run_cli("init", "-c", p).returncode == 0
+    before = p.read_bytes()
+    r = run_cli("init", "-c", p)
+    assert r.returncode == 1, f"second init exit {r.returncode}: {output(r)}"
+    assert p.read_bytes() == before, "init overwrote an existing config"
+
+
+def test_default_path_honours_xdg_config_home(tmp_path):
+    xdg = tmp_path / "xdg"
+    r = run_cli("init", env={"XDG_CONFIG_HOME": str(xdg), "HOME": str(tmp_path / "home")})
+    assert r.returncode == 0, output(r)
+    assert (xdg / "sluice/config.yaml").is_file(), f"no config under $XDG_CONFIG_HOME: {output(r)}"
+    r = run_cli("check", env={"XDG_CONFIG_HOME": str(xdg), "HOME": str(tmp_path / "home")})
+    assert r.returncode == 0 and "configuration OK" in output(r), output(r)
+
+
+def test_default_path_under_home(tmp_path):
+    env = {k: v for k, v in CLEAN_ENV.items() if k != "XDG_CONFIG_HOME"}
+    env["HOME"] = str(tmp_path)
+    r = subprocess.run([sluice_binary(), "init"], capture_output=True, text=True, env=env,
+                       timeout=30)
+    assert r.returncode == 0, output(r)
+    assert (tmp_path / ".config/sluice/config.yaml").is_file(), output(r)
+
+
+def test_config_expand_prints_the_full_form(tmp_path):
+    port, admin = free_port(), free_port()
+    cfg = write(tmp_path / "c.yaml", short_config(port, admin, "k-0123456789abcdef"))
+    r = run_cli("config", "expand", "-c", cfg)
+    assert r.returncode == 0, output(r)
+    assert "listeners:" in r.stdout, r.stdout
+    full = yaml.safe_load(r.stdout)
+    addresses = [l.get("address") for l in full["listeners"]]
+    assert f"127.0.0.1:{port}" in addresses, f"listener addresses {addresses}"
+    assert "sluice.http1" in r.stdout and "sluice.auth" in r.stdout and "sluice.router" in r.stdout
+
+    # The printed full form is itself a valid config.
+    full_path = write(tmp_path / "full.yaml", r.stdout)
+    r2 = run_cli("check", "-c", full_path)
+    if "<redacted>" not in r.stdout:
+        assert r2.returncode == 0, f"expanded config does not pass check: {output(r2)}"
+
+
+def test_unknown_command_fails():
+    r = run_cli("frobnicate")
+    assert r.returncode != 0, output(r)

@@ -1,0 +1,86 @@
+"""Signals: SIGTERM/SIGINT stop accepting, let in-flight requests finish, and exit 0."""
+
+import signal
+import socket
+import subprocess
+import time
+
+from helpers import CLEAN_ENV, curl
+
+
+def start_slow_curl(s, py_origin, seconds):
+    py_origin.slow_started.clear()
+    cmd = ["curl", "-sS", "--max-time", "30", "-x", s.proxy_url, "-U", f"user:{s.key}",
+           "-w", "\n%{http_code}", py_origin.url(f"/slow?s={seconds}")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=CLEAN_ENV)
+    assert py_origin.slow_started.wait(10), "the slow request never reached the origin"
+    return p
+
+
+def connect_refused_within(addr, seconds):
+    """True once a new connection to `addr` is refused (polled for up to `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(addr, timeout=0.5):
+                pass
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def test_sigterm_drains_in_flight_request(start_sluice, py_origin):
+    s = start_sluice()
+    p = start_slow_curl(s, py_origin, 3)
+    t0 = time.monotonic()
+    s.signal(signal.SIGTERM)
+    stopped_accepting = connect_refused_within(s.proxy_addr, 1.5)
+    out, err = p.communicate(timeout=30)
+    code = s.wait(15)
+    assert out == b"slow done\n\n200", \
+        f"in-flight request cut by SIGTERM: curl exit {p.returncode}, {out!r}, {err!r}"
+    assert code == 0, f"exit code after SIGTERM with drain: {code}"
+    assert time.monotonic() - t0 >= 2, "sluice exited before the in-flight request could finish"
+    assert stopped_accepting, "new connections were still accepted after SIGTERM"
+
+
+def test_sigint_exits_zero_when_idle(start_sluice, nginx):
+    s = start_sluice()
+    r = curl("-x", s.proxy_url, "-U", f"user:{s.key}", "-o", "/dev/null", "-w", "%{http_code}",
+             nginx.url("/1k"))
+    assert r.stdout == b"200", r.describe()
+    t0 = time.monotonic()
+    s.signal(signal.SIGINT)
+    code = s.wait(15)
+    assert code == 0, f"exit code after SIGINT: {code}"
+    # Nothing in flight (an idle keep-alive upstream does not count): no reason to wait.
+    assert time.monotonic() - t0 < 5, f"idle shutdown took {time.monotonic() - t0:.1f}s"
+
+
+def test_drain_timeout_bounds_shutdown(start_sluice, py_origin):
+    s = start_sluice(drain_timeout="1s")
+    p = start_slow_curl(s, py_origin, 8)
+    t0 = time.monotonic()
+    s.signal(signal.SIGTERM)
+    code = s.wait(15)
+    elapsed = time.monotonic() - t0
+    p.kill()
+    p.communicate()
+    assert code == 0, f"exit code after the drain timeout: {code}"
+    assert elapsed < 5, f"shutdown took {elapsed:.1f}s with drain_timeout 1s"
+
+
+def test_admin_post_drain_stops_and_exits_zero(start_sluice, nginx):
+    s = start_sluice()
+    # A web page must not be able to drain the proxy: browsers send Origin on cross-site POSTs.
+    r = s.admin("/drain", method="POST", data=b"", headers={"Origin": "http://example.com"})
+    assert r.status != 200, f"cross-origin POST /drain was accepted: {r}"
+    assert s.admin("/ready").status == 200, "a refused drain still changed readiness"
+
+    r = s.admin("/drain", method="POST", data=b"")
+    assert r.status == 200, f"POST /drain: {r}"
+    code = s.wait(15)
+    assert code == 0, f"exit code after POST /drain: {code}"
