@@ -57,16 +57,17 @@ def py_origin():
 
 @pytest.fixture
 def start_sluice(request, tmp_path):
-    """Factory: start_sluice(workers=1, extra_short="", router=None, drain_timeout=None).
+    """Factory: start_sluice(workers=1, extra_short="", router=None, drain_timeout=None, patch=None).
 
-    `router` (a dict of RouterConfig fields) or `drain_timeout` switch to the full form: the
+    `router` (a dict of RouterConfig fields), `drain_timeout` or `patch` (a function editing the
+    full form as a dict) switch to the full form: the
     short config is expanded with `sluice config expand` and patched, so the test exercises the
     same schema the binary prints.
     """
     started = []
     request.node._sluice_processes = started
 
-    def start(workers=1, extra_short="", router=None, drain_timeout=None):
+    def start(workers=1, extra_short="", router=None, drain_timeout=None, patch=None):
         n = len(started)
         workdir = tmp_path / f"sluice{n}"
         workdir.mkdir()
@@ -74,8 +75,8 @@ def start_sluice(request, tmp_path):
         port, admin_port = free_port(), free_port()
         cfg = workdir / "config.yaml"
         cfg.write_text(short_config(port, admin_port, key, workers, extra_short))
-        if router is not None or drain_timeout is not None:
-            cfg = write_full_form(cfg, workdir / "full.yaml", key, router, drain_timeout)
+        if router is not None or drain_timeout is not None or patch is not None:
+            cfg = write_full_form(cfg, workdir / "full.yaml", key, router, drain_timeout, patch)
         s = Sluice(workdir, key, port, admin_port, cfg)
         started.append(s)
         return s.start()

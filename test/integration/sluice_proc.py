@@ -208,8 +208,11 @@ class Sluice:
 
 
 
-def write_full_form(short_path, full_path, key, router=None, drain_timeout=None):
-    """Expands a short config with `sluice config expand` and patches the full form."""
+def write_full_form(short_path, full_path, key, router=None, drain_timeout=None, patch=None):
+    """Expands a short config with `sluice config expand` and patches the full form.
+
+    `patch`, if given, is called with the full form (a dict) to edit it in place.
+    """
     import yaml
 
     r = run_cli("config", "expand", "-c", short_path)
@@ -229,5 +232,7 @@ def write_full_form(short_path, full_path, key, router=None, drain_timeout=None)
             rc.update(router)
     if drain_timeout is not None:
         full["drain_timeout"] = drain_timeout
+    if patch is not None:
+        patch(full)
     Path(full_path).write_text(yaml.safe_dump(full, sort_keys=False))
     return full_path
