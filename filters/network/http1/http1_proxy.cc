@@ -83,6 +83,17 @@ void addHeaderLine(buffer::Buffer& out, std::string_view name, std::string_view 
   out.add("\r\n", 2);
 }
 
+// "HTTP/1.1 <status> <reason>\r\n" without a formatting library (no allocation).
+void addStatusLine(buffer::Buffer& out, uint16_t status, std::string_view reason) {
+  char line[13] = {'H', 'T', 'T', 'P', '/', '1', '.', '1', ' ', '0', '0', '0', ' '};
+  line[9] = static_cast<char>('0' + status / 100 % 10);
+  line[10] = static_cast<char>('0' + status / 10 % 10);
+  line[11] = static_cast<char>('0' + status % 10);
+  out.add(line, sizeof(line));
+  out.add(reason);
+  out.add("\r\n", 2);
+}
+
 void addForwardedHeaders(buffer::Buffer& out, const http1::HeaderField* headers, uint32_t count) {
   constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
   for (uint32_t i = 0; i < count; ++i) {
@@ -426,16 +437,21 @@ void Http1ProxyFilter::onUpstreamData(buffer::Buffer& data, bool end_stream) {
     return;
   }
   config_->stats.bytes_upstream_rx.add(data.length());
+  // The response head and the body bytes that came with it leave in one write.
+  buffer::Buffer out;
   if (!response_started_) {
-    if (!processResponseHead(data)) {
-      if (state_ == State::Forwarding && end_stream) onUpstreamEvent(network::ConnectionEvent::RemoteClose);
+    if (!processResponseHead(data, out)) {
+      if (!out.empty() && state_ == State::Forwarding) downstream().write(out);
+      if (state_ == State::Forwarding && end_stream) {
+        onUpstreamEvent(network::ConnectionEvent::RemoteClose);
+      }
       return;
     }
   }
-  relayResponseBody(data, end_stream);
+  relayResponseBody(data, end_stream, out);
 }
 
-bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data) {
+bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer& out) {
   http1::ResponseHead& rh = t_response_head;
   while (true) {
     const uint32_t max = config_->response_limits.max_head_bytes;
@@ -471,12 +487,10 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data) {
       }
       // Interim responses (100 Continue, 103 Early Hints) go to HTTP/1.1 clients as they come.
       if (!client_http10_) {
-        buffer::Buffer out;
-        out.add(absl::StrFormat("HTTP/1.1 %d %s\r\n", rh.status, rh.reason));
+        addStatusLine(out, rh.status, rh.reason);
         addForwardedHeaders(out, rh.headers.data(), rh.header_count);
         out.add("\r\n", 2);
         countStatus(rh.status);
-        downstream().write(out);
       }
       data.drain(rh.head_size);
       continue;
@@ -488,8 +502,7 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data) {
     response_close_client_ = !client_keep_alive_ || draining_ ||
                              callbacks_->worker().draining() ||
                              rh.framing == http1::BodyFraming::UntilClose;
-    buffer::Buffer out;
-    out.add(absl::StrFormat("HTTP/1.1 %d %s\r\n", rh.status, rh.reason));
+    addStatusLine(out, rh.status, rh.reason);
     addForwardedHeaders(out, rh.headers.data(), rh.header_count);
     if (response_close_client_) {
       addHeaderLine(out, "Connection", "close");
@@ -500,13 +513,12 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data) {
     data.drain(rh.head_size);
     countStatus(rh.status);
     response_started_ = true;
-    downstream().write(out);
-    return state_ == State::Forwarding;
+    return true;
   }
 }
 
-void Http1ProxyFilter::relayResponseBody(buffer::Buffer& data, bool end_stream) {
-  buffer::Buffer out;
+void Http1ProxyFilter::relayResponseBody(buffer::Buffer& data, bool end_stream,
+                                         buffer::Buffer& out) {
   bool done = false;
   bool ok = moveBody(response_framing_, response_body_left_, response_chunks_, data, out, done);
   if (!out.empty()) {

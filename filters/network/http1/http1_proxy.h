@@ -114,8 +114,9 @@ class Http1ProxyFilter : public network::ReadFilter,
   void relayRequestBody(buffer::Buffer& data, bool end_stream);
   void onUpstreamData(buffer::Buffer& data, bool end_stream);
   void onUpstreamEvent(network::ConnectionEvent event);
-  bool processResponseHead(buffer::Buffer& data);
-  void relayResponseBody(buffer::Buffer& data, bool end_stream);
+  // Both append what goes to the client to `out`; relayResponseBody writes it.
+  bool processResponseHead(buffer::Buffer& data, buffer::Buffer& out);
+  void relayResponseBody(buffer::Buffer& data, bool end_stream, buffer::Buffer& out);
   void finishExchange();
   void onTimer();
   void armHeadTimer();
