@@ -3,7 +3,11 @@
 # run, on loopback. The proxy under test gets core 0 alone; wrk and the nginx origin share core 1.
 # "CPU" is the proxy's own user+system time (from /proc/<pid>/stat) divided by requests served.
 #
-#   tools/bench/compare.sh [--size 1k|10k|1m] [--duration 10] [--connections 64] [--only sluice]
+#   tools/bench/compare.sh [--size 1k|10k|1m] [--duration 10] [--connections 64] [--close]
+#                          [--only sluice|nginx|squid]
+#
+# --close sends "Connection: close": every request on a new client connection (origin
+# connections stay pooled where the proxy pools them).
 #
 # Needs: wrk, nginx-light, squid (tools/deps.sh --bench installs them) and a built sluice
 # (bazel build //:sluice). Prints a markdown table.
@@ -13,6 +17,7 @@ cd "$(dirname "$0")/../.."
 SIZE=1k
 DURATION=10
 CONNS=64
+CLOSE=0
 ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -20,6 +25,7 @@ while [ $# -gt 0 ]; do
     --duration) DURATION=$2; shift 2 ;;
     --connections) CONNS=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
+    --close) CLOSE=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -79,11 +85,17 @@ CONF
 nginx_conf "$WORK/origin" 10 "server { listen 127.0.0.1:$ORIGIN_PORT; root $WORK/www; }"
 URL="http://127.0.0.1:$ORIGIN_PORT/obj"
 
+CONNECTION_HEADER=""
+[ "$CLOSE" = 1 ] && CONNECTION_HEADER='wrk.headers["Connection"] = "close"'
 cat > "$WORK/proxy.lua" <<LUA
 wrk.method = "GET"
 wrk.path = "$URL"
 wrk.headers["Host"] = "127.0.0.1:$ORIGIN_PORT"
 wrk.headers["Proxy-Authorization"] = "Basic $AUTH"
+$CONNECTION_HEADER
+LUA
+cat > "$WORK/direct.lua" <<LUA
+$CONNECTION_HEADER
 LUA
 
 cpu_ticks() {  # pids... -> utime+stime summed
@@ -136,7 +148,7 @@ if [ -z "$ONLY" ] || [ "$ONLY" = nginx ]; then
     location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
   sleep 0.3
   RP_PIDS=$(pgrep -P "$(cat "$WORK/rp/nginx.pid")" | tr '\n' ' ')
-  measure "nginx 1.22 reverse proxy (no auth)" "http://127.0.0.1:$RP_PORT/obj" "" $RP_PIDS
+  measure "nginx 1.22 reverse proxy (no auth)" "http://127.0.0.1:$RP_PORT/obj" "$WORK/direct.lua" $RP_PIDS
 fi
 
 if [ -z "$ONLY" ] || [ "$ONLY" = squid ]; then
@@ -168,7 +180,9 @@ CONF
   measure "Squid 5.7 forward proxy (basic auth)" "http://127.0.0.1:$SQUID_PORT" "$WORK/proxy.lua" $SQUID_PIDS
 fi
 
-echo "size $SIZE, $CONNS connections, ${DURATION}s, proxy on core 0, wrk + nginx origin on core 1"
+mode="keep-alive"
+[ "$CLOSE" = 1 ] && mode="new client connection per request"
+echo "size $SIZE, $mode, $CONNS connections, ${DURATION}s, proxy on core 0, wrk + nginx origin on core 1"
 echo "| proxy | CPU µs/req | req/s | errors |"
 echo "| --- | --- | --- | --- |"
 for r in "${ROWS[@]}"; do echo "$r"; done
