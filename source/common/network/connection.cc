@@ -96,6 +96,7 @@ void Connection::onFileEvent(uint32_t events) {
   }
   if (events & event::FileEvent::kRead) {
     read_pending_ = true;
+    if (events & event::FileEvent::kClosed) peer_closed_ = true;
     if (read_disable_count_ == 0) onReadReady();
   }
 }
@@ -110,8 +111,9 @@ void Connection::onReadReady() {
     if (rc > 0) {
       total += static_cast<size_t>(rc);
       // A short read emptied the socket: edge-triggered readiness will report the next bytes,
-      // so the read that would only return EAGAIN is skipped.
-      if (static_cast<size_t>(rc) < asked) read_pending_ = false;
+      // so the read that would only return EAGAIN is skipped. Not once the peer closed: its FIN
+      // may sit behind those bytes and no further edge would announce it.
+      if (static_cast<size_t>(rc) < asked && !peer_closed_) read_pending_ = false;
       continue;
     }
     if (rc == 0) {

@@ -116,6 +116,7 @@ class Connection : public event::DeferredDeletable {
   bool write_shut_ = false;
   bool close_after_flush_ = false;
   bool read_pending_ = false;     // edge-triggered readiness not yet consumed
+  bool peer_closed_ = false;      // the kernel reported the peer's FIN (EPOLLRDHUP)
   bool write_blocked_ = false;
   bool force_deliver_ = false;    // hand buffered bytes to the callbacks on the next read event
   int connect_error_ = 0;

@@ -60,6 +60,7 @@ void Pool::release(network::ConnectionPtr conn) {
     close(std::move(conn));
     return;
   }
+  if (idle_.size() >= kSweepDestinations) sweepEmpty();
   auto& list = idle_[conn->peer()];
   if (list.size() >= max_idle_per_destination_) {
     close(std::move(conn));
@@ -94,6 +95,13 @@ void Pool::close(network::ConnectionPtr conn) {
   conn->setCallbacks(nullptr);
   conn->close(network::CloseType::NoFlush);
   dispatcher_.deferredDelete(std::move(conn));
+}
+
+void Pool::sweepEmpty() {
+  // Destinations with no idle connection keep their (empty) list so that a busy origin does
+  // not allocate a new one per request; past a bound they are dropped in one sweep, so many
+  // distinct destinations cannot grow the map without limit.
+  absl::erase_if(idle_, [](const auto& entry) { return entry.second.empty(); });
 }
 
 void Pool::closeAll() {

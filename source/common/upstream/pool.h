@@ -35,6 +35,8 @@ class Pool {
   class Idle;
   using IdlePtr = std::unique_ptr<Idle>;
   void remove(Idle* idle);
+  void sweepEmpty();
+  static constexpr size_t kSweepDestinations = 1024;
   void close(network::ConnectionPtr conn);
 
   event::Dispatcher& dispatcher_;

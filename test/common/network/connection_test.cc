@@ -1,0 +1,407 @@
+#include "source/common/network/connection.h"
+
+#include <cerrno>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+
+#include "source/common/stats/stats.h"
+#include "test/common/network/loopback.h"
+
+namespace sluice {
+namespace network {
+namespace {
+
+using std::chrono::milliseconds;
+using test::RecordingCallbacks;
+using test::runFor;
+using test::runUntil;
+
+std::string pattern(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('A' + (i * 13) % 57);
+  return s;
+}
+
+class ConnectionTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    // The server ignores SIGPIPE at startup; a test writing to a closed peer must too.
+    signal(SIGPIPE, SIG_IGN);
+    blocks_at_start_ = buffer::BlockPool::outstanding();
+    ASSERT_TRUE(listener_.ok());
+  }
+
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    // Destroying connections with pending deferred deletes is the dispatcher's job.
+    runFor(dispatcher_, milliseconds(1));
+    EXPECT_EQ(blocks_at_start_, buffer::BlockPool::outstanding());
+  }
+
+  // A connected pair: client_ (through connectTo) and server_ (wrapping the accepted socket).
+  void connectPair() {
+    client_ = Connection::connectTo(dispatcher_, listener_.address());
+    ASSERT_NE(nullptr, client_);
+    client_->setCallbacks(&client_cb_);
+    EXPECT_TRUE(client_->connecting());
+    int fd = listener_.accept();
+    ASSERT_GE(fd, 0);
+    server_ = std::make_unique<Connection>(dispatcher_, fd, listener_.address());
+    server_->setCallbacks(&server_cb_);
+    ASSERT_TRUE(runUntil(dispatcher_, [&] { return !client_cb_.events.empty(); }));
+    ASSERT_EQ(ConnectionEvent::Connected, client_cb_.events[0]);
+    ASSERT_TRUE(client_->open());
+    ASSERT_FALSE(client_->connecting());
+  }
+
+  void send(Connection& conn, const std::string& s, bool end_stream = false) {
+    buffer::Buffer b;
+    b.add(s);
+    conn.write(b, end_stream);
+    EXPECT_TRUE(b.empty());  // write takes the data
+  }
+
+  int64_t blocks_at_start_ = 0;
+  event::Dispatcher dispatcher_;
+  test::LoopbackListener listener_;
+  RecordingCallbacks client_cb_;
+  RecordingCallbacks server_cb_;
+  ConnectionPtr client_;
+  ConnectionPtr server_;
+};
+
+TEST_F(ConnectionTest, ConnectToListeningSocketReportsConnected) {
+  connectPair();
+  EXPECT_EQ(1u, client_cb_.events.size());
+  EXPECT_EQ(0, client_->connectError());
+  EXPECT_EQ(listener_.address(), client_->peer());
+  EXPECT_NE(client_->id(), server_->id());
+  EXPECT_TRUE(server_->open());
+  EXPECT_FALSE(server_->connecting());
+}
+
+TEST_F(ConnectionTest, AcceptedSocketIsMadeNonBlocking) {
+  connectPair();
+  int flags = fcntl(server_->fd(), F_GETFL, 0);
+  EXPECT_NE(0, flags & O_NONBLOCK);
+  // A blocking socket would hang the loop here on the second read of an edge.
+  send(*client_, "ping");
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.received == "ping"; }));
+}
+
+TEST_F(ConnectionTest, ConnectToClosedPortIsRefused) {
+  auto to = Address::ipv4(INADDR_LOOPBACK, test::closedLoopbackPort());
+  ConnectionPtr conn = Connection::connectTo(dispatcher_, to);
+  ASSERT_NE(nullptr, conn);
+  RecordingCallbacks cb;
+  conn->setCallbacks(&cb);
+  // Reported from the loop, not from inside connectTo.
+  EXPECT_TRUE(cb.events.empty());
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return !cb.events.empty(); }));
+  runFor(dispatcher_, milliseconds(20));
+  ASSERT_EQ(1u, cb.events.size());
+  EXPECT_EQ(ConnectionEvent::RemoteClose, cb.events[0]);
+  EXPECT_EQ(ECONNREFUSED, conn->connectError());
+  EXPECT_FALSE(conn->open());
+  EXPECT_EQ(0, cb.data_calls);
+}
+
+TEST_F(ConnectionTest, WritesQueuedWhileConnectingAreSent) {
+  client_ = Connection::connectTo(dispatcher_, listener_.address());
+  ASSERT_NE(nullptr, client_);
+  client_->setCallbacks(&client_cb_);
+  send(*client_, "early bytes");
+  EXPECT_EQ(11u, client_->writeBufferLength());
+  int fd = listener_.accept();
+  ASSERT_GE(fd, 0);
+  server_ = std::make_unique<Connection>(dispatcher_, fd, listener_.address());
+  server_->setCallbacks(&server_cb_);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.received == "early bytes"; }));
+  EXPECT_EQ(0u, client_->writeBufferLength());
+}
+
+TEST_F(ConnectionTest, DataFlowsBothWays) {
+  connectPair();
+  send(*client_, "request");
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.received == "request"; }));
+  send(*server_, "response");
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.received == "response"; }));
+  EXPECT_EQ(0, server_cb_.end_stream_calls);
+  EXPECT_EQ(0, client_cb_.end_stream_calls);
+
+  // A large transfer crosses many blocks and read events intact.
+  const std::string big = pattern(3 * 1024 * 1024 + 17);
+  send(*client_, big);
+  ASSERT_TRUE(runUntil(
+      dispatcher_, [&] { return server_cb_.received.size() >= 7 + big.size(); },
+      std::chrono::seconds(20)));
+  EXPECT_TRUE(server_cb_.received == "request" + big);
+}
+
+TEST_F(ConnectionTest, UndrainedDataStaysBuffered) {
+  connectPair();
+  server_cb_.drain = false;
+  send(*client_, "abc");
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.last_seen == "abc"; }));
+  send(*client_, "def");
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.last_seen == "abcdef"; }));
+  EXPECT_EQ(6u, server_->readBuffer().length());
+  // scheduleRead hands the same bytes over again, with no new bytes from the peer.
+  const int calls = server_cb_.data_calls;
+  server_->scheduleRead();
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.data_calls == calls + 1; }));
+  EXPECT_EQ("abcdef", server_cb_.last_seen);
+}
+
+TEST_F(ConnectionTest, EndStreamHalfClosesOneDirection) {
+  connectPair();
+  send(*client_, "last words", /*end_stream=*/true);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
+  EXPECT_EQ("last words", server_cb_.received);
+  EXPECT_TRUE(server_->open());
+  EXPECT_TRUE(client_->open());
+
+  // Writes after end_stream are dropped: the write side is shut.
+  send(*client_, "too late");
+  // The other direction still works.
+  send(*server_, "reply after half-close");
+  ASSERT_TRUE(
+      runUntil(dispatcher_, [&] { return client_cb_.received == "reply after half-close"; }));
+  EXPECT_EQ(0, client_cb_.end_stream_calls);
+  runFor(dispatcher_, milliseconds(20));
+  EXPECT_EQ("last words", server_cb_.received);
+  EXPECT_EQ(1, server_cb_.end_stream_calls);
+
+  // Both halves closed: each side has seen EOF, neither saw a close event.
+  send(*server_, "", /*end_stream=*/true);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.end_stream_calls == 1; }));
+  EXPECT_EQ(0, client_cb_.count(ConnectionEvent::RemoteClose));
+  EXPECT_EQ(0, server_cb_.count(ConnectionEvent::RemoteClose));
+}
+
+TEST_F(ConnectionTest, DataAndEofArrivingTogetherAreBothDelivered) {
+  connectPair();
+  // Both bytes and FIN are queued before the server's loop looks: one readiness edge for both.
+  send(*client_, "request and goodbye", /*end_stream=*/true);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
+  EXPECT_EQ("request and goodbye", server_cb_.received);
+}
+
+TEST_F(ConnectionTest, EofBehindDataAfterOurOwnHalfCloseIsSeen) {
+  connectPair();
+  send(*client_, "", /*end_stream=*/true);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
+  // With our write side already shut, the peer's FIN makes the socket fully closed (EPOLLHUP
+  // with EPOLLRDHUP): the bytes before it and the EOF must both come through.
+  send(*server_, "final bytes", /*end_stream=*/true);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.end_stream_calls == 1; }));
+  EXPECT_EQ("final bytes", client_cb_.received);
+}
+
+TEST_F(ConnectionTest, EndStreamWithEmptyBufferShutsDownAtOnce) {
+  connectPair();
+  send(*client_, "", /*end_stream=*/true);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
+  EXPECT_EQ("", server_cb_.received);
+}
+
+TEST_F(ConnectionTest, ReadDisableHoldsDataUntilReenabled) {
+  connectPair();
+  server_->readDisable(true);
+  server_->readDisable(true);  // nested
+  EXPECT_FALSE(server_->readEnabled());
+  send(*client_, "held back");
+  runFor(dispatcher_, milliseconds(50));
+  EXPECT_EQ(0, server_cb_.data_calls);
+  EXPECT_EQ("", server_cb_.received);
+
+  server_->readDisable(false);  // one of two: still disabled
+  EXPECT_FALSE(server_->readEnabled());
+  runFor(dispatcher_, milliseconds(30));
+  EXPECT_EQ(0, server_cb_.data_calls);
+
+  server_->readDisable(false);
+  EXPECT_TRUE(server_->readEnabled());
+  // Edge-triggered: no new readiness comes, yet what arrived meanwhile must be delivered.
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.received == "held back"; }));
+
+  // An extra enable does not underflow the count.
+  server_->readDisable(false);
+  server_->readDisable(true);
+  EXPECT_FALSE(server_->readEnabled());
+  server_->readDisable(false);
+  EXPECT_TRUE(server_->readEnabled());
+}
+
+TEST_F(ConnectionTest, ReadDisableAlsoHoldsEof) {
+  connectPair();
+  server_->readDisable(true);
+  send(*client_, "bye", /*end_stream=*/true);
+  runFor(dispatcher_, milliseconds(50));
+  EXPECT_EQ(0, server_cb_.data_calls);
+  server_->readDisable(false);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
+  EXPECT_EQ("bye", server_cb_.received);
+}
+
+TEST_F(ConnectionTest, WatermarksFireOncePerCrossing) {
+  connectPair();
+  client_->setHighWatermark(64 * 1024);
+  server_->readDisable(true);  // the peer does not read
+  for (int i = 0; i < 128; ++i) send(*client_, pattern(64 * 1024));
+  EXPECT_EQ(1, client_cb_.above_high);
+  EXPECT_TRUE(client_->aboveHighWatermark());
+  EXPECT_GT(client_->writeBufferLength(), 64u * 1024);
+  send(*client_, "more");  // still above: no second call
+  EXPECT_EQ(1, client_cb_.above_high);
+  EXPECT_EQ(0, client_cb_.below_low);
+
+  server_->readDisable(false);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.below_low == 1; }));
+  EXPECT_FALSE(client_->aboveHighWatermark());
+  EXPECT_LE(client_->writeBufferLength(), 32u * 1024);
+  ASSERT_TRUE(runUntil(
+      dispatcher_, [&] { return server_cb_.received.size() == 128 * 64 * 1024 + 4; },
+      std::chrono::seconds(10)));
+  EXPECT_EQ(1, client_cb_.above_high);
+  EXPECT_EQ(1, client_cb_.below_low);
+  EXPECT_EQ(0u, client_->writeBufferLength());
+}
+
+TEST_F(ConnectionTest, CloseFlushWriteDeliversBufferedDataFirst) {
+  connectPair();
+  server_->readDisable(true);
+  const std::string big = pattern(4 * 1024 * 1024);
+  send(*client_, big);
+  ASSERT_GT(client_->writeBufferLength(), 0u);
+  client_->close(CloseType::FlushWrite);
+  // Still flushing: no close yet, and a second close() changes nothing.
+  EXPECT_TRUE(client_->open());
+  EXPECT_EQ(1u, client_cb_.events.size());  // only Connected
+  client_->close(CloseType::FlushWrite);
+  EXPECT_EQ(1u, client_cb_.events.size());
+
+  server_->readDisable(false);
+  ASSERT_TRUE(runUntil(
+      dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }, std::chrono::seconds(10)));
+  EXPECT_EQ(big.size(), server_cb_.received.size());
+  EXPECT_TRUE(server_cb_.received == big);
+  EXPECT_EQ(1, client_cb_.count(ConnectionEvent::LocalClose));
+  EXPECT_FALSE(client_->open());
+  client_->close(CloseType::NoFlush);
+  runFor(dispatcher_, milliseconds(20));
+  EXPECT_EQ(1, client_cb_.count(ConnectionEvent::LocalClose));
+}
+
+TEST_F(ConnectionTest, CloseFlushWriteWithNothingBufferedClosesAtOnce) {
+  connectPair();
+  client_->close(CloseType::FlushWrite);
+  EXPECT_FALSE(client_->open());
+  EXPECT_EQ(1, client_cb_.count(ConnectionEvent::LocalClose));
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
+}
+
+TEST_F(ConnectionTest, CloseNoFlushDropsBufferedData) {
+  connectPair();
+  server_->readDisable(true);
+  send(*client_, pattern(4 * 1024 * 1024));
+  ASSERT_GT(client_->writeBufferLength(), 0u);
+  client_->close(CloseType::NoFlush);
+  EXPECT_FALSE(client_->open());
+  EXPECT_EQ(-1, client_->fd());
+  EXPECT_EQ(0u, client_->writeBufferLength());
+  EXPECT_EQ(1, client_cb_.count(ConnectionEvent::LocalClose));
+  // Writes after close are dropped without a crash.
+  send(*client_, "after close");
+  EXPECT_EQ(0u, client_->writeBufferLength());
+  server_->readDisable(false);
+  ASSERT_TRUE(
+      runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1 || !server_->open(); }));
+  EXPECT_LT(server_cb_.received.size(), 4u * 1024 * 1024);
+}
+
+TEST_F(ConnectionTest, PeerResetIsRemoteClose) {
+  client_ = Connection::connectTo(dispatcher_, listener_.address());
+  client_->setCallbacks(&client_cb_);
+  int fd = listener_.accept();
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.events.size() == 1; }));
+  linger lg{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  ::close(fd);  // RST
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.events.size() == 2; }));
+  EXPECT_EQ(ConnectionEvent::RemoteClose, client_cb_.events[1]);
+  EXPECT_FALSE(client_->open());
+}
+
+TEST_F(ConnectionTest, WritingToAClosedPeerEndsInRemoteClose) {
+  connectPair();
+  server_->close(CloseType::NoFlush);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.end_stream_calls == 1; }));
+  EXPECT_TRUE(client_->open());
+  // The first write draws a RST, a later one fails (EPIPE), with SIGPIPE ignored.
+  ASSERT_TRUE(runUntil(dispatcher_, [&] {
+    if (client_->open()) send(*client_, "anyone there?");
+    return !client_->open();
+  }));
+  EXPECT_EQ(1, client_cb_.count(ConnectionEvent::RemoteClose));
+}
+
+TEST_F(ConnectionTest, DestroyingAnOpenConnectionClosesTheSocket) {
+  connectPair();
+  client_.reset();
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
+  EXPECT_EQ(1u, client_cb_.events.size());  // no event from a destructor
+}
+
+TEST_F(ConnectionTest, ByteCountersCount) {
+  stats::Store& store = stats::Store::get();
+  ConnectionByteCounters counters{store.counter("test.conn.rx"), store.counter("test.conn.tx")};
+  const uint64_t rx0 = store.counterValue("test.conn.rx");
+  const uint64_t tx0 = store.counterValue("test.conn.tx");
+  connectPair();
+  client_->setByteCounters(counters);
+  server_->setByteCounters(counters);
+  send(*client_, "12345");
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.received.size() == 5; }));
+  send(*server_, "123");
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.received.size() == 3; }));
+  EXPECT_EQ(8u, store.counterValue("test.conn.rx") - rx0);
+  EXPECT_EQ(8u, store.counterValue("test.conn.tx") - tx0);
+}
+
+TEST_F(ConnectionTest, CloseFromInsideOnDataIsSafe) {
+  connectPair();
+  server_cb_.on_data = [&](buffer::Buffer&, bool) { server_->close(CloseType::NoFlush); };
+  send(*client_, pattern(200 * 1024));
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return !server_->open(); }));
+  runFor(dispatcher_, milliseconds(20));
+  EXPECT_EQ(1, server_cb_.data_calls);
+  EXPECT_EQ(1, server_cb_.count(ConnectionEvent::LocalClose));
+  EXPECT_EQ(0u, server_->readBuffer().length());
+}
+
+TEST_F(ConnectionTest, DeferredDeleteFromOwnCallback) {
+  connectPair();
+  Connection* raw = server_.get();
+  server_cb_.on_event = [&](ConnectionEvent) { dispatcher_.deferredDelete(std::move(server_)); };
+  send(*client_, "x");
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.received == "x"; }));
+  raw->close(CloseType::NoFlush);  // LocalClose: the callback hands it to deferred delete
+  EXPECT_EQ(nullptr, server_);
+  runFor(dispatcher_, milliseconds(10));
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.end_stream_calls == 1; }));
+}
+
+}  // namespace
+}  // namespace network
+}  // namespace sluice

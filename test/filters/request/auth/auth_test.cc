@@ -1,0 +1,305 @@
+#include "filters/request/auth/auth.h"
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace filters {
+namespace auth {
+namespace {
+
+std::string base64(std::string_view in, bool pad = true) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (unsigned char c : in) {
+    acc = (acc << 8) | c;
+    bits += 8;
+    while (bits >= 6) {
+      bits -= 6;
+      out += kAlphabet[(acc >> bits) & 63];
+    }
+  }
+  if (bits > 0) out += kAlphabet[(acc << (6 - bits)) & 63];
+  while (pad && out.size() % 4 != 0) out += '=';
+  return out;
+}
+
+// The key extractKey finds, or "<none>" when it refuses.
+std::string extract(std::string_view credential) {
+  std::array<char, 512> scratch;
+  std::string_view key;
+  if (!extractKey(credential, scratch, key)) return "<none>";
+  return std::string(key);
+}
+
+TEST(Base64HelperTest, KnownVectors) {
+  // The encoder the tests rely on, checked against RFC 4648 vectors.
+  EXPECT_EQ("", base64(""));
+  EXPECT_EQ("Zg==", base64("f"));
+  EXPECT_EQ("Zm8=", base64("fo"));
+  EXPECT_EQ("Zm9v", base64("foo"));
+  EXPECT_EQ("Zm9vYmFy", base64("foobar"));
+}
+
+TEST(ExtractKeyTest, BasicUserAndKey) {
+  EXPECT_EQ("s3cret", extract("Basic " + base64("alice:s3cret")));
+  EXPECT_EQ("pw", extract("Basic " + base64("Aladdin:pw")));
+  // Padding is optional.
+  EXPECT_EQ("ab", extract("Basic " + base64("u:ab", /*pad=*/false)));
+}
+
+TEST(ExtractKeyTest, BasicEmptyUser) { EXPECT_EQ("k3y", extract("Basic " + base64(":k3y"))); }
+
+TEST(ExtractKeyTest, BasicKeyContainingColons) {
+  // The user name ends at the first colon; the key keeps the rest.
+  EXPECT_EQ("ke:y:z", extract("Basic " + base64("user:ke:y:z")));
+  EXPECT_EQ(":", extract("Basic " + base64("user::")));
+}
+
+TEST(ExtractKeyTest, BasicEmptyKeyIsRefused) {
+  EXPECT_EQ("<none>", extract("Basic " + base64("user:")));
+  EXPECT_EQ("<none>", extract("Basic " + base64(":")));
+}
+
+TEST(ExtractKeyTest, BasicWithoutColonIsRefused) {
+  EXPECT_EQ("<none>", extract("Basic " + base64("justakey")));
+  EXPECT_EQ("<none>", extract("Basic " + base64("")));
+  EXPECT_EQ("<none>", extract("Basic "));
+  EXPECT_EQ("<none>", extract("Basic"));
+}
+
+TEST(ExtractKeyTest, BadBase64IsRefused) {
+  EXPECT_EQ("<none>", extract("Basic !!!!"));
+  EXPECT_EQ("<none>", extract("Basic dXNlcjprZXk*"));
+  EXPECT_EQ("<none>", extract("Basic dXNl cjprZXk="));     // space inside
+  EXPECT_EQ("<none>", extract("Basic dXNlcj=prZXk="));     // padding inside
+  EXPECT_EQ("<none>", extract("Basic dXNlc"));             // 5 chars: a dangling sextet
+  EXPECT_EQ("<none>", extract("Basic dXNlcjprZXk=\r\n"));  // control characters
+  EXPECT_EQ("<none>", extract("Basic -_-_"));              // URL-safe alphabet is not Basic
+  EXPECT_EQ("<none>", extract(std::string("Basic dXNl\0cjprZXk=", 19)));
+}
+
+TEST(ExtractKeyTest, OversizedBasicIsRefused) {
+  // 512 decoded bytes fit the scratch; 513 do not.
+  const std::string fits = "u:" + std::string(510, 'k');
+  const std::string over = "u:" + std::string(511, 'k');
+  ASSERT_EQ(512u, fits.size());
+  EXPECT_EQ(std::string(510, 'k'), extract("Basic " + base64(fits)));
+  EXPECT_EQ("<none>", extract("Basic " + base64(over)));
+  EXPECT_EQ("<none>", extract("Basic " + base64(std::string(100000, 'x'))));
+}
+
+TEST(ExtractKeyTest, Bearer) {
+  EXPECT_EQ("tok-123", extract("Bearer tok-123"));
+  EXPECT_EQ("tok", extract("Bearer    tok  \t"));
+  EXPECT_EQ("<none>", extract("Bearer "));
+  EXPECT_EQ("<none>", extract("Bearer    "));
+  EXPECT_EQ("<none>", extract("Bearer"));
+  EXPECT_EQ("<none>", extract("Bearertok"));
+}
+
+TEST(ExtractKeyTest, SchemesAreCaseInsensitive) {
+  const std::string b = base64("u:KeY");
+  EXPECT_EQ("KeY", extract("basic " + b));
+  EXPECT_EQ("KeY", extract("BASIC " + b));
+  EXPECT_EQ("KeY", extract("bAsIc " + b));
+  EXPECT_EQ("Tok", extract("bearer Tok"));
+  EXPECT_EQ("Tok", extract("BEARER Tok"));
+  EXPECT_EQ("Tok", extract("BeArEr Tok"));
+  // The key itself keeps its case.
+  EXPECT_NE("key", extract("Basic " + b));
+}
+
+TEST(ExtractKeyTest, SurroundingWhitespaceIsIgnored) {
+  EXPECT_EQ("k", extract("  Basic   " + base64("u:k") + "  "));
+  EXPECT_EQ("t", extract("\tBearer t\t"));
+}
+
+TEST(ExtractKeyTest, UnknownSchemeIsRefused) {
+  EXPECT_EQ("<none>", extract("Digest username=\"u\""));
+  EXPECT_EQ("<none>", extract("Negotiate abc"));
+  EXPECT_EQ("<none>", extract(base64("u:k")));  // no scheme
+  EXPECT_EQ("<none>", extract(""));
+  EXPECT_EQ("<none>", extract("Basi c " + base64("u:k")));
+  EXPECT_EQ("<none>", extract("XBasic " + base64("u:k")));
+}
+
+std::vector<ApiKey> makeKeys(const std::vector<std::string>& keys) {
+  std::vector<ApiKey> out;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ApiKey k;
+    k.name = "key" + std::to_string(i + 1);
+    k.digest = sha256(keys[i]);
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+TEST(MatchKeyTest, FindsTheRightIndex) {
+  const auto keys = makeKeys({"alpha", "bravo", "charlie", "delta"});
+  EXPECT_EQ(0, matchKey(keys, sha256("alpha")));
+  EXPECT_EQ(1, matchKey(keys, sha256("bravo")));
+  EXPECT_EQ(2, matchKey(keys, sha256("charlie")));
+  EXPECT_EQ(3, matchKey(keys, sha256("delta")));
+}
+
+TEST(MatchKeyTest, NoMatchIsMinusOne) {
+  const auto keys = makeKeys({"alpha", "bravo"});
+  EXPECT_EQ(-1, matchKey(keys, sha256("Alpha")));
+  EXPECT_EQ(-1, matchKey(keys, sha256("")));
+  EXPECT_EQ(-1, matchKey({}, sha256("alpha")));
+}
+
+TEST(MatchKeyTest, DuplicatesStillMatch) {
+  const auto keys = makeKeys({"same", "other", "same"});
+  int32_t i = matchKey(keys, sha256("same"));
+  EXPECT_TRUE(i == 0 || i == 2) << i;
+  EXPECT_EQ(1, matchKey(keys, sha256("other")));
+  EXPECT_EQ(-1, matchKey(keys, sha256("none")));
+}
+
+TEST(MatchKeyTest, Sha256KnownVector) {
+  const Digest d = sha256("abc");
+  const uint8_t expected[4] = {0xba, 0x78, 0x16, 0xbf};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(expected[i], d[i]);
+  EXPECT_EQ(0xad, d[31]);
+}
+
+// A stand-in for the filter chain: records what the filter asked for.
+class FakeCallbacks : public proxy::RequestFilterCallbacks {
+ public:
+  proxy::WorkerContext& worker() override { abort(); }  // the auth filter never needs it
+  void continueRequest() override { ++continues; }
+  void deny(proxy::Denial denial, std::string_view reason) override {
+    denials.push_back(denial);
+    last_reason = std::string(reason);
+  }
+  void upstreamReady(network::ConnectionPtr, const proxy::UpstreamInfo&) override { ++upstreams; }
+
+  int continues = 0;
+  int upstreams = 0;
+  std::vector<proxy::Denial> denials;
+  std::string last_reason;
+};
+
+class AuthFilterTest : public testing::Test {
+ protected:
+  // A config as the factory would build it, with counters under names unique to this test.
+  std::shared_ptr<AuthConfig> makeConfig(
+      const std::vector<std::pair<std::string, std::string>>& keys) {
+    auto config = std::make_shared<AuthConfig>();
+    stats::Store& store = stats::Store::get();
+    const std::string p = "test.auth." + std::to_string(++serial_) + ".";
+    for (const auto& [name, key] : keys) {
+      ApiKey k;
+      k.name = name;
+      k.digest = sha256(key);
+      k.allowed = store.counter(p + "key." + name + ".allowed");
+      config->keys.push_back(std::move(k));
+    }
+    config->realm = "myrealm";
+    config->allowed = store.counter(p + "allowed");
+    config->denied_missing = store.counter(p + "denied_missing");
+    config->denied_invalid = store.counter(p + "denied_invalid");
+    config->open_relay = store.counter(p + "open_relay");
+    prefix_ = p;
+    return config;
+  }
+  uint64_t counter(const std::string& name) {
+    return stats::Store::get().counterValue(prefix_ + name);
+  }
+  proxy::RequestFilterStatus run(const std::shared_ptr<AuthConfig>& config,
+                                 proxy::ProxyRequest& request) {
+    AuthFilter filter(config);
+    filter.setCallbacks(callbacks_);
+    return filter.onRequest(request);
+  }
+
+  static int serial_;
+  std::string prefix_;
+  FakeCallbacks callbacks_;
+};
+int AuthFilterTest::serial_ = 0;
+
+TEST_F(AuthFilterTest, NoKeysIsAnOpenRelay) {
+  auto config = makeConfig({});
+  proxy::ProxyRequest request;
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
+  EXPECT_TRUE(callbacks_.denials.empty());
+  EXPECT_EQ(1u, counter("open_relay"));
+  EXPECT_EQ(0u, counter("allowed"));
+  EXPECT_EQ("myrealm", request.auth_realm);
+  EXPECT_TRUE(request.principal.empty());
+  // Even a credential changes nothing.
+  request.has_credential = true;
+  request.credential = "Bearer whatever";
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
+  EXPECT_EQ(2u, counter("open_relay"));
+}
+
+TEST_F(AuthFilterTest, MissingCredentialIsDenied) {
+  auto config = makeConfig({{"ci", "k1"}});
+  proxy::ProxyRequest request;
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, request));
+  ASSERT_EQ(1u, callbacks_.denials.size());
+  EXPECT_EQ(proxy::Denial::Unauthorized, callbacks_.denials[0]);
+  EXPECT_EQ(1u, counter("denied_missing"));
+  EXPECT_EQ(0u, counter("denied_invalid"));
+  EXPECT_EQ("myrealm", request.auth_realm);  // the 407 challenge needs it
+  EXPECT_TRUE(request.principal.empty());
+  EXPECT_EQ(0, callbacks_.continues);
+}
+
+TEST_F(AuthFilterTest, WrongKeyIsDenied) {
+  auto config = makeConfig({{"ci", "k1"}, {"ops", "k2"}});
+  const std::vector<std::string> credentials = {
+      "Bearer k3", "Basic " + base64("u:k3"), "Basic !!", "Digest k1", "", "Bearer K1"};
+  for (const std::string& cred : credentials) {
+    SCOPED_TRACE(cred);
+    callbacks_.denials.clear();
+    proxy::ProxyRequest request;
+    request.has_credential = true;
+    request.credential = cred;
+    EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, request));
+    ASSERT_EQ(1u, callbacks_.denials.size());
+    EXPECT_EQ(proxy::Denial::Unauthorized, callbacks_.denials[0]);
+    EXPECT_TRUE(request.principal.empty());
+  }
+  EXPECT_EQ(6u, counter("denied_invalid"));
+  EXPECT_EQ(0u, counter("denied_missing"));
+  EXPECT_EQ(0u, counter("allowed"));
+}
+
+TEST_F(AuthFilterTest, RightKeyContinuesWithPrincipal) {
+  auto config = makeConfig({{"ci", "k1"}, {"ops", "k2"}, {"dev", "k3"}});
+  proxy::ProxyRequest request;
+  request.has_credential = true;
+  const std::string cred = "Basic " + base64("anyone:k2");
+  request.credential = cred;
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
+  EXPECT_TRUE(callbacks_.denials.empty());
+  EXPECT_EQ("ops", request.principal);
+  EXPECT_EQ(1u, counter("allowed"));
+  EXPECT_EQ(1u, counter("key.ops.allowed"));
+  EXPECT_EQ(0u, counter("key.ci.allowed"));
+
+  proxy::ProxyRequest bearer;
+  bearer.has_credential = true;
+  bearer.credential = "bearer k3";
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, bearer));
+  EXPECT_EQ("dev", bearer.principal);
+  EXPECT_EQ(2u, counter("allowed"));
+  EXPECT_EQ(1u, counter("key.dev.allowed"));
+}
+
+}  // namespace
+}  // namespace auth
+}  // namespace filters
+}  // namespace sluice
