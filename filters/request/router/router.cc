@@ -15,15 +15,13 @@ RouterFilter::~RouterFilter() { onRequestEnd(); }
 
 proxy::RequestFilterStatus RouterFilter::onRequest(proxy::ProxyRequest& request) {
   request_ = &request;
-  address_count_ = 0;
   next_address_ = 0;
   if (!timer_) {
     timer_ = std::make_unique<event::Timer>(callbacks_->worker().dispatcher(),
                                             [this] { onConnectTimeout(); });
   }
+  // Addresses an earlier filter checked (or an earlier attempt resolved) are dialled as they are.
   if (request.pinned_count > 0) {
-    for (uint32_t i = 0; i < request.pinned_count; ++i) addresses_[i] = request.pinned[i];
-    address_count_ = request.pinned_count;
     route();
     return proxy::RequestFilterStatus::StopIteration;
   }
@@ -44,19 +42,20 @@ void RouterFilter::onResolved(const absl::Status& status,
     callbacks_->deny(proxy::Denial::BadGateway, error_);
     return;
   }
+  // Kept in the request, so a retry dials the same addresses without another lookup.
   for (const network::Address& a : addresses) {
-    if (address_count_ == proxy::ProxyRequest::kMaxPinned) break;
-    addresses_[address_count_] = a;
-    addresses_[address_count_].setPort(request_->port);
-    ++address_count_;
+    if (request_->pinned_count == proxy::ProxyRequest::kMaxPinned) break;
+    network::Address& pinned = request_->pinned[request_->pinned_count++];
+    pinned = a;
+    pinned.setPort(request_->port);
   }
   route();
 }
 
 void RouterFilter::route() {
   if (request_->kind == proxy::RequestKind::Forward && !request_->fresh_connection) {
-    for (uint32_t i = 0; i < address_count_; ++i) {
-      network::ConnectionPtr pooled = callbacks_->worker().pool().acquire(addresses_[i]);
+    for (uint32_t i = 0; i < request_->pinned_count; ++i) {
+      network::ConnectionPtr pooled = callbacks_->worker().pool().acquire(request_->pinned[i]);
       if (pooled) {
         config_->stats.pool_reuse.inc();
         proxy::UpstreamInfo info = config_->upstream;
@@ -71,8 +70,8 @@ void RouterFilter::route() {
 }
 
 void RouterFilter::connectNext() {
-  while (next_address_ < address_count_) {
-    const network::Address& to = addresses_[next_address_++];
+  while (next_address_ < request_->pinned_count) {
+    const network::Address& to = request_->pinned[next_address_++];
     config_->stats.cx_connect_total.inc();
     connecting_ = network::Connection::connectTo(callbacks_->worker().dispatcher(), to);
     if (connecting_) {

@@ -57,9 +57,7 @@ class RouterFilter : public proxy::RequestFilter, public network::ConnectionCall
   RouterConfigSharedPtr config_;
   proxy::ProxyRequest* request_ = nullptr;
   dns::Resolver::Query* query_ = nullptr;
-  network::Address addresses_[proxy::ProxyRequest::kMaxPinned];
-  uint32_t address_count_ = 0;
-  uint32_t next_address_ = 0;
+  uint32_t next_address_ = 0;  // into request_->pinned
   network::ConnectionPtr connecting_;
   std::unique_ptr<event::Timer> timer_;
   std::string error_;  // detail of the last failure, for the refusal text

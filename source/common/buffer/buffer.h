@@ -29,8 +29,9 @@ class BlockPool {
  public:
   static Block* acquire(uint32_t min_capacity);
   static void release(Block* block);
-  // Blocks kept free per thread; beyond this they go back to the allocator.
-  static constexpr uint32_t kMaxFree = 512;
+  // Blocks kept free per thread (1 MiB); beyond this they go back to the allocator, so a burst
+  // does not leave its buffers resident.
+  static constexpr uint32_t kMaxFree = 64;
   // Blocks currently handed out by this thread (for tests and stats).
   static int64_t outstanding();
 };

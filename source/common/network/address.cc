@@ -21,7 +21,7 @@ Address Address::fromSockaddr(const sockaddr* sa, socklen_t len) {
 
 Address Address::ipv4(uint32_t host_order_ip, uint16_t port) {
   Address a;
-  sockaddr_in* in = reinterpret_cast<sockaddr_in*>(&a.storage_);
+  sockaddr_in* in = &a.storage_.v4;
   memset(in, 0, sizeof(*in));
   in->sin_family = AF_INET;
   in->sin_addr.s_addr = htonl(host_order_ip);
@@ -38,8 +38,8 @@ absl::StatusOr<Address> Address::parseIp(std::string_view ip, uint16_t port) {
   buf[ip.size()] = '\0';
   Address a;
   memset(&a.storage_, 0, sizeof(a.storage_));
-  sockaddr_in* in4 = reinterpret_cast<sockaddr_in*>(&a.storage_);
-  sockaddr_in6* in6 = reinterpret_cast<sockaddr_in6*>(&a.storage_);
+  sockaddr_in* in4 = &a.storage_.v4;
+  sockaddr_in6* in6 = &a.storage_.v6;
   if (inet_pton(AF_INET, buf, &in4->sin_addr) == 1) {
     in4->sin_family = AF_INET;
     in4->sin_port = htons(port);
@@ -128,9 +128,9 @@ uint16_t Address::port() const {
 
 void Address::setPort(uint16_t port) {
   if (family() == AF_INET) {
-    reinterpret_cast<sockaddr_in*>(&storage_)->sin_port = htons(port);
+    storage_.v4.sin_port = htons(port);
   } else if (family() == AF_INET6) {
-    reinterpret_cast<sockaddr_in6*>(&storage_)->sin6_port = htons(port);
+    storage_.v6.sin6_port = htons(port);
   }
 }
 

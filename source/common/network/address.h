@@ -12,10 +12,11 @@
 namespace sluice {
 namespace network {
 
-// An IPv4 or IPv6 socket address held by value (no heap), cheap to copy and compare.
+// An IPv4 or IPv6 socket address held by value (no heap), cheap to copy and compare: 28 bytes,
+// the size of a sockaddr_in6, not the 128 of a sockaddr_storage (connections hold several).
 class Address {
  public:
-  Address() { storage_.ss_family = AF_UNSPEC; }
+  Address() { storage_.sa.sa_family = AF_UNSPEC; }
   static Address fromSockaddr(const sockaddr* sa, socklen_t len);
   static Address ipv4(uint32_t host_order_ip, uint16_t port);
   // Parses "1.2.3.4:80", "[::1]:80". Literal IPs only; names are for the resolver.
@@ -23,18 +24,18 @@ class Address {
   // Parses a literal IP (no port, no brackets) in canonical notation.
   static absl::StatusOr<Address> parseIp(std::string_view ip, uint16_t port);
 
-  int family() const { return storage_.ss_family; }
+  int family() const { return storage_.sa.sa_family; }
   bool valid() const { return family() == AF_INET || family() == AF_INET6; }
   uint16_t port() const;
   void setPort(uint16_t port);
-  const sockaddr* sockaddr_ptr() const { return reinterpret_cast<const sockaddr*>(&storage_); }
+  const sockaddr* sockaddr_ptr() const { return &storage_.sa; }
   socklen_t length() const;
   // "1.2.3.4:80" or "[::1]:80".
   std::string asString() const;
   // "1.2.3.4" or "::1".
   std::string ipString() const;
-  const sockaddr_in& v4() const { return *reinterpret_cast<const sockaddr_in*>(&storage_); }
-  const sockaddr_in6& v6() const { return *reinterpret_cast<const sockaddr_in6*>(&storage_); }
+  const sockaddr_in& v4() const { return storage_.v4; }
+  const sockaddr_in6& v6() const { return storage_.v6; }
 
   bool operator==(const Address& other) const;
   bool operator!=(const Address& other) const { return !(*this == other); }
@@ -48,7 +49,11 @@ class Address {
   }
 
  private:
-  sockaddr_storage storage_;
+  union Storage {
+    sockaddr sa;
+    sockaddr_in v4;
+    sockaddr_in6 v6;
+  } storage_;
 };
 
 // Splits "host:port" / "[v6]:port" / "host" (port = default_port) into host and port; the

@@ -51,8 +51,9 @@ struct ProxyRequest {
   std::string_view principal;
   // Realm for a 407 challenge.
   std::string_view auth_realm = "sluice";
-  // Checked destination addresses (ports set); the router dials only these when present, so no
-  // second lookup can differ from what was checked.
+  // Destination addresses (ports set): checked ones pinned by the destination guard, or those
+  // the router resolved. The router dials only these when present, so no second lookup can
+  // differ from what was checked, and a retry needs no lookup.
   network::Address pinned[kMaxPinned];
   uint32_t pinned_count = 0;
 };
