@@ -13,6 +13,10 @@
 #include "source/common/proxy/request_filter.h"
 
 namespace sluice {
+namespace ban {
+class BanTable;
+}
+
 namespace extensions {
 
 // What a factory may use while it builds a filter from its config (main thread, config time).
@@ -20,6 +24,12 @@ struct FactoryContext {
   std::string listener_name;
   std::string chain_name;  // stat names of per-chain filters use it: http1.<chain>.rq_total
   std::string path;        // where this filter sits in the config, for error messages
+  // The process's ban table (null when Bootstrap.bans.disabled): sluice.auth records wrong keys
+  // in it, sluice.ban refuses banned clients at accept.
+  std::shared_ptr<ban::BanTable> bans = nullptr;
+  // sluice's own listen addresses (every listener and the admin endpoint), so a filter can keep
+  // requests from looping back into the proxy.
+  std::vector<network::Address> local_addresses = {};
 };
 
 // Common to every extension: a unique name and the config message it accepts.

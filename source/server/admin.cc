@@ -112,6 +112,14 @@ class QueryParams {
     const char* value = evhttp_find_header(&params_, key);
     return value == nullptr ? std::string_view() : std::string_view(value);
   }
+  // Every parameter, decoded; the first of repeated names wins, as with get().
+  std::map<std::string, std::string> all() const {
+    std::map<std::string, std::string> out;
+    for (const evkeyval* kv = params_.tqh_first; kv != nullptr; kv = kv->next.tqe_next) {
+      out.emplace(kv->key, kv->value);
+    }
+    return out;
+  }
 
  private:
   evkeyvalq params_;
@@ -159,6 +167,37 @@ void send(evhttp_request* request, const Reply& reply) {
   evbuffer_add(body, reply.body.data(), reply.body.size());
   evhttp_send_reply(request, reply.code, reason(reply.code), body);
   evbuffer_free(body);
+}
+
+// An endpoint from AdminHandlers::extra, with the same method and cross-origin rules as the
+// built-in ones.
+void serveExtra(evhttp_request* request, const evhttp_uri* uri, evhttp_cmd_type method,
+                const AdminEndpoint& endpoint) {
+  if (endpoint.method == AdminEndpoint::Method::Post) {
+    if (method != EVHTTP_REQ_POST) {
+      Reply reply = text(405, "use POST\n");
+      reply.allow = "POST";
+      send(request, reply);
+      return;
+    }
+    if (evhttp_find_header(evhttp_request_get_input_headers(request), "Origin") != nullptr) {
+      send(request, text(403, "cross-origin requests are refused\n"));
+      return;
+    }
+  } else if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
+    Reply reply = text(405, "use GET or HEAD\n");
+    reply.allow = "GET, HEAD";
+    send(request, reply);
+    return;
+  }
+  QueryParams params;
+  if (!params.parse(evhttp_uri_get_query(uri))) {
+    send(request, text(400, "malformed query string\n"));
+    return;
+  }
+  AdminEndpoint::Response response = endpoint.handler(params.all());
+  send(request, Reply{response.code, std::move(response.body),
+                      response.json ? kJson : kTextPlain});
 }
 
 }  // namespace
@@ -263,12 +302,17 @@ void Admin::handle(evhttp_request* request) {
       break;
     }
   }
+  const evhttp_cmd_type method = evhttp_request_get_command(request);
   if (endpoint == nullptr) {
-    send(request, text(404, "not found; GET / lists the endpoints\n"));
+    auto extra = handlers_.extra.find(std::string(path));
+    if (extra == handlers_.extra.end() || !extra->second.handler) {
+      send(request, text(404, "not found; GET / lists the endpoints\n"));
+      return;
+    }
+    serveExtra(request, uri, method, extra->second);
     return;
   }
 
-  const evhttp_cmd_type method = evhttp_request_get_command(request);
   if (endpoint->route == Route::Drain) {
     if (method != EVHTTP_REQ_POST) {
       Reply reply = text(405, "use POST\n");
@@ -300,6 +344,10 @@ void Admin::handle(evhttp_request* request) {
         if (available(e.route)) {
           absl::StrAppendFormat(&body, "  %-18s %s\n", e.path, e.help);
         }
+      }
+      for (const auto& [extra_path, e] : handlers_.extra) {
+        absl::StrAppendFormat(&body, "  %-18s %s%s\n", extra_path,
+                              e.method == AdminEndpoint::Method::Post ? "POST: " : "", e.help);
       }
       send(request, text(200, std::move(body)));
       return;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 
 #include "absl/status/status.h"
@@ -13,6 +14,21 @@ struct evhttp_request;
 
 namespace sluice {
 namespace server {
+
+// An endpoint a feature adds (GET /bans, POST /bans/unban). Runs on the admin thread.
+struct AdminEndpoint {
+  struct Response {
+    int code = 200;
+    std::string body;
+    bool json = false;  // application/json, else text/plain
+  };
+  // Get also answers HEAD. Post, like /drain, refuses requests carrying Origin (a web page).
+  enum class Method { Get, Post };
+  Method method = Method::Get;
+  std::string help;  // one line for the index
+  // Gets the decoded query parameters (a malformed query is answered 400 before it).
+  std::function<Response(const std::map<std::string, std::string>& query)> handler;
+};
 
 // What the admin endpoints ask of the server. Each runs on the admin dispatcher's thread; an
 // unset handler leaves its endpoint out (404, and absent from the index).
@@ -27,6 +43,8 @@ struct AdminHandlers {
   std::function<std::string()> listeners;
   // POST /drain: starts a graceful drain; answered 200 "draining".
   std::function<void()> drain;
+  // More endpoints, by path ("/bans"). A built-in path takes precedence.
+  std::map<std::string, AdminEndpoint> extra;
 };
 
 // The operator's HTTP endpoint (libevent evhttp), off the hot path on the main dispatcher.

@@ -1,6 +1,7 @@
 #include "source/server/cli.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -79,6 +80,28 @@ int cmdInit(const std::string& path) {
   return 0;
 }
 
+// Every connection is a descriptor (two for a proxied one): take all the process may have,
+// and say so when the configured connection limits cannot all be met.
+void raiseFileLimit(const ServerConfig& config) {
+  struct rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+    getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  uint64_t wanted = 0;
+  for (const auto& listener : config.listeners) {
+    wanted += 2 * uint64_t{listener->limiter ? listener->limiter->maxConnections() : 0};
+  }
+  if (wanted > lim.rlim_cur) {
+    SLUICE_LOG(Warn,
+               "open files limit is %d but the listeners' max_connections allow %d descriptors "
+               "(two per proxied connection): accepts will back off when it runs out",
+               static_cast<uint64_t>(lim.rlim_cur), wanted);
+  }
+}
+
 }  // namespace
 
 int runCli(int argc, char** argv) {
@@ -155,6 +178,7 @@ int runCli(int argc, char** argv) {
     return 0;
   }
   SLUICE_LOG(Info, "sluice %s starting with %s", kVersion, path);
+  raiseFileLimit(**server_config);
   SLUICE_LOG(Info, "linked extensions: %s", extensions::describeLinked());
   Server server(*server_config);
   absl::Status started = server.start();

@@ -1,9 +1,12 @@
 #include "source/server/listener_config.h"
 
+#include <algorithm>
+#include <string_view>
 #include <thread>
 
 #include "absl/strings/str_format.h"
 #include "extensions/registry.h"
+#include "source/common/ban/ban_config.h"
 #include "source/common/common/duration.h"
 
 namespace sluice {
@@ -37,13 +40,48 @@ ListenerStats makeListenerStats(const std::string& name) {
   s.downstream_cx_refused = store.counter(p + "downstream_cx_refused");
   s.downstream_cx_no_chain = store.counter(p + "downstream_cx_no_chain");
   s.downstream_accept_error = store.counter(p + "downstream_accept_error");
+  s.downstream_cx_overflow = store.counter(p + "downstream_cx_overflow");
+  s.downstream_cx_per_client_overflow = store.counter(p + "downstream_cx_per_client_overflow");
   s.downstream_bytes_rx = store.counter(p + "downstream_bytes_rx");
   s.downstream_bytes_tx = store.counter(p + "downstream_bytes_tx");
   return s;
 }
 
-absl::StatusOr<ListenerConfigSharedPtr> buildListener(const config::v1::Listener& proto,
-                                                      int index) {
+// Far above the default process fd limit, low enough to catch a typo of a few extra zeros.
+constexpr uint32_t kMaxConnectionsLimit = 10000000;
+constexpr uint32_t kDefaultMaxConnections = 10000;
+constexpr uint32_t kDefaultMaxConnectionsPerClient = 256;
+// Worded like the codec's own replies.
+constexpr std::string_view kOverflowBody = "503 Service Unavailable: too many connections\n";
+
+absl::Status buildConnectionLimits(const config::v1::ConnectionLimits& proto,
+                                   const std::string& path, ListenerConfig& config) {
+  uint32_t max = proto.max_connections() != 0 ? proto.max_connections() : kDefaultMaxConnections;
+  uint32_t per_client = proto.max_connections_per_client() != 0 ? proto.max_connections_per_client()
+                                                                : kDefaultMaxConnectionsPerClient;
+  for (const auto& [field, value] : {std::pair<const char*, uint32_t>{"max_connections", max},
+                                     {"max_connections_per_client", per_client}}) {
+    if (value > kMaxConnectionsLimit) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.connection_limits.%s: %d is out of range [1, %d]", path, field, value,
+                          kMaxConnectionsLimit));
+    }
+  }
+  // A per-client limit above the listener's is the listener's.
+  config.limiter = std::make_shared<ConnectionLimiter>(max, std::min(per_client, max));
+  if (proto.overflow_reply() == config::v1::ConnectionLimits::HTTP_503) {
+    config.overflow_reply = absl::StrFormat(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
+        kOverflowBody.size(), kOverflowBody);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ListenerConfigSharedPtr> buildListener(
+    const config::v1::Listener& proto, int index,
+    const std::vector<network::Address>& local_addresses,
+    const std::shared_ptr<ban::BanTable>& bans) {
   std::string path = absl::StrFormat("listeners[%d]", index);
   auto config = std::make_shared<ListenerConfig>();
   config->name = proto.name();
@@ -54,9 +92,13 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(const config::v1::Listener
   }
   config->address = *address;
   if (proto.backlog() != 0) config->backlog = proto.backlog();
+  absl::Status limits = buildConnectionLimits(proto.connection_limits(), path, *config);
+  if (!limits.ok()) return limits;
 
   extensions::FactoryContext context;
   context.listener_name = proto.name();
+  context.local_addresses = local_addresses;
+  context.bans = bans;
   for (int i = 0; i < proto.listener_filters_size(); ++i) {
     context.path = absl::StrFormat("%s.listener_filters[%d]", path, i);
     auto resolved = extensions::resolveFilter<extensions::ListenerFilterFactory>(
@@ -126,6 +168,18 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
   if (bootstrap.listeners_size() == 0) {
     return absl::InvalidArgumentError("listeners: at least one listener is needed");
   }
+  // One table for the whole process: a client banned on one listener is banned on all.
+  auto bans = ban::createBanTable(bootstrap.bans());
+  if (!bans.ok()) return bans.status();
+  config->bans = *bans;
+  // Every address sluice itself listens on, for filters that refuse to loop back into it
+  // (sluice.dest_guard). A malformed one is reported by buildListener.
+  std::vector<network::Address> local_addresses;
+  if (config->admin_address.valid()) local_addresses.push_back(config->admin_address);
+  for (const auto& listener : bootstrap.listeners()) {
+    auto address = network::Address::parseHostPort(listener.address());
+    if (address.ok()) local_addresses.push_back(*address);
+  }
   for (int i = 0; i < bootstrap.listeners_size(); ++i) {
     for (int j = 0; j < i; ++j) {
       if (bootstrap.listeners(j).name() == bootstrap.listeners(i).name()) {
@@ -133,7 +187,7 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
             "listeners[%d].name: '%s' is used twice", i, bootstrap.listeners(i).name()));
       }
     }
-    auto listener = buildListener(bootstrap.listeners(i), i);
+    auto listener = buildListener(bootstrap.listeners(i), i, local_addresses, config->bans);
     if (!listener.ok()) return listener.status();
     config->listeners.push_back(std::move(*listener));
   }

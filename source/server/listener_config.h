@@ -7,9 +7,11 @@
 
 #include "absl/status/statusor.h"
 #include "api/sluice/config/v1/bootstrap.pb.h"
+#include "source/common/ban/ban_table.h"
 #include "source/common/network/address.h"
 #include "source/common/network/filter.h"
 #include "source/common/stats/stats.h"
+#include "source/server/connection_limiter.h"
 
 namespace sluice {
 namespace server {
@@ -20,6 +22,8 @@ struct ListenerStats {
   stats::Counter downstream_cx_refused;    // closed by a listener filter
   stats::Counter downstream_cx_no_chain;   // no filter chain matched
   stats::Counter downstream_accept_error;  // accept(2) failures, EMFILE/ENFILE included
+  stats::Counter downstream_cx_overflow;   // refused at accept: max_connections
+  stats::Counter downstream_cx_per_client_overflow;  // refused: max_connections_per_client
   stats::Counter downstream_bytes_rx;
   stats::Counter downstream_bytes_tx;
 };
@@ -39,6 +43,10 @@ struct ListenerConfig {
   std::vector<network::ListenerFilterFactoryCb> listener_filters;
   std::vector<FilterChainConfig> chains;
   ListenerStats stats;
+  // Shared by the listener's workers; the config is immutable, the counts in it are not.
+  std::shared_ptr<ConnectionLimiter> limiter;
+  // Sent (best effort) to a client refused by the limiter before it is closed; may be empty.
+  std::string overflow_reply;
 
   // The first chain that fits the socket's facts, or null.
   const FilterChainConfig* match(const network::SocketFacts& facts) const;
@@ -55,6 +63,8 @@ struct ServerConfig {
   uint32_t pool_max_idle = 256;
   std::chrono::milliseconds pool_idle_timeout{60000};
   network::Address admin_address;  // invalid when the admin endpoint is off
+  // Shared by every listener's sluice.auth and sluice.ban; null when bans are disabled.
+  std::shared_ptr<ban::BanTable> bans;
 };
 using ServerConfigSharedPtr = std::shared_ptr<const ServerConfig>;
 

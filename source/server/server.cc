@@ -14,6 +14,7 @@
 #include "source/common/common/logger.h"
 #include "source/common/common/version.h"
 #include "source/common/config/redact.h"
+#include "source/server/ban_endpoints.h"
 
 namespace sluice {
 namespace server {
@@ -130,6 +131,7 @@ absl::Status Server::start() {
     handlers.server_info = [this] { return serverInfoJson(); };
     handlers.listeners = [this] { return listenersJson(); };
     handlers.drain = [this] { beginDrain(); };
+    addBanEndpoints(config_->bans, handlers.extra);
     admin_ = std::make_unique<Admin>(dispatcher_, std::move(handlers));
     absl::Status s = admin_->bind(config_->admin_address);
     if (!s.ok()) {

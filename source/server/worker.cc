@@ -23,8 +23,11 @@ constexpr std::chrono::milliseconds kAcceptBackoff{100};
 // ---- ActiveConnection ----
 
 ActiveConnection::ActiveConnection(Worker& worker, const ListenerConfig& listener,
-                                   network::ConnectionPtr connection)
-    : worker_(worker), listener_(listener), connection_(std::move(connection)) {
+                                   network::ConnectionPtr connection, ConnectionSlot slot)
+    : worker_(worker),
+      listener_(listener),
+      connection_(std::move(connection)),
+      slot_(std::move(slot)) {
   connection_->setCallbacks(this);
   connection_->setByteCounters(
       {listener.stats.downstream_bytes_rx, listener.stats.downstream_bytes_tx});
@@ -176,20 +179,30 @@ void ActiveListener::onAcceptReady() {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       config_->stats.downstream_accept_error.inc();
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        SLUICE_LOG(Warn, "listener '%s': accept: %s; pausing accepts for %d ms", config_->name,
-                   strerror(errno), static_cast<int>(kAcceptBackoff.count()));
+        // Logged once per streak: the retry every kAcceptBackoff would flood the log.
+        if (failed_accepts_++ == 0) {
+          SLUICE_LOG(Warn, "listener '%s': accept: %s; retrying every %d ms", config_->name,
+                     strerror(errno), static_cast<int>(kAcceptBackoff.count()));
+        }
         backoff_.enable(kAcceptBackoff);
         return;
       }
       SLUICE_LOG(Warn, "listener '%s': accept: %s", config_->name, strerror(errno));
       return;
     }
+    if (failed_accepts_ > 0) {
+      SLUICE_LOG(Info, "listener '%s': accepting again after %d failed accepts", config_->name,
+                 failed_accepts_);
+      failed_accepts_ = 0;
+    }
     network::Address peer = network::Address::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+    ConnectionSlot slot;
+    if (!admit(fd, peer, slot)) continue;
     if (config_->listener_filters.empty()) {
-      newConnection(fd, peer, network::SocketFacts());
+      newConnection(fd, peer, network::SocketFacts(), std::move(slot));
       continue;
     }
-    auto socket = std::make_unique<AcceptedSocket>(*this, fd, peer);
+    auto socket = std::make_unique<AcceptedSocket>(*this, fd, peer, std::move(slot));
     AcceptedSocket* raw = socket.get();
     pending_.push_front(std::move(socket));
     raw->position = pending_.begin();
@@ -203,7 +216,7 @@ void ActiveListener::onSocketDone(AcceptedSocket& socket, bool success) {
   std::unique_ptr<AcceptedSocket> owned = std::move(*socket.position);
   pending_.erase(socket.position);
   if (success) {
-    newConnection(socket.releaseFd(), socket.peer(), socket.facts());
+    newConnection(socket.releaseFd(), socket.peer(), socket.facts(), socket.releaseSlot());
   } else {
     config_->stats.downstream_cx_refused.inc();
   }
@@ -211,8 +224,34 @@ void ActiveListener::onSocketDone(AcceptedSocket& socket, bool success) {
   worker_.dispatcher().deferredDelete(std::move(owned));
 }
 
+bool ActiveListener::admit(int fd, const network::Address& peer, ConnectionSlot& slot) {
+  ConnectionLimiter& limiter = *config_->limiter;
+  const ClientKey client = ClientKey::of(peer);
+  switch (limiter.tryAcquire(client)) {
+    case ConnectionLimiter::Admission::Admitted:
+      slot = ConnectionSlot(limiter, client);
+      return true;
+    case ConnectionLimiter::Admission::ListenerFull:
+      config_->stats.downstream_cx_overflow.inc();
+      break;
+    case ConnectionLimiter::Admission::ClientFull:
+      config_->stats.downstream_cx_per_client_overflow.inc();
+      break;
+  }
+  if (!config_->overflow_reply.empty()) {
+    // Best effort, never blocking: read what the client already sent (closing with unread
+    // bytes would reset the connection and could destroy the reply), then answer.
+    char discard[4096];
+    (void)::recv(fd, discard, sizeof(discard), MSG_DONTWAIT);
+    (void)::send(fd, config_->overflow_reply.data(), config_->overflow_reply.size(),
+                 MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  ::close(fd);
+  return false;
+}
+
 void ActiveListener::newConnection(int fd, const network::Address& peer,
-                                   const network::SocketFacts& facts) {
+                                   const network::SocketFacts& facts, ConnectionSlot slot) {
   if (fd < 0) return;
   const FilterChainConfig* chain = config_->match(facts);
   if (chain == nullptr) {
@@ -222,7 +261,8 @@ void ActiveListener::newConnection(int fd, const network::Address& peer,
   }
   network::setNoDelay(fd);
   auto conn = std::make_unique<network::Connection>(worker_.dispatcher(), fd, peer);
-  auto active = std::make_unique<ActiveConnection>(worker_, *config_, std::move(conn));
+  auto active =
+      std::make_unique<ActiveConnection>(worker_, *config_, std::move(conn), std::move(slot));
   ActiveConnection* raw = active.get();
   worker_.addConnection(std::move(active));
   raw->initialize(*chain);

@@ -14,6 +14,7 @@
 #include "source/common/proxy/worker_context.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/pool.h"
+#include "source/server/connection_limiter.h"
 #include "source/server/listener_config.h"
 
 namespace sluice {
@@ -29,7 +30,7 @@ class ActiveConnection : public network::ConnectionCallbacks,
                          public event::DeferredDeletable {
  public:
   ActiveConnection(Worker& worker, const ListenerConfig& listener,
-                   network::ConnectionPtr connection);
+                   network::ConnectionPtr connection, ConnectionSlot slot);
   ~ActiveConnection() override;
 
   void initialize(const FilterChainConfig& chain);
@@ -56,6 +57,7 @@ class ActiveConnection : public network::ConnectionCallbacks,
   Worker& worker_;
   const ListenerConfig& listener_;
   network::ConnectionPtr connection_;
+  ConnectionSlot slot_;  // its place in the listener's connection limits, held until deletion
   std::vector<network::ReadFilterPtr> filters_;
   size_t stopped_at_ = 0;  // the filter that last returned StopIteration
   bool initialized_ = false;
@@ -67,8 +69,9 @@ class AcceptedSocket : public network::ListenerFilterCallbacks,
                        public network::ListenerFilterManager,
                        public event::DeferredDeletable {
  public:
-  AcceptedSocket(ActiveListener& listener, int fd, const network::Address& peer)
-      : listener_(listener), fd_(fd), peer_(peer) {}
+  AcceptedSocket(ActiveListener& listener, int fd, const network::Address& peer,
+                 ConnectionSlot slot)
+      : listener_(listener), fd_(fd), peer_(peer), slot_(std::move(slot)) {}
   ~AcceptedSocket() override;
 
   void run();
@@ -78,6 +81,7 @@ class AcceptedSocket : public network::ListenerFilterCallbacks,
     fd_ = -1;
     return fd;
   }
+  ConnectionSlot releaseSlot() { return std::move(slot_); }
   std::list<std::unique_ptr<AcceptedSocket>>::iterator position;
 
   // network::ListenerFilterManager
@@ -97,6 +101,7 @@ class AcceptedSocket : public network::ListenerFilterCallbacks,
   ActiveListener& listener_;
   int fd_;
   network::Address peer_;
+  ConnectionSlot slot_;
   network::SocketFacts facts_;
   std::vector<network::ListenerFilterPtr> filters_;
   size_t next_ = 0;
@@ -104,7 +109,7 @@ class AcceptedSocket : public network::ListenerFilterCallbacks,
 };
 
 // One listener's SO_REUSEPORT socket on one worker: accepts until EAGAIN, backs off when the
-// process runs out of file descriptors.
+// process runs out of file descriptors, refuses sockets over the listener's connection limits.
 class ActiveListener {
  public:
   ActiveListener(Worker& worker, ListenerConfigSharedPtr config, int fd);
@@ -118,13 +123,17 @@ class ActiveListener {
 
  private:
   void onAcceptReady();
-  void newConnection(int fd, const network::Address& peer, const network::SocketFacts& facts);
+  // Takes a place in the connection limits for the socket, or refuses and closes it.
+  bool admit(int fd, const network::Address& peer, ConnectionSlot& slot);
+  void newConnection(int fd, const network::Address& peer, const network::SocketFacts& facts,
+                     ConnectionSlot slot);
 
   Worker& worker_;
   ListenerConfigSharedPtr config_;
   int fd_;
   std::unique_ptr<event::FileEvent> event_;
   event::Timer backoff_;
+  uint32_t failed_accepts_ = 0;  // accepts failed for lack of descriptors or memory, in a row
   std::list<std::unique_ptr<AcceptedSocket>> pending_;
 };
 

@@ -20,6 +20,8 @@ Http1Stats makeStats(const std::string& chain) {
   s.rq_connect = c("rq_connect");
   s.rq_rejected = c("rq_rejected");
   s.rq_head_timeout = c("rq_head_timeout");
+  s.rq_body_too_large = c("rq_body_too_large");
+  s.rq_body_timeout = c("rq_body_timeout");
   s.rq_retry = c("rq_retry");
   s.rs_1xx = c("rs_1xx");
   s.rs_2xx = c("rs_2xx");
@@ -83,6 +85,10 @@ class Http1ProxyFactory : public extensions::NetworkFilterFactory {
                                               proto.request_head_timeout(), config->request_head_timeout);
     config->idle_timeout = durationOr(proto.has_idle_timeout(), proto.idle_timeout(),
                                       config->idle_timeout);
+    config->max_request_body_bytes = proto.max_request_body_bytes();
+    config->request_body_timeout =
+        durationOr(proto.has_request_body_timeout(), proto.request_body_timeout(),
+                   config->request_body_timeout);
     auto filters = extensions::createRequestFilterFactories(proto.request_filters(), context);
     if (!filters.ok()) return filters.status();
     config->request_filters = std::move(*filters);

@@ -1,5 +1,6 @@
 #include "filters/network/http1/http1_proxy.h"
 
+#include <charconv>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -49,6 +50,7 @@ const char* statusText(uint16_t status) {
     case 403: return "Forbidden";
     case 407: return "Proxy Authentication Required";
     case 408: return "Request Timeout";
+    case 413: return "Content Too Large";
     case 431: return "Request Header Fields Too Large";
     case 501: return "Not Implemented";
     case 502: return "Bad Gateway";
@@ -94,10 +96,24 @@ void addStatusLine(buffer::Buffer& out, uint16_t status, std::string_view reason
   out.add("\r\n", 2);
 }
 
-void addForwardedHeaders(buffer::Buffer& out, const http1::HeaderField* headers, uint32_t count) {
+// Content-Length goes out once, as the parsed number: duplicates ("5" twice) and lists ("5, 5")
+// may be received but must not be forwarded (RFC 9110 8.6); a next hop might read them apart.
+void addForwardedHeaders(buffer::Buffer& out, const http1::HeaderField* headers, uint32_t count,
+                         uint64_t content_length) {
   constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
+  bool length_sent = false;
   for (uint32_t i = 0; i < count; ++i) {
-    if ((headers[i].flags & kSkip) == 0) addHeaderLine(out, headers[i].name, headers[i].value);
+    const http1::HeaderField& h = headers[i];
+    if ((h.flags & kSkip) != 0) continue;
+    if (h.name.size() == 14 && http1::equalsIgnoreCase(h.name, "content-length")) {
+      if (length_sent) continue;
+      length_sent = true;
+      char digits[20];
+      const auto result = std::to_chars(digits, digits + sizeof(digits), content_length);
+      addHeaderLine(out, h.name, std::string_view(digits, result.ptr - digits));
+      continue;
+    }
+    addHeaderLine(out, h.name, h.value);
   }
 }
 
@@ -277,6 +293,14 @@ void Http1ProxyFilter::startRequest() {
     sendLocalReply(400, "not a proxy request: use an absolute URL or CONNECT", true);
     return;
   }
+  const uint64_t max_body = config_->max_request_body_bytes;
+  if (max_body != 0 && head.framing == http1::BodyFraming::ContentLength &&
+      head.content_length > max_body) {
+    // Refused before any filter runs, so nothing reaches an origin.
+    config_->stats.rq_body_too_large.inc();
+    sendLocalReply(413, "request body larger than the proxy allows", true);
+    return;
+  }
   request_.protocol = proxy::Protocol::Http1;
   request_.host = head.host;
   request_.port = head.port;
@@ -339,7 +363,7 @@ void Http1ProxyFilter::sendRequestHead() {
   out.add(" ", 1);
   out.add(head.path);
   out.add(client_http10_ ? std::string_view(" HTTP/1.0\r\n") : std::string_view(" HTTP/1.1\r\n"));
-  addForwardedHeaders(out, head.headers.data(), head.header_count);
+  addForwardedHeaders(out, head.headers.data(), head.header_count, head.content_length);
   if (head.host_header < 0) {
     // HTTP/1.0 clients may omit Host; origins need it.
     bool v6 = head.host.find(':') != std::string_view::npos;
@@ -370,12 +394,18 @@ void Http1ProxyFilter::sendRequestHead() {
         sendLocalReply(400, request_chunks_.error(), true);
         return;
       }
+      if (requestBodyOverLimit()) {
+        onRequestBodyTooLarge();
+        return;
+      }
     }
   }
   config_->stats.bytes_upstream_tx.add(out.length());
   upstream_->write(out);
   if (state_ != State::Forwarding) return;
-  timer_->enable(upstream_info_.response_timeout);
+  // The response deadline starts once the whole request is out; until then the client must
+  // keep its body coming.
+  timer_->enable(request_done_ ? upstream_info_.response_timeout : config_->request_body_timeout);
   // Read the rest of the body; a body-less request leaves pipelined bytes unread for now.
   if (!request_done_) downstream().readDisable(false);
 }
@@ -390,6 +420,11 @@ void Http1ProxyFilter::relayRequestBody(buffer::Buffer& data, bool end_stream) {
   buffer::Buffer out;
   bool ok = moveBody(request_framing_, request_body_left_, request_chunks_, data, out,
                      request_done_);
+  if (ok && requestBodyOverLimit()) {
+    onRequestBodyTooLarge();
+    return;
+  }
+  const bool progressed = !out.empty();
   if (!out.empty()) {
     config_->stats.bytes_upstream_tx.add(out.length());
     upstream_->write(out);
@@ -406,9 +441,26 @@ void Http1ProxyFilter::relayRequestBody(buffer::Buffer& data, bool end_stream) {
   }
   if (request_done_) {
     downstream().readDisable(true);
+    if (!response_started_) timer_->enable(upstream_info_.response_timeout);
   } else if (end_stream) {
     // The client left in the middle of its body.
     config_->stats.downstream_reset.inc();
+    closeAll();
+  } else if (progressed && !response_started_) {
+    timer_->enable(config_->request_body_timeout);
+  }
+}
+
+bool Http1ProxyFilter::requestBodyOverLimit() const {
+  return config_->max_request_body_bytes != 0 && request_framing_ == http1::BodyFraming::Chunked &&
+         request_chunks_.payloadBytes() > config_->max_request_body_bytes;
+}
+
+void Http1ProxyFilter::onRequestBodyTooLarge() {
+  config_->stats.rq_body_too_large.inc();
+  if (!response_started_) {
+    sendLocalReply(413, "request body larger than the proxy allows", true);
+  } else {
     closeAll();
   }
 }
@@ -488,7 +540,7 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer&
       // Interim responses (100 Continue, 103 Early Hints) go to HTTP/1.1 clients as they come.
       if (!client_http10_) {
         addStatusLine(out, rh.status, rh.reason);
-        addForwardedHeaders(out, rh.headers.data(), rh.header_count);
+        addForwardedHeaders(out, rh.headers.data(), rh.header_count, rh.content_length);
         out.add("\r\n", 2);
         countStatus(rh.status);
       }
@@ -503,7 +555,7 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer&
                              callbacks_->worker().draining() ||
                              rh.framing == http1::BodyFraming::UntilClose;
     addStatusLine(out, rh.status, rh.reason);
-    addForwardedHeaders(out, rh.headers.data(), rh.header_count);
+    addForwardedHeaders(out, rh.headers.data(), rh.header_count, rh.content_length);
     if (response_close_client_) {
       addHeaderLine(out, "Connection", "close");
     } else if (client_http10_) {
@@ -640,6 +692,13 @@ void Http1ProxyFilter::onTimer() {
       }
       break;
     case State::Forwarding:
+      // Reading is enabled while a body is due unless the origin pushes back: then the stall
+      // is the origin's.
+      if (!request_done_ && !response_started_ && downstream().readEnabled()) {
+        config_->stats.rq_body_timeout.inc();
+        sendLocalReply(408, "request body not received in time", true);
+        break;
+      }
       config_->stats.upstream_rs_timeout.inc();
       if (!response_started_) {
         sendLocalReply(504, "origin did not answer in time", true);

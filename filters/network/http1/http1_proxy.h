@@ -21,6 +21,8 @@ struct Http1Stats {
   stats::Counter rq_connect;      // CONNECT tunnels requested
   stats::Counter rq_rejected;     // malformed heads (400/431/501/505)
   stats::Counter rq_head_timeout; // heads that did not arrive in time (408)
+  stats::Counter rq_body_too_large;  // bodies over max_request_body_bytes (413 or close)
+  stats::Counter rq_body_timeout;    // uploads the client stalled before any response (408)
   stats::Counter rq_retry;        // retried on a fresh connection after a pooled one failed
   stats::Counter rs_1xx, rs_2xx, rs_3xx, rs_4xx, rs_5xx;
   stats::Counter upstream_rs_bad;     // malformed origin responses (502)
@@ -40,6 +42,8 @@ struct Http1Config {
   http1::ParseLimits response_limits;
   std::chrono::milliseconds request_head_timeout{10000};
   std::chrono::milliseconds idle_timeout{60000};
+  uint64_t max_request_body_bytes = 0;  // 0: unlimited
+  std::chrono::milliseconds request_body_timeout{30000};
   std::vector<proxy::RequestFilterFactoryCb> request_filters;
   Http1Stats stats;
 };
@@ -120,6 +124,9 @@ class Http1ProxyFilter : public network::ReadFilter,
   void finishExchange();
   void onTimer();
   void armHeadTimer();
+  // True when a chunked request body has grown past max_request_body_bytes.
+  bool requestBodyOverLimit() const;
+  void onRequestBodyTooLarge();
   // A reply made by the proxy itself; closes the connection after it when close is set.
   void sendLocalReply(uint16_t status, std::string_view detail, bool close,
                       bool auth_challenge = false);

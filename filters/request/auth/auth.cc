@@ -1,7 +1,6 @@
 #include "filters/request/auth/auth.h"
 
 #include <openssl/crypto.h>
-#include <openssl/sha.h>
 
 #ifndef OPENSSL_IS_BORINGSSL
 #error "built against OpenSSL headers: depend on //third_party:boringssl"
@@ -80,12 +79,6 @@ bool extractKey(std::string_view credential, std::array<char, 512>& scratch,
   return false;
 }
 
-Digest sha256(std::string_view data) {
-  Digest d;
-  SHA256(reinterpret_cast<const uint8_t*>(data.data()), data.size(), d.data());
-  return d;
-}
-
 int32_t matchKey(const std::vector<ApiKey>& keys, const Digest& digest) {
   int32_t found = -1;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -100,6 +93,14 @@ int32_t matchKey(const std::vector<ApiKey>& keys, const Digest& digest) {
 
 proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   request.auth_realm = config_->realm;
+  // One relaxed atomic load while nobody is banned. A keep-alive connection opened before its
+  // client was banned gets no further request through, whatever key it shows.
+  ban::BanTable* bans = config_->bans.get();
+  if (bans != nullptr && bans->anyBanned() && bans->isBanned(request.client)) {
+    config_->denied_banned.inc();
+    callbacks_->deny(proxy::Denial::Forbidden, "client address is banned");
+    return proxy::RequestFilterStatus::StopIteration;
+  }
   if (config_->keys.empty()) {
     config_->open_relay.inc();
     return proxy::RequestFilterStatus::Continue;
@@ -115,6 +116,8 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   if (extractKey(request.credential, scratch, key)) index = matchKey(config_->keys, sha256(key));
   if (index < 0) {
     config_->denied_invalid.inc();
+    // A missing credential is the first step of every 407 challenge; only a wrong one counts.
+    if (bans != nullptr) bans->recordFailure(request.client, "invalid proxy credentials");
     callbacks_->deny(proxy::Denial::Unauthorized, "invalid proxy credentials");
     return proxy::RequestFilterStatus::StopIteration;
   }

@@ -7,14 +7,14 @@
 #include <string_view>
 #include <vector>
 
+#include "filters/request/auth/api_keys.h"
+#include "source/common/ban/ban_table.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
 
 namespace sluice {
 namespace filters {
 namespace auth {
-
-using Digest = std::array<uint8_t, 32>;
 
 struct ApiKey {
   std::string name;
@@ -29,20 +29,21 @@ struct AuthConfig {
   stats::Counter denied_missing;  // no Proxy-Authorization
   stats::Counter denied_invalid;  // a credential that matches no key
   stats::Counter open_relay;      // requests let through because no key is configured
+  stats::Counter denied_banned;   // refused because the client's address is banned
+  // The process's ban table (null when bans are disabled): wrong keys are recorded in it, and
+  // requests from a banned address are refused even with a right key.
+  std::shared_ptr<ban::BanTable> bans;
 };
 using AuthConfigSharedPtr = std::shared_ptr<const AuthConfig>;
 
 // Extracts the key from a Proxy-Authorization value: the password of "Basic base64(user:key)"
 // or the token of "Bearer key" (schemes case-insensitive). False if it is neither.
 // `scratch` holds the decoded Basic credentials; the result may point into it.
-bool extractKey(std::string_view credential, std::array<char, 512>& scratch,
-                std::string_view& key);
+bool extractKey(std::string_view credential, std::array<char, 512>& scratch, std::string_view& key);
 
 // Index of the key whose digest equals `digest`, or -1. Compares against every key, always,
 // without an early exit, so the time taken says nothing about which key (or whether any) matched.
 int32_t matchKey(const std::vector<ApiKey>& keys, const Digest& digest);
-
-Digest sha256(std::string_view data);
 
 // The "sluice.auth" request filter.
 class AuthFilter : public proxy::RequestFilter {

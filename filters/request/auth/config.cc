@@ -1,4 +1,5 @@
 #include "absl/strings/str_format.h"
+
 #include "api/sluice/filters/v1/auth.pb.h"
 #include "extensions/registry.h"
 #include "filters/request/auth/auth.h"
@@ -30,29 +31,70 @@ class AuthFactory : public extensions::RequestFilterFactory {
           context.path));
     }
     stats::Store& store = stats::Store::get();
-    for (int i = 0; i < proto.api_keys_size(); ++i) {
-      const auto& k = proto.api_keys(i);
-      if (k.key().empty()) {
+    // Adds one key; errors start with where its name and its key were given (config paths, or
+    // file:line for the keys file).
+    auto add_key = [&](std::string name, std::string_view key, const std::string& name_where,
+                       const std::string& key_where) -> absl::Status {
+      auto digest = configuredKeyDigest(key);
+      if (!digest.ok()) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("%s.typed_config.api_keys[%d].key: empty", context.path, i));
+            absl::StrFormat("%s: %s", key_where, digest.status().message()));
       }
-      ApiKey key;
-      key.name = k.name().empty() ? absl::StrFormat("key%d", i + 1) : k.name();
       for (const ApiKey& other : config->keys) {
-        if (other.name == key.name) {
+        if (other.name == name) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("%s: '%s' is used twice", name_where, name));
+        }
+        // Names, never keys, in errors: they end up in logs.
+        if (other.digest == *digest) {
           return absl::InvalidArgumentError(absl::StrFormat(
-              "%s.typed_config.api_keys[%d].name: '%s' is used twice", context.path, i, key.name));
+              "%s: the same key as '%s' (a key given in clear and as sha256: counts once)",
+              key_where, other.name));
         }
       }
-      key.digest = sha256(k.key());
-      key.allowed = store.counter(
-          absl::StrFormat("auth.key.%s.allowed", stats::sanitizeNamePart(key.name)));
-      config->keys.push_back(std::move(key));
+      ApiKey entry;
+      entry.name = std::move(name);
+      entry.digest = *digest;
+      entry.allowed = store.counter(
+          absl::StrFormat("auth.key.%s.allowed", stats::sanitizeNamePart(entry.name)));
+      config->keys.push_back(std::move(entry));
+      return absl::OkStatus();
+    };
+    for (int i = 0; i < proto.api_keys_size(); ++i) {
+      const auto& k = proto.api_keys(i);
+      const std::string where = absl::StrFormat("%s.typed_config.api_keys[%d]", context.path, i);
+      if (k.key().empty()) return absl::InvalidArgumentError(where + ".key: empty");
+      absl::Status status = add_key(k.name().empty() ? absl::StrFormat("key%d", i + 1) : k.name(),
+                                    k.key(), where + ".name", where + ".key");
+      if (!status.ok()) return status;
+    }
+    if (!proto.api_keys_file().empty()) {
+      const std::string where = absl::StrFormat("%s.typed_config.api_keys_file", context.path);
+      auto entries = readApiKeysFile(proto.api_keys_file());
+      if (!entries.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: %s", where, entries.status().message()));
+      }
+      // An empty file would silently make the listener an open relay.
+      if (entries->empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: %s: no keys in the file", where, proto.api_keys_file()));
+      }
+      for (const KeyFileEntry& e : *entries) {
+        std::string name =
+            e.name.empty() ? absl::StrFormat("key%d", config->keys.size() + 1) : e.name;
+        const std::string line = absl::StrFormat("%s: %s:%d", where, proto.api_keys_file(), e.line);
+        absl::Status status = add_key(std::move(name), e.key, line + ": name", line);
+        if (!status.ok()) return status;
+      }
+      SLUICE_LOG(Info, "%s: %d keys from %s", context.path, entries->size(), proto.api_keys_file());
     }
     config->allowed = store.counter("auth.allowed");
     config->denied_missing = store.counter("auth.denied_missing");
     config->denied_invalid = store.counter("auth.denied_invalid");
     config->open_relay = store.counter("auth.open_relay");
+    config->denied_banned = store.counter("auth.denied_banned");
+    config->bans = context.bans;
     if (config->keys.empty()) {
       SLUICE_LOG(Warn,
                  "%s: no API keys: listener '%s' is an OPEN RELAY; anyone who reaches it can use "

@@ -2,18 +2,23 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 
 #include "api/sluice/filters/v1/auth.pb.h"
+#include "api/sluice/filters/v1/ban.pb.h"
+#include "api/sluice/filters/v1/dest_guard.pb.h"
 #include "api/sluice/filters/v1/http1.pb.h"
 #include "api/sluice/filters/v1/ip_allowlist.pb.h"
 #include "api/sluice/filters/v1/router.pb.h"
+#include "source/common/ban/ban_config.h"
 #include "source/common/common/logger.h"
 #include "source/common/config/bootstrap_loader.h"
 #include "source/common/network/address.h"
 #include "source/common/network/cidr.h"
+#include "source/common/network/port_range.h"
 
 namespace sluice {
 namespace config {
@@ -23,6 +28,7 @@ constexpr char kDefaultListen[] = "127.0.0.1:8080";
 constexpr char kDefaultAdmin[] = "127.0.0.1:9901";
 constexpr size_t kMaxKeyNameLength = 64;
 constexpr size_t kMaxKeyLength = 1024;
+constexpr std::string_view kSha256KeyPrefix = "sha256:";
 
 // The text of configs/sluice.yaml; a test keeps the two identical.
 constexpr char kInitialConfig[] = R"(# sluice configuration, short form.
@@ -44,8 +50,13 @@ auth:
   # Proxy-Authorization: Bearer. An item is a key, or {name: ci, key: "..."}; the name (default
   # key1, key2, ...) is what stats and logs show, never the key. Make keys with `sluice init`
   # or `openssl rand -base64 32`. An empty list turns the proxy into an open relay.
+  # To keep a key out of this file, write its SHA-256 instead: "sha256:<64 hex digits>", from
+  # `printf %s KEY | sha256sum`.
   api_keys:
     - "{{API_KEY}}"
+  # More keys from a file read at startup: one "name:key" or "key" per line ("sha256:..." too),
+  # '#' comments.
+  # api_keys_file: "/etc/sluice/keys"
 
 admin:
   # host:port of the admin endpoint (/stats, /ready, /config_dump, ...). "off" disables it.
@@ -57,13 +68,48 @@ allowlist:
   # closed at accept, before a byte is read. Empty: everyone who can reach the port.
   cidrs: []
 
+bans:
+  # A client that gives max_failures wrong keys within window is banned for duration: its
+  # connections are closed at accept, before a byte is read. IPv6 clients are banned per
+  # /ipv6_prefix. GET /bans on the admin endpoint lists bans; POST /bans/unban?addr=IP lifts one.
+  max_failures: 5
+  window: 1m
+  duration: 15m
+  ipv6_prefix: 64
+  # Addresses tracked at once (banned or counting failures); the oldest is evicted past it.
+  max_entries: 100000
+
 destinations:
-  # Checked for errors but not enforced yet: the destination guard that applies them is
-  # planned.
-  # Allow loopback, private (RFC 1918) and other internal destinations.
+  # Where clients may go. Every address a name resolves to is checked, and sluice connects only
+  # to checked addresses. Refused by default (403): loopback, private (RFC 1918), link-local,
+  # CGNAT, multicast, reserved and documentation ranges, and sluice's own listen addresses.
+  # Allow loopback, private and other internal destinations (sluice itself stays refused).
   allow_private: false
+  # Ranges opened even when allow_private is false, e.g. ["10.1.0.0/16"].
+  allow: []
+  # Ranges always refused, whatever allow_private and allow say.
+  deny: []
   # Destination ports allowed: single ports or ranges "A-B".
   allowed_ports: ["80", "443", "1024-65535"]
+
+limits:
+  # Slow and greedy clients. A request head must arrive whole within request_head_timeout
+  # (408), however slowly it trickles in; a kept-alive client is closed after idle_timeout.
+  request_head_timeout: 10s
+  idle_timeout: 60s
+  # Request line and headers (431 beyond); header fields in one head (431 beyond).
+  max_request_head_bytes: 65536
+  max_request_headers: 100
+  # Request body limit in bytes (413 beyond); 0 = unlimited.
+  max_request_body_bytes: 0
+  # An upload the client leaves silent this long is cut off (408).
+  request_body_timeout: 30s
+  # Open connections of the proxy port, and per client (IPv4 address or IPv6 /64); over a
+  # limit a client gets 503 and is closed at accept. Below the open-file limit (ulimit -n).
+  max_connections: 10000
+  max_connections_per_client: 256
+  # A CONNECT tunnel with no bytes either way is closed after this.
+  tunnel_idle_timeout: 300s
 
 # Planned, not supported yet: setting either section fails startup.
 # tls:                      # HTTPS proxy port, also speaking HTTP/2
@@ -79,42 +125,37 @@ bool isNameChar(char c) {
          c == '-';
 }
 
-bool parsePort(std::string_view text, uint32_t& port) {
-  if (text.empty() || text.size() > 5) return false;
-  port = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    port = port * 10 + static_cast<uint32_t>(c - '0');
+// "sha256:" keys carry the 64 hex digits of the key's SHA-256 (as sha256sum prints them).
+bool isSha256Hex(std::string_view hex) {
+  if (hex.size() != 64) return false;
+  for (char c : hex) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) {
+      return false;
+    }
   }
-  return port >= 1 && port <= 65535;
+  return true;
 }
 
 absl::Status withPath(const std::string& path, const absl::Status& status) {
   return absl::InvalidArgumentError(absl::StrFormat("%s: %s", path, status.message()));
 }
 
+uint32_t uintOr(uint32_t value, uint32_t fallback) { return value != 0 ? value : fallback; }
+
+// A short-form duration, or the default (in seconds) when it is absent or zero.
+void setDuration(bool present, const google::protobuf::Duration& in, int64_t fallback_seconds,
+                 google::protobuf::Duration& out) {
+  if (present && (in.seconds() != 0 || in.nanos() != 0)) {
+    out = in;
+  } else {
+    out.set_seconds(fallback_seconds);
+  }
+}
+
 }  // namespace
 
 absl::Status validatePortRange(std::string_view text) {
-  const size_t dash = text.find('-');
-  uint32_t low = 0;
-  uint32_t high = 0;
-  if (dash == std::string_view::npos) {
-    if (!parsePort(text, low)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "expected a port (1-65535) or a range \"A-B\", found \"%s\"", text.substr(0, 32)));
-    }
-    return absl::OkStatus();
-  }
-  if (!parsePort(text.substr(0, dash), low) || !parsePort(text.substr(dash + 1), high)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "expected a port (1-65535) or a range \"A-B\", found \"%s\"", text.substr(0, 32)));
-  }
-  if (low > high) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("range \"%s\" is reversed (the low port comes first)", text));
-  }
-  return absl::OkStatus();
+  return network::parsePortRange(text).status();
 }
 
 absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
@@ -142,12 +183,28 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
     }
   }
 
-  // Not applied yet (the destination guard is planned), but a typo must not wait for it.
+  filters::v1::DestGuardConfig dest_guard;
+  dest_guard.set_allow_private(config.destinations().allow_private());
   for (int i = 0; i < config.destinations().allowed_ports_size(); ++i) {
     absl::Status status = validatePortRange(config.destinations().allowed_ports(i));
     if (!status.ok()) {
       return withPath(absl::StrFormat("destinations.allowed_ports[%d]", i), status);
     }
+    dest_guard.add_allowed_ports(config.destinations().allowed_ports(i));
+  }
+  if (dest_guard.allowed_ports().empty()) {
+    for (const char* ports : {"80", "443", "1024-65535"}) dest_guard.add_allowed_ports(ports);
+  }
+  const v1::ShortConfig::Destinations& destinations = config.destinations();
+  for (int i = 0; i < destinations.allow_size(); ++i) {
+    auto range = network::CidrRange::parse(destinations.allow(i));
+    if (!range.ok()) return withPath(absl::StrFormat("destinations.allow[%d]", i), range.status());
+    dest_guard.add_allow(destinations.allow(i));
+  }
+  for (int i = 0; i < destinations.deny_size(); ++i) {
+    auto range = network::CidrRange::parse(destinations.deny(i));
+    if (!range.ok()) return withPath(absl::StrFormat("destinations.deny[%d]", i), range.status());
+    dest_guard.add_deny(destinations.deny(i));
   }
 
   filters::v1::AuthConfig auth;
@@ -188,6 +245,13 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
             absl::StrFormat("%s.key: must not contain control characters", path));
       }
     }
+    if (in.key().rfind(kSha256KeyPrefix, 0) == 0 &&
+        !isSha256Hex(std::string_view(in.key()).substr(kSha256KeyPrefix.size()))) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.key: \"sha256:\" must be followed by the 64 hex digits of the key's SHA-256 "
+          "(`printf %%s KEY | sha256sum`)",
+          path));
+    }
     // The key itself is never echoed: errors end up in logs.
     auto [key_pos, key_new] = keys.try_emplace(in.key(), i);
     if (!key_new) {
@@ -204,21 +268,61 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
     out->set_name(name);
     out->set_key(in.key());
   }
+  // Read (and checked, with file:line in errors) by sluice.auth when the proxy starts.
+  auth.set_api_keys_file(config.auth().api_keys_file());
+
+  const v1::ShortConfig::Bans& short_bans = config.bans();
+  v1::Bans bans;
+  bans.set_disabled(short_bans.disabled());
+  bans.set_max_failures(uintOr(short_bans.max_failures(), 5));
+  setDuration(short_bans.has_window(), short_bans.window(), 60, *bans.mutable_window());
+  setDuration(short_bans.has_duration(), short_bans.duration(), 900, *bans.mutable_duration());
+  bans.set_ipv6_prefix(uintOr(short_bans.ipv6_prefix(), 64));
+  bans.set_max_entries(uintOr(short_bans.max_entries(), 100000));
+  // Its errors name the key as both forms spell it: "bans.window: ...".
+  absl::Status bans_status = ban::banOptionsFromProto(bans).status();
+  if (!bans_status.ok()) return bans_status;
+
+  const v1::ShortConfig::Limits& limits = config.limits();
+  const uint32_t head_bytes = uintOr(limits.max_request_head_bytes(), 65536);
+  const uint32_t headers = uintOr(limits.max_request_headers(), 100);
+  const uint32_t max_connections = uintOr(limits.max_connections(), 10000);
+  const uint32_t per_client = uintOr(limits.max_connections_per_client(), 256);
+  // The ranges sluice.http1 and the listener accept; checked here to name the short-form key.
+  for (const auto& [key, value, min, max] :
+       {std::tuple<const char*, uint32_t, uint32_t, uint32_t>{"max_request_head_bytes", head_bytes,
+                                                              1024, 1 << 20},
+        {"max_request_headers", headers, 1, 128},
+        {"max_connections", max_connections, 1, 10000000},
+        {"max_connections_per_client", per_client, 1, 10000000}}) {
+    if (value < min || value > max) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("limits.%s: %d is out of range [%d, %d]", key, value, min, max));
+    }
+  }
 
   filters::v1::RouterConfig router;
   router.mutable_connect_timeout()->set_seconds(10);
   router.mutable_response_timeout()->set_seconds(60);
-  router.mutable_tunnel_idle_timeout()->set_seconds(300);
+  setDuration(limits.has_tunnel_idle_timeout(), limits.tunnel_idle_timeout(), 300,
+              *router.mutable_tunnel_idle_timeout());
 
   filters::v1::Http1ProxyConfig http1;
-  http1.set_max_request_head_bytes(65536);
-  http1.set_max_request_headers(100);
+  http1.set_max_request_head_bytes(head_bytes);
+  http1.set_max_request_headers(headers);
   http1.set_max_response_head_bytes(65536);
-  http1.mutable_request_head_timeout()->set_seconds(10);
-  http1.mutable_idle_timeout()->set_seconds(60);
+  setDuration(limits.has_request_head_timeout(), limits.request_head_timeout(), 10,
+              *http1.mutable_request_head_timeout());
+  setDuration(limits.has_idle_timeout(), limits.idle_timeout(), 60, *http1.mutable_idle_timeout());
+  http1.set_max_request_body_bytes(limits.max_request_body_bytes());
+  setDuration(limits.has_request_body_timeout(), limits.request_body_timeout(), 30,
+              *http1.mutable_request_body_timeout());
   v1::Filter* auth_filter = http1.add_request_filters();
   auth_filter->set_name("sluice.auth");
   auth_filter->mutable_typed_config()->PackFrom(auth);
+  v1::Filter* dest_guard_filter = http1.add_request_filters();
+  dest_guard_filter->set_name("sluice.dest_guard");
+  dest_guard_filter->mutable_typed_config()->PackFrom(dest_guard);
   v1::Filter* router_filter = http1.add_request_filters();
   router_filter->set_name("sluice.router");
   router_filter->mutable_typed_config()->PackFrom(router);
@@ -230,6 +334,17 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   listener->set_name("http");
   listener->set_address(listen);
   listener->set_backlog(1024);
+  v1::ConnectionLimits* connection_limits = listener->mutable_connection_limits();
+  connection_limits->set_max_connections(max_connections);
+  connection_limits->set_max_connections_per_client(per_client);
+  connection_limits->set_overflow_reply(v1::ConnectionLimits::HTTP_503);
+  *bootstrap.mutable_bans() = bans;
+  // First: a banned client is closed before any other filter spends time on it.
+  if (!bans.disabled()) {
+    v1::Filter* filter = listener->add_listener_filters();
+    filter->set_name("sluice.ban");
+    filter->mutable_typed_config()->PackFrom(filters::v1::BanConfig());
+  }
   if (config.allowlist().cidrs_size() > 0) {
     filters::v1::IpAllowlistConfig allowlist;
     for (int i = 0; i < config.allowlist().cidrs_size(); ++i) {

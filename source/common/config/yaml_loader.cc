@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/message.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 #include "api/sluice/config/v1/options.pb.h"
@@ -603,19 +605,54 @@ class Walker {
   size_t nodes_ = 0;
 };
 
+// Sees the documents of a stream go by without building them; remembers where the second starts.
+struct DocumentCounter : public YAML::EventHandler {
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    (++documents == 1 ? first : second) = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  int documents = 0;
+  YAML::Mark first = YAML::Mark::null_mark();
+  YAML::Mark second = YAML::Mark::null_mark();
+};
+
 // Parses exactly one YAML document; an empty text is a Null node.
 absl::StatusOr<YAML::Node> parseDocument(std::string_view yaml_text, std::string_view source) {
   const std::string prefix = source.empty() ? "" : absl::StrFormat("%s: ", source);
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(yaml_text));
-    if (docs.empty()) return YAML::Node(YAML::NodeType::Null);
-    if (docs.size() > 1) {
-      const YAML::Mark mark = docs[1].Mark();
+    // Not YAML::LoadAll: in yaml-cpp 0.7 it loops forever, allocating, on some malformed streams
+    // (a file starting with ",": jbeder/yaml-cpp#1040). Here at most two documents are read.
+    const std::string text(yaml_text);
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentCounter counter;
+    while (counter.documents < 2 && parser.HandleNextDocument(counter)) {
+    }
+    if (counter.documents == 0) return YAML::Node(YAML::NodeType::Null);
+    if (counter.documents > 1) {
+      const YAML::Mark& mark = counter.second;
+      if (mark.pos == counter.first.pos) {
+        // The parser made no progress: a token it cannot start a document with.
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%sYAML syntax error at line %d, column %d: unexpected token", prefix,
+                            mark.line + 1, mark.column + 1));
+      }
       return absl::InvalidArgumentError(
           absl::StrFormat("%sonly one YAML document is allowed, found a second one (line %d)",
                           prefix, mark.is_null() ? 0 : mark.line + 1));
     }
-    return docs[0];
+    return YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     // `@type:` unquoted is the likeliest way to meet yaml-cpp's bare "unknown token".
     const bool at_sign = e.mark.pos >= 0 && static_cast<size_t>(e.mark.pos) < yaml_text.size() &&

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 
 #include "api/sluice/filters/v1/auth.pb.h"
+#include "api/sluice/filters/v1/dest_guard.pb.h"
 #include "api/sluice/filters/v1/http1.pb.h"
 #include "api/sluice/filters/v1/router.pb.h"
 #include "source/common/config/bootstrap_loader.h"
@@ -22,6 +23,7 @@ struct Expanded {
   v1::Bootstrap bootstrap;
   filters::v1::Http1ProxyConfig http1;
   filters::v1::AuthConfig auth;
+  filters::v1::DestGuardConfig dest_guard;
   filters::v1::RouterConfig router;
 };
 
@@ -35,12 +37,16 @@ Expanded load(const std::string& yaml) {
   const v1::Filter& codec = b->listeners(0).filter_chains(0).filters(0);
   EXPECT_EQ(codec.name(), "sluice.http1");
   EXPECT_TRUE(codec.typed_config().UnpackTo(&out.http1));
-  EXPECT_EQ(out.http1.request_filters_size(), 2);
-  if (out.http1.request_filters_size() != 2) return out;
+  EXPECT_EQ(out.http1.request_filters_size(), 3);
+  if (out.http1.request_filters_size() != 3) return out;
   EXPECT_EQ(out.http1.request_filters(0).name(), "sluice.auth");
   EXPECT_TRUE(out.http1.request_filters(0).typed_config().UnpackTo(&out.auth));
-  EXPECT_EQ(out.http1.request_filters(1).name(), "sluice.router");
-  EXPECT_TRUE(out.http1.request_filters(1).typed_config().UnpackTo(&out.router));
+  // The destination guard runs after auth (strangers learn nothing about destinations) and
+  // right before the router, which dials only the addresses it checked.
+  EXPECT_EQ(out.http1.request_filters(1).name(), "sluice.dest_guard");
+  EXPECT_TRUE(out.http1.request_filters(1).typed_config().UnpackTo(&out.dest_guard));
+  EXPECT_EQ(out.http1.request_filters(2).name(), "sluice.router");
+  EXPECT_TRUE(out.http1.request_filters(2).typed_config().UnpackTo(&out.router));
   return out;
 }
 
@@ -166,10 +172,40 @@ TEST(ShortFormTest, AllowedPortsAreValidated) {
   EXPECT_FALSE(validatePortRange("").ok());
 }
 
-TEST(ShortFormTest, DestinationsDoNotAppearInTheBootstrap) {
-  Expanded with = load("destinations:\n  allow_private: true\n  allowed_ports: [80]\n");
-  Expanded without = load("");
-  EXPECT_EQ(with.bootstrap.SerializeAsString(), without.bootstrap.SerializeAsString());
+TEST(ShortFormTest, DestinationsBecomeTheDestGuard) {
+  Expanded defaults = load("");
+  EXPECT_FALSE(defaults.dest_guard.allow_private());
+  EXPECT_EQ(defaults.dest_guard.allow_size(), 0);
+  EXPECT_EQ(defaults.dest_guard.deny_size(), 0);
+  ASSERT_EQ(defaults.dest_guard.allowed_ports_size(), 3);
+  EXPECT_EQ(defaults.dest_guard.allowed_ports(0), "80");
+  EXPECT_EQ(defaults.dest_guard.allowed_ports(1), "443");
+  EXPECT_EQ(defaults.dest_guard.allowed_ports(2), "1024-65535");
+
+  Expanded set = load(
+      "destinations:\n  allow_private: true\n  allowed_ports: [80, 8000-8080]\n"
+      "  allow: [\"10.1.0.0/16\", \"fd00::/8\"]\n  deny: [\"10.1.2.0/24\", 192.0.2.7]\n");
+  EXPECT_TRUE(set.dest_guard.allow_private());
+  ASSERT_EQ(set.dest_guard.allowed_ports_size(), 2);
+  EXPECT_EQ(set.dest_guard.allowed_ports(0), "80");
+  EXPECT_EQ(set.dest_guard.allowed_ports(1), "8000-8080");
+  ASSERT_EQ(set.dest_guard.allow_size(), 2);
+  EXPECT_EQ(set.dest_guard.allow(1), "fd00::/8");
+  ASSERT_EQ(set.dest_guard.deny_size(), 2);
+  EXPECT_EQ(set.dest_guard.deny(0), "10.1.2.0/24");
+  EXPECT_EQ(set.dest_guard.deny(1), "192.0.2.7");
+}
+
+TEST(ShortFormTest, DestinationRangesAreValidated) {
+  EXPECT_EQ(loadError("destinations:\n  allow: [\"10.0.0.0/8\", \"10.1.2.3/8\"]\n"),
+            "s.yaml: destinations.allow[1]: '10.1.2.3/8': address has bits set beyond the /8 "
+            "prefix");
+  EXPECT_EQ(loadError("destinations:\n  deny: [example.com]\n"),
+            "s.yaml: destinations.deny[0]: 'example.com': not an IP address or range");
+  EXPECT_THAT(loadError("destinations:\n  deny: [\"::/129\"]\n"),
+              HasSubstr("s.yaml: destinations.deny[0]: '::/129': prefix length above 128"));
+  EXPECT_THAT(loadError("destinations:\n  allow: \"10.0.0.0/8\"\n"),
+              HasSubstr("destinations.allow: expected a list"));
 }
 
 TEST(ShortFormTest, AddressesAreChecked) {
@@ -209,6 +245,154 @@ TEST(ShortFormTest, InitialConfigTextLoadsWithTheGivenKey) {
   Expanded q = load(initialConfigText("a\"b\\c"));
   ASSERT_EQ(q.auth.api_keys_size(), 1);
   EXPECT_EQ(q.auth.api_keys(0).key(), "a\"b\\c");
+}
+
+// The codec's and the router's configs, found by name (other request filters may sit between).
+struct LimitsView {
+  v1::ConnectionLimits listener;
+  filters::v1::Http1ProxyConfig http1;
+  filters::v1::RouterConfig router;
+};
+
+LimitsView loadLimits(const std::string& yaml) {
+  LimitsView out;
+  absl::StatusOr<v1::Bootstrap> b = loadBootstrapString(yaml, "s.yaml");
+  EXPECT_TRUE(b.ok()) << b.status().message();
+  if (!b.ok()) return out;
+  out.listener = b->listeners(0).connection_limits();
+  EXPECT_TRUE(b->listeners(0).filter_chains(0).filters(0).typed_config().UnpackTo(&out.http1));
+  bool found = false;
+  for (const v1::Filter& f : out.http1.request_filters()) {
+    if (f.name() == "sluice.router") found = f.typed_config().UnpackTo(&out.router);
+  }
+  EXPECT_TRUE(found);
+  return out;
+}
+
+TEST(ShortFormTest, LimitsDefaultsAreWrittenOut) {
+  LimitsView v = loadLimits("");
+  EXPECT_EQ(v.listener.max_connections(), 10000u);
+  EXPECT_EQ(v.listener.max_connections_per_client(), 256u);
+  EXPECT_EQ(v.listener.overflow_reply(), v1::ConnectionLimits::HTTP_503);
+  EXPECT_EQ(v.http1.request_head_timeout().seconds(), 10);
+  EXPECT_EQ(v.http1.idle_timeout().seconds(), 60);
+  EXPECT_EQ(v.http1.max_request_head_bytes(), 65536u);
+  EXPECT_EQ(v.http1.max_request_headers(), 100u);
+  EXPECT_EQ(v.http1.max_request_body_bytes(), 0u);
+  EXPECT_TRUE(v.http1.has_request_body_timeout());
+  EXPECT_EQ(v.http1.request_body_timeout().seconds(), 30);
+  EXPECT_EQ(v.router.tunnel_idle_timeout().seconds(), 300);
+}
+
+TEST(ShortFormTest, LimitsAreMapped) {
+  LimitsView v = loadLimits(
+      "limits:\n"
+      "  request_head_timeout: 2s\n"
+      "  idle_timeout: 1500ms\n"
+      "  max_request_head_bytes: 4096\n"
+      "  max_request_headers: 20\n"
+      "  max_request_body_bytes: 10000000000\n"
+      "  request_body_timeout: 3s\n"
+      "  max_connections: 20\n"
+      "  max_connections_per_client: 5\n"
+      "  tunnel_idle_timeout: 1m\n");
+  EXPECT_EQ(v.http1.request_head_timeout().seconds(), 2);
+  EXPECT_EQ(v.http1.idle_timeout().seconds(), 1);
+  EXPECT_EQ(v.http1.idle_timeout().nanos(), 500000000);
+  EXPECT_EQ(v.http1.max_request_head_bytes(), 4096u);
+  EXPECT_EQ(v.http1.max_request_headers(), 20u);
+  EXPECT_EQ(v.http1.max_request_body_bytes(), 10000000000u);  // above 32 bits
+  EXPECT_EQ(v.http1.request_body_timeout().seconds(), 3);
+  EXPECT_EQ(v.listener.max_connections(), 20u);
+  EXPECT_EQ(v.listener.max_connections_per_client(), 5u);
+  EXPECT_EQ(v.router.tunnel_idle_timeout().seconds(), 60);
+  // Zero is the default, as everywhere else.
+  LimitsView zero = loadLimits("limits: {request_head_timeout: 0, max_connections: 0}\n");
+  EXPECT_EQ(zero.http1.request_head_timeout().seconds(), 10);
+  EXPECT_EQ(zero.listener.max_connections(), 10000u);
+}
+
+TEST(ShortFormTest, LimitsAreRangeChecked) {
+  EXPECT_EQ(loadError("limits: {max_request_head_bytes: 100}\n"),
+            "s.yaml: limits.max_request_head_bytes: 100 is out of range [1024, 1048576]");
+  EXPECT_EQ(loadError("limits: {max_request_head_bytes: 2000000}\n"),
+            "s.yaml: limits.max_request_head_bytes: 2000000 is out of range [1024, 1048576]");
+  EXPECT_EQ(loadError("limits: {max_request_headers: 129}\n"),
+            "s.yaml: limits.max_request_headers: 129 is out of range [1, 128]");
+  EXPECT_EQ(loadError("limits: {max_connections: 20000000}\n"),
+            "s.yaml: limits.max_connections: 20000000 is out of range [1, 10000000]");
+  EXPECT_EQ(loadError("limits: {max_connections_per_client: 4294967295}\n"),
+            "s.yaml: limits.max_connections_per_client: 4294967295 is out of range [1, 10000000]");
+  EXPECT_EQ(loadError("limits: {max_request_headers: 128, max_request_head_bytes: 1024}\n"), "");
+  EXPECT_THAT(loadError("limits: {max_conections: 5}\n"),
+              HasSubstr("limits.max_conections: unknown field; did you mean max_connections?"));
+  EXPECT_THAT(loadError("limits: {request_body_timeout: 30}\n"),
+              HasSubstr("limits.request_body_timeout: "));
+  EXPECT_THAT(loadError("limits: {max_request_body_bytes: -1}\n"),
+              HasSubstr("limits.max_request_body_bytes: "));
+}
+
+TEST(ShortFormTest, BansDefaultsAndTheBanListenerFilter) {
+  Expanded e = load("");
+  const v1::Bans& bans = e.bootstrap.bans();
+  EXPECT_FALSE(bans.disabled());
+  EXPECT_EQ(bans.max_failures(), 5u);
+  EXPECT_EQ(bans.window().seconds(), 60);
+  EXPECT_EQ(bans.duration().seconds(), 900);
+  EXPECT_EQ(bans.ipv6_prefix(), 64u);
+  EXPECT_EQ(bans.max_entries(), 100000u);
+  const v1::Listener& listener = e.bootstrap.listeners(0);
+  ASSERT_EQ(listener.listener_filters_size(), 1);
+  EXPECT_EQ(listener.listener_filters(0).name(), "sluice.ban");
+  EXPECT_EQ(listener.listener_filters(0).typed_config().type_url(),
+            "type.googleapis.com/sluice.filters.v1.BanConfig");
+  // With an allowlist, a banned client is still closed first.
+  Expanded a = load("allowlist: {cidrs: [\"10.0.0.0/8\"]}\n");
+  ASSERT_EQ(a.bootstrap.listeners(0).listener_filters_size(), 2);
+  EXPECT_EQ(a.bootstrap.listeners(0).listener_filters(0).name(), "sluice.ban");
+  EXPECT_EQ(a.bootstrap.listeners(0).listener_filters(1).name(), "sluice.ip_allowlist");
+}
+
+TEST(ShortFormTest, BansAreMapped) {
+  Expanded e = load(
+      "bans: {max_failures: 3, window: 30s, duration: 1h, ipv6_prefix: 56, max_entries: 500}\n");
+  const v1::Bans& bans = e.bootstrap.bans();
+  EXPECT_EQ(bans.max_failures(), 3u);
+  EXPECT_EQ(bans.window().seconds(), 30);
+  EXPECT_EQ(bans.duration().seconds(), 3600);
+  EXPECT_EQ(bans.ipv6_prefix(), 56u);
+  EXPECT_EQ(bans.max_entries(), 500u);
+  Expanded off = load("bans: {disabled: true}\n");
+  EXPECT_TRUE(off.bootstrap.bans().disabled());
+  EXPECT_EQ(off.bootstrap.listeners(0).listener_filters_size(), 0);
+}
+
+TEST(ShortFormTest, BansAreRangeChecked) {
+  EXPECT_THAT(loadError("bans: {ipv6_prefix: 8}\n"), HasSubstr("s.yaml: bans.ipv6_prefix: 8"));
+  EXPECT_THAT(loadError("bans: {ipv6_prefix: 129}\n"), HasSubstr("bans.ipv6_prefix: 129"));
+  EXPECT_THAT(loadError("bans: {max_failures: 1001}\n"), HasSubstr("bans.max_failures: at most"));
+  EXPECT_THAT(loadError("bans: {max_entries: 10000001}\n"), HasSubstr("bans.max_entries"));
+  EXPECT_THAT(loadError("bans: {window: 25h}\n"), HasSubstr("bans.window: at most"));
+  EXPECT_THAT(loadError("bans: {duration: 9000h}\n"), HasSubstr("bans.duration: at most"));
+  EXPECT_THAT(loadError("bans: {duration: 15}\n"), HasSubstr("bans.duration: "));
+  EXPECT_EQ(loadError("bans: {ipv6_prefix: 128, max_failures: 1, max_entries: 1}\n"), "");
+}
+
+TEST(ShortFormTest, Sha256KeysAndTheKeysFile) {
+  const std::string hex = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+  Expanded e = load("auth:\n  api_keys: [\"sha256:" + hex +
+                    "\"]\n  api_keys_file: /etc/sluice/keys\n");
+  ASSERT_EQ(e.auth.api_keys_size(), 1);
+  EXPECT_EQ(e.auth.api_keys(0).key(), "sha256:" + hex);
+  EXPECT_EQ(e.auth.api_keys_file(), "/etc/sluice/keys");
+  EXPECT_EQ(load("").auth.api_keys_file(), "");
+  for (const std::string& bad :
+       {std::string("sha256:abc"), "sha256:" + hex + "0", "sha256:" + hex.substr(1) + "x"}) {
+    const std::string error = loadError("auth: {api_keys: [\"" + bad + "\"]}\n");
+    EXPECT_THAT(error, HasSubstr("auth.api_keys[0].key: \"sha256:\" must be followed by the 64 "
+                                 "hex digits"));
+    EXPECT_THAT(error, Not(HasSubstr(bad)));
+  }
 }
 
 }  // namespace

@@ -299,6 +299,116 @@ TEST_F(AuthFilterTest, RightKeyContinuesWithPrincipal) {
   EXPECT_EQ(1u, counter("key.dev.allowed"));
 }
 
+std::shared_ptr<ban::BanTable> makeBans(uint32_t max_failures = 5) {
+  ban::BanOptions options;
+  options.max_failures = max_failures;
+  return std::make_shared<ban::BanTable>(options, ban::BanStats());
+}
+
+network::Address clientAddress(const std::string& ip) {
+  auto a = network::Address::parseIp(ip, 40000);
+  EXPECT_TRUE(a.ok());
+  return *a;
+}
+
+TEST_F(AuthFilterTest, WrongKeysBanTheClientAndThenEvenTheRightKeyIsRefused) {
+  auto config = makeConfig({{"ci", "k1"}});
+  config->bans = makeBans();
+  config->denied_banned = stats::Store::get().counter(prefix_ + "denied_banned");
+  const auto client = clientAddress("192.0.2.10");
+  for (int i = 0; i < 5; ++i) {
+    proxy::ProxyRequest request;
+    request.client = client;
+    request.has_credential = true;
+    request.credential = "Bearer wrong";
+    EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, request));
+  }
+  // The 5th wrong key was still answered 407; it started the ban.
+  ASSERT_EQ(5u, callbacks_.denials.size());
+  for (proxy::Denial d : callbacks_.denials) EXPECT_EQ(proxy::Denial::Unauthorized, d);
+  EXPECT_TRUE(config->bans->isBanned(client));
+  EXPECT_EQ(5u, counter("denied_invalid"));
+
+  proxy::ProxyRequest right;
+  right.client = client;
+  right.has_credential = true;
+  right.credential = "Bearer k1";
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, right));
+  ASSERT_EQ(6u, callbacks_.denials.size());
+  EXPECT_EQ(proxy::Denial::Forbidden, callbacks_.denials.back());
+  EXPECT_EQ("client address is banned", callbacks_.last_reason);
+  EXPECT_TRUE(right.principal.empty());
+  EXPECT_EQ(1u, counter("denied_banned"));
+  EXPECT_EQ(0u, counter("allowed"));
+
+  // Another client is not affected.
+  proxy::ProxyRequest other = right;
+  other.client = clientAddress("192.0.2.11");
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, other));
+  EXPECT_EQ("ci", other.principal);
+}
+
+TEST_F(AuthFilterTest, MissingCredentialsAreNotFailures) {
+  auto config = makeConfig({{"ci", "k1"}});
+  config->bans = makeBans(1);
+  proxy::ProxyRequest request;
+  request.client = clientAddress("192.0.2.20");
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, request));
+  }
+  EXPECT_EQ(10u, counter("denied_missing"));
+  EXPECT_EQ(0u, config->bans->size());
+  EXPECT_FALSE(config->bans->anyBanned());
+  // Whereas with max_failures 1 a single wrong key bans.
+  request.has_credential = true;
+  request.credential = "Bearer nope";
+  run(config, request);
+  EXPECT_TRUE(config->bans->isBanned(request.client));
+}
+
+TEST_F(AuthFilterTest, RightKeysAreNotFailures) {
+  auto config = makeConfig({{"ci", "k1"}});
+  config->bans = makeBans(1);
+  proxy::ProxyRequest request;
+  request.client = clientAddress("2001:db8::1");
+  request.has_credential = true;
+  request.credential = "Bearer k1";
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
+  }
+  EXPECT_EQ(0u, config->bans->size());
+}
+
+TEST_F(AuthFilterTest, WithoutABanTableWrongKeysAreOnlyDenied) {
+  auto config = makeConfig({{"ci", "k1"}});
+  proxy::ProxyRequest request;
+  request.client = clientAddress("192.0.2.30");
+  request.has_credential = true;
+  request.credential = "Bearer nope";
+  for (int i = 0; i < 20; ++i) run(config, request);
+  EXPECT_EQ(20u, counter("denied_invalid"));
+  for (proxy::Denial d : callbacks_.denials) EXPECT_EQ(proxy::Denial::Unauthorized, d);
+}
+
+TEST_F(AuthFilterTest, Sha256ConfiguredKeyMatchesTheClearKey) {
+  auto config = makeConfig({});
+  ApiKey k;
+  k.name = "hashed";
+  k.digest = *configuredKeyDigest(
+      "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  config->keys.push_back(k);
+  proxy::ProxyRequest request;
+  request.has_credential = true;
+  request.credential = "Bearer abc";
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
+  EXPECT_EQ("hashed", request.principal);
+  proxy::ProxyRequest digest;
+  digest.has_credential = true;
+  digest.credential =
+      "Bearer sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, digest));
+}
+
 }  // namespace
 }  // namespace auth
 }  // namespace filters

@@ -1,0 +1,333 @@
+#include "filters/request/dest_guard/dest_guard.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <ifaddrs.h>
+#include <net/if.h>
+
+#include "absl/strings/str_format.h"
+
+#include "source/common/common/logger.h"
+#include "source/common/network/ip_literal.h"
+
+namespace sluice {
+namespace filters {
+namespace dest_guard {
+namespace {
+
+// IANA special-purpose ranges (RFC 6890 and successors): nothing a forward proxy should reach
+// on a client's behalf unless the operator says so.
+constexpr const char* kInternalRanges[] = {
+    "0.0.0.0/8",        // "this network"; connect() to 0.0.0.0 reaches the local host
+    "10.0.0.0/8",       // RFC 1918
+    "100.64.0.0/10",    // CGNAT shared space
+    "127.0.0.0/8",      // loopback
+    "169.254.0.0/16",   // link-local, cloud metadata (169.254.169.254)
+    "172.16.0.0/12",    // RFC 1918
+    "192.0.0.0/24",     // IETF protocol assignments
+    "192.0.2.0/24",     // TEST-NET-1
+    "192.88.99.0/24",   // 6to4 relay anycast
+    "192.168.0.0/16",   // RFC 1918
+    "198.18.0.0/15",    // benchmarking
+    "198.51.100.0/24",  // TEST-NET-2
+    "203.0.113.0/24",   // TEST-NET-3
+    "224.0.0.0/4",      // multicast
+    "240.0.0.0/4",      // reserved, and the broadcast 255.255.255.255
+    "::/128",           // unspecified
+    "::1/128",          // loopback
+    "::/96",            // IPv4-compatible (deprecated); a tunnel may carry it to IPv4
+    "::ffff:0:0/96",    // IPv4-mapped: reaches the embedded IPv4 address
+    "64:ff9b::/96",     // NAT64 well-known prefix
+    "64:ff9b:1::/48",   // local-use NAT64
+    "100::/64",         // discard-only
+    "2001::/32",        // Teredo
+    "2001:db8::/32",    // documentation
+    "2002::/16",        // 6to4
+    "fc00::/7",         // unique local (ULA)
+    "fe80::/10",        // link-local
+    "fec0::/10",        // site-local (deprecated)
+    "ff00::/8",         // multicast
+};
+
+bool isUnspecified(const network::Address& a) {
+  if (a.family() == AF_INET) return a.v4().sin_addr.s_addr == 0;
+  return IN6_IS_ADDR_UNSPECIFIED(&a.v6().sin6_addr);
+}
+
+bool isLoopback(const network::Address& a) {
+  if (a.family() == AF_INET) return (ntohl(a.v4().sin_addr.s_addr) >> 24) == 127;
+  return IN6_IS_ADDR_LOOPBACK(&a.v6().sin6_addr);
+}
+
+// ::ffff:a.b.c.d as the IPv4 address it reaches (same port); anything else unchanged.
+network::Address unmapped(const network::Address& a) {
+  if (a.family() != AF_INET6 || !IN6_IS_ADDR_V4MAPPED(&a.v6().sin6_addr)) return a;
+  uint32_t ip;
+  memcpy(&ip, a.v6().sin6_addr.s6_addr + 12, 4);
+  return network::Address::ipv4(ntohl(ip), a.port());
+}
+
+bool sameIp(const network::Address& a, const network::Address& b) {
+  if (a.family() != b.family()) return false;
+  if (a.family() == AF_INET) return a.v4().sin_addr.s_addr == b.v4().sin_addr.s_addr;
+  return memcmp(&a.v6().sin6_addr, &b.v6().sin6_addr, 16) == 0;
+}
+
+bool hasPort(const std::vector<uint16_t>& ports, uint16_t port) {
+  return std::find(ports.begin(), ports.end(), port) != ports.end();
+}
+
+absl::Status parseRanges(const google::protobuf::RepeatedPtrField<std::string>& texts,
+                         std::string_view path, std::vector<network::CidrRange>& out) {
+  for (int i = 0; i < texts.size(); ++i) {
+    auto range = network::CidrRange::parse(texts.Get(i));
+    if (!range.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s[%d]: %s", path, i, range.status().message()));
+    }
+    out.push_back(*range);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<network::CidrRange>& internalRanges() {
+  static const std::vector<network::CidrRange>* ranges = [] {
+    auto* list = new std::vector<network::CidrRange>();
+    for (const char* text : kInternalRanges) {
+      auto range = network::CidrRange::parse(text);
+      SLUICE_ASSERT(range.ok(), "bad built-in range");
+      list->push_back(*range);
+    }
+    return list;
+  }();
+  return *ranges;
+}
+
+std::vector<network::Address> localInterfaceAddresses() {
+  std::vector<network::Address> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    SLUICE_LOG(Warn, "dest_guard: cannot list interface addresses: %s", strerror(errno));
+    return out;
+  }
+  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr) continue;
+    const int family = it->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    out.push_back(network::Address::fromSockaddr(
+        it->ifa_addr, family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6)));
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+bool DestGuardConfig::portAllowed(uint16_t port) const {
+  for (const network::PortRange& range : allowed_ports) {
+    if (range.contains(port)) return true;
+  }
+  return false;
+}
+
+Verdict DestGuardConfig::check(const network::Address& address) const {
+  const network::Address a = unmapped(address);
+  const uint16_t port = a.port();
+  // Whatever opens other ranges, a request must not loop back into sluice.
+  if (hasPort(self_ports, port)) {
+    if (isUnspecified(a)) return Verdict::Self;
+    for (const network::Address& self : self_addresses) {
+      if (self.port() == port && sameIp(self, a)) return Verdict::Self;
+    }
+    if (hasPort(self_wildcard_ports, port) && isLoopback(a)) return Verdict::Self;
+  }
+  for (const network::CidrRange& range : deny) {
+    if (range.contains(address)) return Verdict::Denied;
+  }
+  if (allow_private) return Verdict::Allowed;
+  for (const network::CidrRange& range : allow) {
+    if (range.contains(address)) return Verdict::Allowed;
+  }
+  for (const network::CidrRange& range : internalRanges()) {
+    if (range.contains(address)) return Verdict::Private;
+  }
+  return Verdict::Allowed;
+}
+
+absl::StatusOr<DestGuardConfigSharedPtr> buildConfig(
+    const sluice::filters::v1::DestGuardConfig& proto,
+    const std::vector<network::Address>& local_addresses,
+    const std::vector<network::Address>& interfaces, std::string_view path) {
+  auto config = std::make_shared<DestGuardConfig>();
+  config->allow_private = proto.allow_private();
+  absl::Status status =
+      parseRanges(proto.allow(), absl::StrFormat("%s.typed_config.allow", path), config->allow);
+  if (!status.ok()) return status;
+  status = parseRanges(proto.deny(), absl::StrFormat("%s.typed_config.deny", path), config->deny);
+  if (!status.ok()) return status;
+  for (int i = 0; i < proto.allowed_ports_size(); ++i) {
+    auto range = network::parsePortRange(proto.allowed_ports(i));
+    if (!range.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s.typed_config.allowed_ports[%d]: %s",
+                                                        path, i, range.status().message()));
+    }
+    config->allowed_ports.push_back(*range);
+  }
+  if (config->allowed_ports.empty()) {
+    config->allowed_ports = {{80, 80}, {443, 443}, {1024, 65535}};
+  }
+
+  for (const network::Address& local : local_addresses) {
+    if (!local.valid()) continue;
+    const uint16_t port = local.port();
+    if (!hasPort(config->self_ports, port)) config->self_ports.push_back(port);
+    if (!isUnspecified(local)) {
+      config->self_addresses.push_back(local);
+      continue;
+    }
+    if (!hasPort(config->self_wildcard_ports, port)) config->self_wildcard_ports.push_back(port);
+    for (network::Address ip : interfaces) {
+      ip.setPort(port);
+      config->self_addresses.push_back(ip);
+    }
+  }
+
+  stats::Store& store = stats::Store::get();
+  config->stats.allowed = store.counter("dest_guard.allowed");
+  config->stats.blocked_private = store.counter("dest_guard.blocked_private");
+  config->stats.blocked_denied = store.counter("dest_guard.blocked_denied");
+  config->stats.blocked_port = store.counter("dest_guard.blocked_port");
+  config->stats.blocked_self = store.counter("dest_guard.blocked_self");
+  config->stats.resolve_failed = store.counter("dest_guard.resolve_failed");
+  return DestGuardConfigSharedPtr(std::move(config));
+}
+
+DestGuardFilter::~DestGuardFilter() { onRequestEnd(); }
+
+proxy::RequestFilterStatus DestGuardFilter::onRequest(proxy::ProxyRequest& request) {
+  request_ = &request;
+  // A retried request comes back with the previous run's pins: check afresh.
+  request.pinned_count = 0;
+  if (!config_->portAllowed(request.port)) {
+    config_->stats.blocked_port.inc();
+    callbacks_->deny(proxy::Denial::Forbidden, kReasonPort);
+    return proxy::RequestFilterStatus::StopIteration;
+  }
+
+  network::Address literal;
+  std::string_view zone;
+  if (network::parseIpLiteral(request.host, literal, &zone)) {
+    literal.setPort(request.port);
+    // A refused address gets its own reason, whatever its zone says.
+    if (!zone.empty() && config_->check(literal) == Verdict::Allowed && !applyZone(zone, literal)) {
+      return proxy::RequestFilterStatus::StopIteration;
+    }
+    return admit(&literal, 1) ? proxy::RequestFilterStatus::Continue
+                              : proxy::RequestFilterStatus::StopIteration;
+  }
+
+  in_on_request_ = true;
+  answered_ = false;
+  query_ = callbacks_->worker().resolver().resolve(
+      request.host, [this](const absl::Status& status, const std::vector<network::Address>& a) {
+        query_ = nullptr;
+        onResolved(status, a);
+      });
+  in_on_request_ = false;
+  if (answered_ && admitted_) return proxy::RequestFilterStatus::Continue;
+  return proxy::RequestFilterStatus::StopIteration;
+}
+
+void DestGuardFilter::onResolved(const absl::Status& status,
+                                 const std::vector<network::Address>& addresses) {
+  // Read first: a refusal may end the request and, on the async path, the connection.
+  const bool synchronous = in_on_request_;
+  bool admitted = false;
+  if (!status.ok() || addresses.empty()) {
+    config_->stats.resolve_failed.inc();
+    error_ = status.ok() ? absl::StrFormat("%s: no addresses", request_->host)
+                         : std::string(status.message());
+    callbacks_->deny(proxy::Denial::BadGateway, error_);
+  } else {
+    admitted = admit(addresses.data(), addresses.size());
+  }
+  if (synchronous) {
+    answered_ = true;
+    admitted_ = admitted;
+    return;
+  }
+  if (admitted) callbacks_->continueRequest();
+}
+
+bool DestGuardFilter::admit(const network::Address* addresses, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    network::Address address = addresses[i];
+    address.setPort(request_->port);
+    switch (config_->check(address)) {
+      case Verdict::Allowed:
+        continue;
+      case Verdict::Private:
+        config_->stats.blocked_private.inc();
+        callbacks_->deny(proxy::Denial::Forbidden, kReasonPrivate);
+        return false;
+      case Verdict::Denied:
+        config_->stats.blocked_denied.inc();
+        callbacks_->deny(proxy::Denial::Forbidden, kReasonDenied);
+        return false;
+      case Verdict::Self:
+        config_->stats.blocked_self.inc();
+        callbacks_->deny(proxy::Denial::Forbidden, kReasonSelf);
+        return false;
+    }
+  }
+  const size_t pinned = std::min<size_t>(count, proxy::ProxyRequest::kMaxPinned);
+  for (size_t i = 0; i < pinned; ++i) {
+    request_->pinned[i] = addresses[i];
+    request_->pinned[i].setPort(request_->port);
+  }
+  request_->pinned_count = static_cast<uint32_t>(pinned);
+  config_->stats.allowed.inc();
+  return true;
+}
+
+bool DestGuardFilter::applyZone(std::string_view zone, network::Address& address) {
+  // parseIpLiteral bounds a zone to IF_NAMESIZE - 1 characters.
+  char name[IF_NAMESIZE];
+  memcpy(name, zone.data(), zone.size());
+  name[zone.size()] = '\0';
+  uint32_t index = if_nametoindex(name);
+  if (index == 0) {
+    uint32_t numeric = 0;
+    bool digits = true;
+    for (char c : zone) {
+      if (c < '0' || c > '9' || numeric > 100000) {
+        digits = false;
+        break;
+      }
+      numeric = numeric * 10 + static_cast<uint32_t>(c - '0');
+    }
+    if (digits && numeric != 0 && if_indextoname(numeric, name) != nullptr) index = numeric;
+  }
+  if (index == 0) {
+    config_->stats.resolve_failed.inc();
+    callbacks_->deny(proxy::Denial::BadGateway, "no such interface in the address's zone id");
+    return false;
+  }
+  sockaddr_in6 in6 = address.v6();
+  in6.sin6_scope_id = index;
+  address = network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&in6), sizeof(in6));
+  return true;
+}
+
+void DestGuardFilter::onRequestEnd() {
+  if (query_ != nullptr) {
+    query_->cancel();
+    query_ = nullptr;
+  }
+  request_ = nullptr;
+}
+
+}  // namespace dest_guard
+}  // namespace filters
+}  // namespace sluice

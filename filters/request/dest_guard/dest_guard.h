@@ -1,0 +1,106 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+#include "api/sluice/filters/v1/dest_guard.pb.h"
+#include "source/common/dns/resolver.h"
+#include "source/common/network/address.h"
+#include "source/common/network/cidr.h"
+#include "source/common/network/port_range.h"
+#include "source/common/proxy/request_filter.h"
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace filters {
+namespace dest_guard {
+
+// The refusal texts: short, fixed, safe to show a client.
+inline constexpr std::string_view kReasonPort = "destination port not allowed";
+inline constexpr std::string_view kReasonPrivate = "destination is a private address";
+inline constexpr std::string_view kReasonDenied = "destination is in a denied range";
+inline constexpr std::string_view kReasonSelf = "destination is sluice itself";
+
+struct DestGuardStats {
+  stats::Counter allowed;          // requests passed on, with their addresses pinned
+  stats::Counter blocked_private;  // an address in an internal range not opened by config
+  stats::Counter blocked_denied;   // an address in a `deny` range
+  stats::Counter blocked_port;     // a port outside allowed_ports
+  stats::Counter blocked_self;     // one of sluice's own listen addresses
+  stats::Counter resolve_failed;   // the name did not resolve (or a zone id names no interface)
+};
+
+// What the check says about one destination address.
+enum class Verdict : uint8_t { Allowed, Private, Denied, Self };
+
+struct DestGuardConfig {
+  bool allow_private = false;
+  std::vector<network::CidrRange> allow;
+  std::vector<network::CidrRange> deny;
+  std::vector<network::PortRange> allowed_ports;
+  // sluice's own sockets (listeners and admin) as ip:port; a wildcard bind is expanded into
+  // every local interface address at config time.
+  std::vector<network::Address> self_addresses;
+  // Ports of every own socket, and those bound on a wildcard address (0.0.0.0, ::).
+  std::vector<uint16_t> self_ports;
+  std::vector<uint16_t> self_wildcard_ports;
+  DestGuardStats stats;
+
+  bool portAllowed(uint16_t port) const;
+  // `address` carries the destination port (it matters for the self check).
+  Verdict check(const network::Address& address) const;
+};
+using DestGuardConfigSharedPtr = std::shared_ptr<const DestGuardConfig>;
+
+// The ranges refused unless allow_private or an `allow` range opens them.
+const std::vector<network::CidrRange>& internalRanges();
+
+// The addresses of this host's interfaces (getifaddrs), for expanding wildcard binds.
+std::vector<network::Address> localInterfaceAddresses();
+
+// Validates `proto` (errors name `path`) and builds the shared config; registers the stats.
+// `local_addresses` are sluice's own listen addresses, `interfaces` what a wildcard bind
+// among them covers.
+absl::StatusOr<DestGuardConfigSharedPtr> buildConfig(
+    const sluice::filters::v1::DestGuardConfig& proto,
+    const std::vector<network::Address>& local_addresses,
+    const std::vector<network::Address>& interfaces, std::string_view path);
+
+// "sluice.dest_guard": refuses a request whose port is not allowed or whose destination is, or
+// resolves to, any refused address; otherwise pins the checked addresses for the router.
+// Literal addresses in any notation are normalised first and never sent to DNS.
+class DestGuardFilter : public proxy::RequestFilter {
+ public:
+  explicit DestGuardFilter(DestGuardConfigSharedPtr config) : config_(std::move(config)) {}
+  ~DestGuardFilter() override;
+
+  // proxy::RequestFilter
+  proxy::RequestFilterStatus onRequest(proxy::ProxyRequest& request) override;
+  void onRequestEnd() override;
+
+ private:
+  void onResolved(const absl::Status& status, const std::vector<network::Address>& addresses);
+  // Checks every address; pins them and returns true, or denies and returns false.
+  bool admit(const network::Address* addresses, size_t count);
+  // Sets the interface of a link-local literal; false (and denied) when there is none.
+  bool applyZone(std::string_view zone, network::Address& address);
+
+  DestGuardConfigSharedPtr config_;
+  proxy::ProxyRequest* request_ = nullptr;
+  dns::Resolver::Query* query_ = nullptr;
+  // An answer that arrives while onRequest is still on the stack is returned from it instead of
+  // resuming the chain.
+  bool in_on_request_ = false;
+  bool answered_ = false;
+  bool admitted_ = false;
+  std::string error_;  // a resolution failure's text; outlives the request for the reply
+};
+
+}  // namespace dest_guard
+}  // namespace filters
+}  // namespace sluice

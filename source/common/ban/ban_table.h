@@ -1,0 +1,132 @@
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+#include "source/common/network/address.h"
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace ban {
+
+struct BanOptions {
+  // Failures within `window` that start a ban.
+  uint32_t max_failures = 5;
+  std::chrono::milliseconds window{60 * 1000};
+  // How long a ban lasts.
+  std::chrono::milliseconds duration{15 * 60 * 1000};
+  // IPv6 clients are tracked and banned by this prefix: one host usually owns a whole /64.
+  uint32_t ipv6_prefix = 64;
+  // Tracked addresses (banned or counting failures); past it the oldest is evicted.
+  uint32_t max_entries = 100000;
+};
+
+struct BanStats {
+  stats::Counter failures;  // failures recorded
+  stats::Counter banned;    // bans started
+  stats::Counter evicted;   // entries dropped to stay within max_entries
+  stats::Gauge active;      // bans in the table (an expired one leaves at the next lookup)
+};
+
+// What a ban or a failure is recorded against: an IPv4 address, or an IPv6 address masked to
+// the table's prefix. IPv4-mapped IPv6 peers (::ffff:a.b.c.d) count as their IPv4 address.
+struct BanKey {
+  uint8_t family = 0;  // AF_INET or AF_INET6
+  uint8_t prefix = 0;  // 32 for IPv4
+  std::array<uint8_t, 16> bytes{};
+
+  // "192.0.2.7", "2001:db8:1:2::/64" ("2001:db8::1" when the prefix is 128).
+  std::string asString() const;
+  bool operator==(const BanKey& other) const {
+    return family == other.family && prefix == other.prefix && bytes == other.bytes;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const BanKey& k) {
+    return H::combine(H::combine_contiguous(std::move(h), k.bytes.data(), k.bytes.size()), k.family,
+                      k.prefix);
+  }
+};
+
+// The addresses that gave wrong credentials, and the bans that followed: one table per process,
+// shared by every worker. It sits off the hot path: anyBanned() is one relaxed atomic load, and
+// only when it is true does a lookup take the mutex. Bounded by max_entries; expired bans are
+// removed lazily, by whichever operation next takes the lock.
+class BanTable {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  using Clock = std::function<TimePoint()>;
+
+  // `clock` is for tests; the default is steady_clock::now.
+  BanTable(BanOptions options, BanStats stats, Clock clock = nullptr);
+  BanTable(const BanTable&) = delete;
+  BanTable& operator=(const BanTable&) = delete;
+
+  // False when no ban exists: callers skip isBanned() and pay nothing else.
+  bool anyBanned() const { return active_.load(std::memory_order_relaxed) != 0; }
+  // Whether the client's key is banned now. Lock-free when no ban exists.
+  bool isBanned(const network::Address& client);
+  // Records one failure (a wrong key) of the client. True when it starts a ban; false when it
+  // only counted, or when the client is already banned. `reason` appears in /bans and logs.
+  bool recordFailure(const network::Address& client, std::string_view reason);
+  // Lifts the ban covering the client's key (and forgets its failures). False if not banned.
+  bool unban(const network::Address& client);
+
+  struct BanInfo {
+    std::string address;  // BanKey::asString()
+    uint32_t failures;    // failures that led to the ban
+    std::chrono::milliseconds remaining;
+    std::string reason;
+  };
+  // The bans in force, soonest to expire first.
+  std::vector<BanInfo> bans();
+  // Entries held: bans and addresses counting failures.
+  size_t size();
+
+  BanKey keyFor(const network::Address& client) const;
+  const BanOptions& options() const { return options_; }
+
+ private:
+  struct Entry {
+    // Failure times within the window, oldest first; at most max_failures.
+    std::vector<TimePoint> failures;
+    bool banned = false;
+    uint32_t ban_failures = 0;
+    std::string reason;
+    std::list<BanKey>::iterator watch_position;                  // when !banned
+    std::multimap<TimePoint, BanKey>::iterator expiry_position;  // when banned
+  };
+
+  TimePoint now() const { return clock_ ? clock_() : std::chrono::steady_clock::now(); }
+  // Caller holds mutex_. Drops bans that ended and addresses whose failures all left the window.
+  void expireLocked(TimePoint now);
+  // Caller holds mutex_. Removes one entry to make room: an address counting failures if any
+  // (least recently failed first), else the ban that ends soonest.
+  void evictOneLocked();
+  void eraseLocked(absl::flat_hash_map<BanKey, Entry>::iterator it);
+
+  const BanOptions options_;
+  const BanStats stats_;
+  const Clock clock_;
+  std::atomic<uint32_t> active_{0};
+
+  std::mutex mutex_;
+  absl::flat_hash_map<BanKey, Entry> entries_;
+  // Unbanned entries, least recently failed first.
+  std::list<BanKey> watch_;
+  // Banned entries by the time their ban ends.
+  std::multimap<TimePoint, BanKey> expiries_;
+};
+
+}  // namespace ban
+}  // namespace sluice

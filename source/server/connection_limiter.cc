@@ -1,0 +1,106 @@
+#include "source/server/connection_limiter.h"
+
+#include <arpa/inet.h>
+
+#include "absl/hash/hash.h"
+
+#include "source/common/common/logger.h"
+
+namespace sluice {
+namespace server {
+
+namespace {
+// IPv4 keys live in the ::ffff:0:0/96 range, which no real IPv6 /64 key can equal because an
+// IPv6 key's low half is always zero.
+constexpr uint64_t kIpv4Marker = 0xffff00000000ULL;
+
+uint64_t load64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return v;
+}
+}  // namespace
+
+ClientKey ClientKey::of(const network::Address& address) {
+  ClientKey key;
+  if (address.family() == AF_INET) {
+    key.low = kIpv4Marker | ntohl(address.v4().sin_addr.s_addr);
+    return key;
+  }
+  if (address.family() == AF_INET6) {
+    const uint8_t* b = address.v6().sin6_addr.s6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&address.v6().sin6_addr)) {
+      key.low = load64(b + 8);  // already ::ffff:a.b.c.d, the IPv4 form above
+      return key;
+    }
+    key.high = load64(b);
+    return key;
+  }
+  return key;
+}
+
+ConnectionLimiter::ConnectionLimiter(uint32_t max_connections, uint32_t max_connections_per_client)
+    : max_connections_(max_connections), max_per_client_(max_connections_per_client) {
+  SLUICE_ASSERT(max_connections_ >= 1 && max_per_client_ >= 1, "connection limits must be >= 1");
+}
+
+ConnectionLimiter::Shard& ConnectionLimiter::shardOf(const ClientKey& client) {
+  return shards_[absl::HashOf(client) % kShards];
+}
+
+const ConnectionLimiter::Shard& ConnectionLimiter::shardOf(const ClientKey& client) const {
+  return shards_[absl::HashOf(client) % kShards];
+}
+
+ConnectionLimiter::Admission ConnectionLimiter::tryAcquire(const ClientKey& client) {
+  // Take a global place first (lock-free); give it back if the client is over its own limit.
+  if (active_.fetch_add(1, std::memory_order_relaxed) >= max_connections_) {
+    active_.fetch_sub(1, std::memory_order_relaxed);
+    return Admission::ListenerFull;
+  }
+  Shard& shard = shardOf(client);
+  {
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    auto it = shard.counts.find(client);
+    if (it == shard.counts.end()) {
+      shard.counts.emplace(client, 1);
+      return Admission::Admitted;
+    }
+    if (it->second < max_per_client_) {
+      ++it->second;
+      return Admission::Admitted;
+    }
+  }
+  active_.fetch_sub(1, std::memory_order_relaxed);
+  return Admission::ClientFull;
+}
+
+void ConnectionLimiter::release(const ClientKey& client) {
+  Shard& shard = shardOf(client);
+  {
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    auto it = shard.counts.find(client);
+    SLUICE_ASSERT(it != shard.counts.end(), "release without a slot");
+    if (--it->second == 0) shard.counts.erase(it);
+  }
+  active_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+uint32_t ConnectionLimiter::activeFor(const ClientKey& client) const {
+  const Shard& shard = shardOf(client);
+  std::lock_guard<std::mutex> lock(shard.mutex);
+  auto it = shard.counts.find(client);
+  return it == shard.counts.end() ? 0 : it->second;
+}
+
+size_t ConnectionLimiter::trackedClients() const {
+  size_t n = 0;
+  for (const Shard& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    n += shard.counts.size();
+  }
+  return n;
+}
+
+}  // namespace server
+}  // namespace sluice

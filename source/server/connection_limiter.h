@@ -1,0 +1,108 @@
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+
+#include "source/common/network/address.h"
+
+namespace sluice {
+namespace server {
+
+// Whose connections are counted together: an IPv4 address, or the /64 an IPv6 address is in
+// (one host usually owns a whole /64, so counting single IPv6 addresses would be no limit).
+// IPv4-mapped IPv6 peers (::ffff:a.b.c.d, from a dual-stack socket) count as their IPv4 address.
+struct ClientKey {
+  uint64_t high = 0;
+  uint64_t low = 0;
+
+  static ClientKey of(const network::Address& address);
+
+  bool operator==(const ClientKey& other) const { return high == other.high && low == other.low; }
+  template <typename H>
+  friend H AbslHashValue(H h, const ClientKey& k) {
+    return H::combine(std::move(h), k.high, k.low);
+  }
+};
+
+// The open connections of one listener, across all its workers: a global count and a count per
+// client. Touched once at accept and once at close, never per request; the per-client table is
+// split into shards (each with its own mutex) so workers accepting at once rarely meet. Holds an
+// entry only per client with an open connection, so its size is bounded by max_connections.
+class ConnectionLimiter {
+ public:
+  enum class Admission : uint8_t {
+    Admitted,
+    ListenerFull,  // max_connections reached
+    ClientFull,    // max_connections_per_client reached for this client
+  };
+
+  // Both limits are at least 1.
+  ConnectionLimiter(uint32_t max_connections, uint32_t max_connections_per_client);
+
+  // Thread-safe. On Admitted the caller holds a slot and must release() it exactly once.
+  Admission tryAcquire(const ClientKey& client);
+  // Thread-safe.
+  void release(const ClientKey& client);
+
+  uint32_t maxConnections() const { return max_connections_; }
+  uint32_t maxConnectionsPerClient() const { return max_per_client_; }
+  uint32_t active() const { return active_.load(std::memory_order_relaxed); }
+  uint32_t activeFor(const ClientKey& client) const;
+  size_t trackedClients() const;
+
+ private:
+  static constexpr size_t kShards = 16;
+  struct Shard {
+    mutable std::mutex mutex;
+    absl::flat_hash_map<ClientKey, uint32_t> counts;
+  };
+  Shard& shardOf(const ClientKey& client);
+  const Shard& shardOf(const ClientKey& client) const;
+
+  const uint32_t max_connections_;
+  const uint32_t max_per_client_;
+  std::atomic<uint32_t> active_{0};
+  std::array<Shard, kShards> shards_;
+};
+
+// One admitted connection's place in its listener's limits, given back when it is destroyed.
+// Move-only; an empty slot (default or moved-from) releases nothing.
+class ConnectionSlot {
+ public:
+  ConnectionSlot() = default;
+  ConnectionSlot(ConnectionLimiter& limiter, const ClientKey& client)
+      : limiter_(&limiter), client_(client) {}
+  ~ConnectionSlot() { reset(); }
+  ConnectionSlot(ConnectionSlot&& other) noexcept
+      : limiter_(other.limiter_), client_(other.client_) {
+    other.limiter_ = nullptr;
+  }
+  ConnectionSlot& operator=(ConnectionSlot&& other) noexcept {
+    if (this != &other) {
+      reset();
+      limiter_ = other.limiter_;
+      client_ = other.client_;
+      other.limiter_ = nullptr;
+    }
+    return *this;
+  }
+  ConnectionSlot(const ConnectionSlot&) = delete;
+  ConnectionSlot& operator=(const ConnectionSlot&) = delete;
+
+  bool held() const { return limiter_ != nullptr; }
+  void reset() {
+    if (limiter_ != nullptr) limiter_->release(client_);
+    limiter_ = nullptr;
+  }
+
+ private:
+  ConnectionLimiter* limiter_ = nullptr;
+  ClientKey client_;
+};
+
+}  // namespace server
+}  // namespace sluice
