@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "event2/buffer.h"
 #include "event2/http.h"
+#include "event2/listener.h"
 #include "event2/keyvalq_struct.h"
 
 #include "source/common/common/logger.h"
@@ -247,13 +248,30 @@ absl::Status Admin::bind(const network::Address& address) {
         absl::StrFormat("admin: getsockname for %s: %s", where, strerror(err)));
   }
   // From here evhttp owns the socket and closes it when freed.
-  if (evhttp_accept_socket_with_handle(http_, fd) == nullptr) {
+  evhttp_bound_socket* handle = evhttp_accept_socket_with_handle(http_, fd);
+  if (handle == nullptr) {
     ::close(fd);
     return absl::InternalError(absl::StrFormat("admin: evhttp cannot accept on %s", where));
   }
+  evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(handle), &Admin::onAcceptError);
   bound_address_ = network::Address::fromSockaddr(reinterpret_cast<sockaddr*>(&bound), bound_len);
   SLUICE_LOG(Info, "admin listening on %s", bound_address_.asString());
   return absl::OkStatus();
+}
+
+// evhttp's listener retries a failed accept at once: out of descriptors, that spins the main
+// thread. Pause it instead, like the proxy listeners do, and retry a little later.
+void Admin::onAcceptError(evconnlistener* listener, void*) {
+  SLUICE_LOG(Debug, "admin: accept: %s; pausing accepts for 100 ms",
+             evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+  evconnlistener_disable(listener);
+  struct timeval pause = {0, 100 * 1000};
+  event_base_once(
+      evconnlistener_get_base(listener), -1, EV_TIMEOUT,
+      [](evutil_socket_t, short, void* arg) {
+        evconnlistener_enable(static_cast<evconnlistener*>(arg));
+      },
+      listener, &pause);
 }
 
 void Admin::onRequest(evhttp_request* request, void* arg) {

@@ -12,6 +12,8 @@
 struct evhttp;
 struct evhttp_request;
 
+struct evconnlistener;
+
 namespace sluice {
 namespace server {
 
@@ -66,6 +68,7 @@ class Admin {
 
  private:
   static void onRequest(evhttp_request* request, void* arg);
+  static void onAcceptError(evconnlistener* listener, void* arg);
   void handle(evhttp_request* request);
 
   AdminHandlers handlers_;
