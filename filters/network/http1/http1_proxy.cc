@@ -16,30 +16,31 @@ namespace http1proxy {
 
 namespace {
 
-// Request heads are large (fixed header array) and only needed while a request is in flight,
-// so each worker keeps a free list instead of every connection owning one.
-class HeadPool {
+// A request in flight (head, proxy request, header edits) is several KiB and only needed until
+// its head is sent, so each worker keeps a free list instead of every connection owning one:
+// idle keep-alive connections and established tunnels hold none.
+class PendingPool {
  public:
-  http1::RequestHead* acquire() {
-    if (free_.empty()) return new http1::RequestHead();
-    http1::RequestHead* head = free_.back().release();
+  Http1ProxyFilter::PendingRequest* acquire() {
+    if (free_.empty()) return new Http1ProxyFilter::PendingRequest();
+    Http1ProxyFilter::PendingRequest* pending = free_.back().release();
     free_.pop_back();
-    return head;
+    return pending;
   }
-  void release(http1::RequestHead* head) {
+  void release(Http1ProxyFilter::PendingRequest* pending) {
     if (free_.size() < kMaxFree) {
-      free_.emplace_back(head);
+      free_.emplace_back(pending);
     } else {
-      delete head;
+      delete pending;
     }
   }
 
  private:
-  static constexpr size_t kMaxFree = 256;
-  std::vector<std::unique_ptr<http1::RequestHead>> free_;
+  static constexpr size_t kMaxFree = 32;
+  std::vector<std::unique_ptr<Http1ProxyFilter::PendingRequest>> free_;
 };
 
-thread_local HeadPool t_head_pool;
+thread_local PendingPool t_pending_pool;
 // Response heads are parsed and re-serialized within one callback: one scratch per worker.
 thread_local http1::ResponseHead t_response_head;
 
@@ -241,9 +242,9 @@ void Http1ProxyFilter::processHead(buffer::Buffer& data) {
       memchr(view.data() + scanned, '\n', view.size() - scanned) == nullptr) {
     return;
   }
-  if (head_ == nullptr) head_ = t_head_pool.acquire();
+  if (pending_ == nullptr) pending_ = t_pending_pool.acquire();
   http1::ParseError err;
-  http1::ParseStatus status = http1::parseRequestHead(view, config_->request_limits, *head_, err);
+  http1::ParseStatus status = http1::parseRequestHead(view, config_->request_limits, pending_->head, err);
   if (status == http1::ParseStatus::Incomplete) return;
   if (status == http1::ParseStatus::Error) {
     config_->stats.rq_rejected.inc();
@@ -254,19 +255,19 @@ void Http1ProxyFilter::processHead(buffer::Buffer& data) {
   head_timer_armed_ = false;
   head_scanned_ = 0;
   head_in_buffer_ = true;
-  head_size_ = head_->head_size;
+  head_size_ = pending_->head.head_size;
   config_->stats.rq_total.inc();
   startRequest();
 }
 
 void Http1ProxyFilter::startRequest() {
-  const http1::RequestHead& head = *head_;
+  const http1::RequestHead& head = pending_->head;
   method_ = head.method;
   client_http10_ = head.version_minor == 0;
   client_keep_alive_ = head.keep_alive && !draining_ && !callbacks_->worker().draining();
   request_framing_ = head.framing;
-  request_ = proxy::ProxyRequest();
-  added_count_ = 0;
+  pending_->request = proxy::ProxyRequest();
+  pending_->added_count = 0;
   retried_ = false;
   downstream_ended_ = false;
   upstream_ended_ = false;
@@ -277,7 +278,7 @@ void Http1ProxyFilter::startRequest() {
       sendLocalReply(400, "CONNECT with a body", true);
       return;
     }
-    request_.kind = proxy::RequestKind::Tunnel;
+    pending_->request.kind = proxy::RequestKind::Tunnel;
     config_->stats.rq_connect.inc();
   } else if (head.form == http1::TargetForm::Absolute) {
     if (!http1::equalsIgnoreCase(head.scheme, "http")) {
@@ -285,8 +286,8 @@ void Http1ProxyFilter::startRequest() {
       sendLocalReply(400, "only http:// URLs are relayed; use CONNECT for others", true);
       return;
     }
-    request_.kind = proxy::RequestKind::Forward;
-    request_.headers = this;
+    pending_->request.kind = proxy::RequestKind::Forward;
+    pending_->request.headers = this;
     config_->stats.rq_forward.inc();
   } else {
     config_->stats.rq_rejected.inc();
@@ -301,17 +302,17 @@ void Http1ProxyFilter::startRequest() {
     sendLocalReply(413, "request body larger than the proxy allows", true);
     return;
   }
-  request_.protocol = proxy::Protocol::Http1;
-  request_.host = head.host;
-  request_.port = head.port;
-  request_.client = downstream().peer();
+  pending_->request.protocol = proxy::Protocol::Http1;
+  pending_->request.host = head.host;
+  pending_->request.port = head.port;
+  pending_->request.client = downstream().peer();
   if (head.proxy_authorization >= 0) {
-    request_.credential = head.headers[head.proxy_authorization].value;
-    request_.has_credential = true;
+    pending_->request.credential = head.headers[head.proxy_authorization].value;
+    pending_->request.has_credential = true;
   }
   setState(State::Filtering);
   downstream().readDisable(true);
-  chain_->start(request_);
+  chain_->start(pending_->request);
 }
 
 void Http1ProxyFilter::onDenied(proxy::Denial denial, std::string_view reason) {
@@ -338,7 +339,7 @@ void Http1ProxyFilter::onUpstreamReady(network::ConnectionPtr upstream,
   upstream_->setCallbacks(&upstream_callbacks_);
   upstream_info_ = info;
   chain_->end();
-  if (request_.kind == proxy::RequestKind::Tunnel) {
+  if (pending_->request.kind == proxy::RequestKind::Tunnel) {
     buffer::Buffer out;
     out.add(std::string_view("HTTP/1.1 200 Connection Established\r\n\r\n"));
     downstream().write(out);
@@ -357,7 +358,7 @@ void Http1ProxyFilter::onUpstreamReady(network::ConnectionPtr upstream,
 }
 
 void Http1ProxyFilter::sendRequestHead() {
-  const http1::RequestHead& head = *head_;
+  const http1::RequestHead& head = pending_->head;
   buffer::Buffer out;
   out.add(head.method_text);
   out.add(" ", 1);
@@ -371,7 +372,7 @@ void Http1ProxyFilter::sendRequestHead() {
     if (head.port != 80) host += absl::StrFormat(":%d", head.port);
     addHeaderLine(out, "Host", host);
   }
-  for (uint32_t i = 0; i < added_count_; ++i) addHeaderLine(out, added_[i].name, added_[i].value);
+  for (uint32_t i = 0; i < pending_->added_count; ++i) addHeaderLine(out, pending_->added[i].name, pending_->added[i].value);
   if (client_http10_ && client_keep_alive_) addHeaderLine(out, "Connection", "keep-alive");
   out.add("\r\n", 2);
 
@@ -634,10 +635,10 @@ void Http1ProxyFilter::onUpstreamEvent(network::ConnectionEvent event) {
     config_->stats.rq_retry.inc();
     releaseUpstream(false);
     retried_ = true;
-    request_.fresh_connection = true;
+    pending_->request.fresh_connection = true;
     setState(State::Filtering);
     timer_->disable();
-    chain_->start(request_);
+    chain_->start(pending_->request);
     return;
   }
   config_->stats.upstream_reset.inc();
@@ -738,7 +739,7 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, 
       "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n",
       status, statusText(status), body.size());
   if (auth_challenge) {
-    head += absl::StrFormat("Proxy-Authenticate: Basic realm=\"%s\"\r\n", request_.auth_realm);
+    head += absl::StrFormat("Proxy-Authenticate: Basic realm=\"%s\"\r\n", pending_->request.auth_realm);
   }
   head += close ? "Connection: close\r\n\r\n" : "\r\n";
   buffer::Buffer out;
@@ -775,41 +776,43 @@ void Http1ProxyFilter::closeAll() {
 }
 
 void Http1ProxyFilter::releaseHead() {
-  if (head_ != nullptr) {
-    t_head_pool.release(head_);
-    head_ = nullptr;
+  if (pending_ != nullptr) {
+    t_pending_pool.release(pending_);
+    pending_ = nullptr;
   }
 }
 
 std::string_view Http1ProxyFilter::get(std::string_view name) const {
-  if (head_ != nullptr) {
-    int32_t i = http1::findHeader(head_->headers.data(), head_->header_count, name);
-    if (i >= 0) return head_->headers[i].value;
+  if (pending_ == nullptr) return {};
+  {
+    int32_t i = http1::findHeader(pending_->head.headers.data(), pending_->head.header_count, name);
+    if (i >= 0) return pending_->head.headers[i].value;
   }
-  for (uint32_t i = 0; i < added_count_; ++i) {
-    if (http1::equalsIgnoreCase(added_[i].name, name)) return added_[i].value;
+  for (uint32_t i = 0; i < pending_->added_count; ++i) {
+    if (http1::equalsIgnoreCase(pending_->added[i].name, name)) return pending_->added[i].value;
   }
   return {};
 }
 
 void Http1ProxyFilter::remove(std::string_view name) {
-  if (head_ != nullptr) {
-    for (uint32_t i = 0; i < head_->header_count; ++i) {
-      if (http1::equalsIgnoreCase(head_->headers[i].name, name)) {
-        head_->headers[i].flags |= http1::HeaderField::kRemoved;
+  if (pending_ == nullptr) return;
+  {
+    for (uint32_t i = 0; i < pending_->head.header_count; ++i) {
+      if (http1::equalsIgnoreCase(pending_->head.headers[i].name, name)) {
+        pending_->head.headers[i].flags |= http1::HeaderField::kRemoved;
       }
     }
   }
   uint32_t kept = 0;
-  for (uint32_t i = 0; i < added_count_; ++i) {
-    if (!http1::equalsIgnoreCase(added_[i].name, name)) added_[kept++] = added_[i];
+  for (uint32_t i = 0; i < pending_->added_count; ++i) {
+    if (!http1::equalsIgnoreCase(pending_->added[i].name, name)) pending_->added[kept++] = pending_->added[i];
   }
-  added_count_ = kept;
+  pending_->added_count = kept;
 }
 
 bool Http1ProxyFilter::add(std::string_view name, std::string_view value) {
-  if (added_count_ == kMaxAddedHeaders) return false;
-  added_[added_count_++] = {name, value};
+  if (pending_ == nullptr || pending_->added_count == kMaxAddedHeaders) return false;
+  pending_->added[pending_->added_count++] = {name, value};
   return true;
 }
 

@@ -57,6 +57,19 @@ class Http1ProxyFilter : public network::ReadFilter,
                          public proxy::RequestSink,
                          public proxy::RequestHeaders {
  public:
+  struct AddedHeader {
+    std::string_view name;
+    std::string_view value;
+  };
+  static constexpr uint32_t kMaxAddedHeaders = 16;
+  // What one request needs from its head being parsed until that head is sent (or refused).
+  struct PendingRequest {
+    http1::RequestHead head;
+    proxy::ProxyRequest request;
+    AddedHeader added[kMaxAddedHeaders];
+    uint32_t added_count = 0;
+  };
+
   explicit Http1ProxyFilter(Http1ConfigSharedPtr config);
   ~Http1ProxyFilter() override;
 
@@ -103,11 +116,6 @@ class Http1ProxyFilter : public network::ReadFilter,
     Http1ProxyFilter& parent_;
   };
 
-  struct AddedHeader {
-    std::string_view name;
-    std::string_view value;
-  };
-  static constexpr uint32_t kMaxAddedHeaders = 16;
 
   network::Connection& downstream() { return callbacks_->connection(); }
   // Every state change goes through here so the tunnel gauge stays exact.
@@ -146,10 +154,7 @@ class Http1ProxyFilter : public network::ReadFilter,
 
   // The request in flight. The head lives in a per-worker pooled object while it is needed and
   // points into the client's read buffer, which is not drained until the head is sent.
-  http1::RequestHead* head_ = nullptr;
-  proxy::ProxyRequest request_;
-  AddedHeader added_[kMaxAddedHeaders];
-  uint32_t added_count_ = 0;
+  PendingRequest* pending_ = nullptr;
   proxy::UpstreamInfo upstream_info_;
   http1::Method method_ = http1::Method::Other;
   bool client_keep_alive_ = true;

@@ -16,10 +16,6 @@ RouterFilter::~RouterFilter() { onRequestEnd(); }
 proxy::RequestFilterStatus RouterFilter::onRequest(proxy::ProxyRequest& request) {
   request_ = &request;
   next_address_ = 0;
-  if (!timer_) {
-    timer_ = std::make_unique<event::Timer>(callbacks_->worker().dispatcher(),
-                                            [this] { onConnectTimeout(); });
-  }
   // Addresses an earlier filter checked (or an earlier attempt resolved) are dialled as they are.
   if (request.pinned_count > 0) {
     route();
@@ -65,6 +61,12 @@ void RouterFilter::route() {
       }
     }
   }
+  // The connect timer exists only while connecting: pooled requests and established tunnels
+  // (the long-lived, idle ones) do not carry it.
+  if (!timer_) {
+    timer_ = std::make_unique<event::Timer>(callbacks_->worker().dispatcher(),
+                                            [this] { onConnectTimeout(); });
+  }
   timer_->enable(config_->connect_timeout);
   connectNext();
 }
@@ -87,7 +89,7 @@ void RouterFilter::connectNext() {
 
 void RouterFilter::onEvent(network::ConnectionEvent event) {
   if (event == network::ConnectionEvent::Connected) {
-    timer_->disable();
+    timer_.reset();
     network::ConnectionPtr conn = std::move(connecting_);
     conn->setCallbacks(nullptr);
     proxy::UpstreamInfo info = config_->upstream;
