@@ -133,6 +133,8 @@ auth:
   api_keys: ["$KEY"]
 admin:
   listen: 127.0.0.1:$ADMIN_PORT
+destinations:
+  allow: ["127.0.0.1/32"]   # the origin is on loopback, which the guard refuses by default
 YAML
   taskset -c 0 "$SLUICE" run -c "$WORK/sluice.yaml" 2>"$WORK/sluice.log" &
   PIDS+=($!)
