@@ -3,9 +3,9 @@
 # separate Bazel output base, so the main gcc cache is left alone) and fuzzes each one for N
 # seconds (default 20) from its seed corpus in the tree:
 #
-#   h1_parser_fuzz    HTTP/1 request and response heads, chunked bodies  corpus/h1
-#   h1_response_fuzz  origin responses: head, interim heads, body        corpus/h1_response
-#   config_fuzz       config files (short and full form)                 corpus/config + configs/*.yaml
+#   h1_parser_fuzz    request and response heads, chunked bodies   corpus/h1
+#   h1_response_fuzz  origin responses: head, interim heads, body  corpus/h1_response
+#   config_fuzz       config files (short and full form)           corpus/config, configs/*.yaml
 #
 # New inputs go to scratch directories, not the checked-in corpus. A crash, a leak, a sanitizer
 # report or an input that runs longer than 10 s stops that target; its input is written to

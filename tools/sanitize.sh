@@ -58,9 +58,13 @@ if [[ $MODE != unit ]]; then
     echo "build: $(($(date +%s) - start)) s"
     bin="$(bazel_asan info "${FLAGS[@]}" bazel-bin 2>/dev/null)/source/exe/sluice"
     step "integration tests against $bin"
+    # Deselected: it takes the process's descriptors away, and then UBSan's vptr check cannot
+    # create the pipe it probes memory with, so it reports a valid object as "invalid vptr".
+    EMFILE_TEST=test/integration/test_limits.py
+    EMFILE_TEST+=::test_accept_backs_off_when_out_of_descriptors_and_recovers
     SLUICE_BIN=$bin PYTHONDONTWRITEBYTECODE=1 \
-      /usr/bin/python3 -m pytest -q -p no:cacheprovider -rfE test/integration "$@" 2>&1 |
-      tee "$logs/integration.log"
+      /usr/bin/python3 -m pytest -q -p no:cacheprovider -rfE test/integration \
+      --deselect "$EMFILE_TEST" "$@" 2>&1 | tee "$logs/integration.log"
     rc=${PIPESTATUS[0]}
     [[ $rc -ne 0 ]] && failures+=("integration tests (pytest exit $rc)")
     echo "ASan binary for manual runs: SLUICE_BIN=$bin"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: installs what the tests need, runs the unit tests (bazel test //...), builds
 # sluice, runs the integration tests against the real binary with real curl, nginx and wrk, and a
-# short fuzz smoke. Ends with one summary line; exits non-zero on any failure.
+# short fuzz smoke (tools/fuzz.sh). Ends with one summary line; exits non-zero on any failure.
+# The ASan/UBSan run is separate (a second full build): tools/sanitize.sh.
 #
 #   tools/test.sh            (works from any directory; as root on a fresh Debian 12 machine)
 set -uo pipefail
@@ -114,11 +115,10 @@ elif [[ $rc -ne 0 ]]; then
 fi
 
 # -- fuzz smoke --------------------------------------------------------------------------------
-if [[ -f test/fuzz/run_fuzz.sh ]]; then
-  step "fuzz smoke (test/fuzz/run_fuzz.sh, 10 s)"
-  if ! bash test/fuzz/run_fuzz.sh 10 2>&1 | tee "$logs/fuzz.log"; then
-    failures+=("fuzz smoke")
-  fi
+# Every libFuzzer target for 10 s each (clang build in its own output base: ~1 min cold).
+step "fuzz smoke (tools/fuzz.sh 10)"
+if ! tools/fuzz.sh 10 2>&1 | tee "$logs/fuzz.log"; then
+  failures+=("fuzz smoke")
 fi
 
 summary
