@@ -39,6 +39,7 @@ ListenerStats makeListenerStats(const std::string& name) {
   s.downstream_cx_active = store.gauge(p + "downstream_cx_active");
   s.downstream_cx_refused = store.counter(p + "downstream_cx_refused");
   s.downstream_cx_no_chain = store.counter(p + "downstream_cx_no_chain");
+  s.downstream_listener_filter_timeout = store.counter(p + "downstream_listener_filter_timeout");
   s.downstream_accept_error = store.counter(p + "downstream_accept_error");
   s.downstream_cx_overflow = store.counter(p + "downstream_cx_overflow");
   s.downstream_cx_per_client_overflow = store.counter(p + "downstream_cx_per_client_overflow");
@@ -92,6 +93,9 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(
   }
   config->address = *address;
   if (proto.backlog() != 0) config->backlog = proto.backlog();
+  config->listener_filters_timeout =
+      durationOr(proto.has_listener_filters_timeout(), proto.listener_filters_timeout(),
+                 config->listener_filters_timeout);
   absl::Status limits = buildConnectionLimits(proto.connection_limits(), path, *config);
   if (!limits.ok()) return limits;
 

@@ -21,6 +21,7 @@ struct ListenerStats {
   stats::Gauge downstream_cx_active;
   stats::Counter downstream_cx_refused;    // closed by a listener filter
   stats::Counter downstream_cx_no_chain;   // no filter chain matched
+  stats::Counter downstream_listener_filter_timeout;  // listener filters did not finish in time
   stats::Counter downstream_accept_error;  // accept(2) failures, EMFILE/ENFILE included
   stats::Counter downstream_cx_overflow;   // refused at accept: max_connections
   stats::Counter downstream_cx_per_client_overflow;  // refused: max_connections_per_client
@@ -41,6 +42,7 @@ struct ListenerConfig {
   network::Address address;
   uint32_t backlog = 1024;
   std::vector<network::ListenerFilterFactoryCb> listener_filters;
+  std::chrono::milliseconds listener_filters_timeout{10000};
   std::vector<FilterChainConfig> chains;
   ListenerStats stats;
   // Shared by the listener's workers; the config is immutable, the counts in it are not.

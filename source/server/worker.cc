@@ -115,34 +115,20 @@ void ActiveConnection::drain() {
 
 // ---- AcceptedSocket ----
 
+AcceptedSocket::AcceptedSocket(ActiveListener& listener, int fd, const network::Address& peer,
+                               ConnectionSlot slot)
+    : listener_(listener),
+      fd_(fd),
+      peer_(peer),
+      slot_(std::move(slot)),
+      chain_(listener.worker().dispatcher(), fd, peer, listener.config().listener_filters_timeout,
+             [this](bool success) { listener_.onSocketDone(*this, success); }) {}
+
 AcceptedSocket::~AcceptedSocket() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-event::Dispatcher& AcceptedSocket::dispatcher() { return listener_.worker().dispatcher(); }
-
-void AcceptedSocket::run() {
-  for (const auto& factory : listener_.config().listener_filters) factory(*this);
-  iterate();
-}
-
-void AcceptedSocket::iterate() {
-  while (!done_ && next_ < filters_.size()) {
-    network::ListenerFilter& filter = *filters_[next_++];
-    if (filter.onAccept(*this) == network::FilterStatus::StopIteration) return;
-  }
-  if (!done_) continueFilterChain(true);
-}
-
-void AcceptedSocket::continueFilterChain(bool success) {
-  if (done_) return;
-  if (success && next_ < filters_.size()) {
-    iterate();
-    return;
-  }
-  done_ = true;
-  listener_.onSocketDone(*this, success);
-}
+void AcceptedSocket::run() { chain_.run(listener_.config().listener_filters); }
 
 // ---- ActiveListener ----
 
@@ -216,7 +202,12 @@ void ActiveListener::onSocketDone(AcceptedSocket& socket, bool success) {
   std::unique_ptr<AcceptedSocket> owned = std::move(*socket.position);
   pending_.erase(socket.position);
   if (success) {
-    newConnection(socket.releaseFd(), socket.peer(), socket.facts(), socket.releaseSlot());
+    ActiveConnection* conn = newConnection(socket.releaseFd(), socket.peer(),
+                                           socket.chain().facts(), socket.releaseSlot());
+    // Peeked bytes are already waiting: no new readiness edge will announce them.
+    if (conn != nullptr && socket.chain().peeked()) conn->connection().scheduleRead();
+  } else if (socket.chain().timedOut()) {
+    config_->stats.downstream_listener_filter_timeout.inc();
   } else {
     config_->stats.downstream_cx_refused.inc();
   }
@@ -250,14 +241,15 @@ bool ActiveListener::admit(int fd, const network::Address& peer, ConnectionSlot&
   return false;
 }
 
-void ActiveListener::newConnection(int fd, const network::Address& peer,
-                                   const network::SocketFacts& facts, ConnectionSlot slot) {
-  if (fd < 0) return;
+ActiveConnection* ActiveListener::newConnection(int fd, const network::Address& peer,
+                                                const network::SocketFacts& facts,
+                                                ConnectionSlot slot) {
+  if (fd < 0) return nullptr;
   const FilterChainConfig* chain = config_->match(facts);
   if (chain == nullptr) {
     config_->stats.downstream_cx_no_chain.inc();
     ::close(fd);
-    return;
+    return nullptr;
   }
   network::setNoDelay(fd);
   auto conn = std::make_unique<network::Connection>(worker_.dispatcher(), fd, peer);
@@ -266,6 +258,7 @@ void ActiveListener::newConnection(int fd, const network::Address& peer,
   ActiveConnection* raw = active.get();
   worker_.addConnection(std::move(active));
   raw->initialize(*chain);
+  return raw;
 }
 
 // ---- Worker ----

@@ -16,6 +16,7 @@
 #include "source/common/upstream/pool.h"
 #include "source/server/connection_limiter.h"
 #include "source/server/listener_config.h"
+#include "source/server/listener_filter_chain.h"
 
 namespace sluice {
 namespace server {
@@ -65,13 +66,10 @@ class ActiveConnection : public network::ConnectionCallbacks,
 };
 
 // An accepted socket going through the listener filters, before it has a connection.
-class AcceptedSocket : public network::ListenerFilterCallbacks,
-                       public network::ListenerFilterManager,
-                       public event::DeferredDeletable {
+class AcceptedSocket : public event::DeferredDeletable {
  public:
   AcceptedSocket(ActiveListener& listener, int fd, const network::Address& peer,
-                 ConnectionSlot slot)
-      : listener_(listener), fd_(fd), peer_(peer), slot_(std::move(slot)) {}
+                 ConnectionSlot slot);
   ~AcceptedSocket() override;
 
   void run();
@@ -82,30 +80,16 @@ class AcceptedSocket : public network::ListenerFilterCallbacks,
     return fd;
   }
   ConnectionSlot releaseSlot() { return std::move(slot_); }
+  const network::Address& peer() const { return peer_; }
+  ListenerFilterChain& chain() { return chain_; }
   std::list<std::unique_ptr<AcceptedSocket>>::iterator position;
 
-  // network::ListenerFilterManager
-  void addListenerFilter(network::ListenerFilterPtr filter) override {
-    filters_.push_back(std::move(filter));
-  }
-  // network::ListenerFilterCallbacks
-  int fd() const override { return fd_; }
-  const network::Address& peer() const override { return peer_; }
-  network::SocketFacts& facts() override { return facts_; }
-  event::Dispatcher& dispatcher() override;
-  void continueFilterChain(bool success) override;
-
  private:
-  void iterate();
-
   ActiveListener& listener_;
   int fd_;
   network::Address peer_;
   ConnectionSlot slot_;
-  network::SocketFacts facts_;
-  std::vector<network::ListenerFilterPtr> filters_;
-  size_t next_ = 0;
-  bool done_ = false;
+  ListenerFilterChain chain_;
 };
 
 // One listener's SO_REUSEPORT socket on one worker: accepts until EAGAIN, backs off when the
@@ -125,7 +109,10 @@ class ActiveListener {
   void onAcceptReady();
   // Takes a place in the connection limits for the socket, or refuses and closes it.
   bool admit(int fd, const network::Address& peer, ConnectionSlot& slot);
-  void newConnection(int fd, const network::Address& peer, const network::SocketFacts& facts,
+  // The new connection (null when no filter chain matched). Its initialize() already ran, so
+  // it may have closed (a filter refused it): such a connection is deleted on the next turn.
+  ActiveConnection* newConnection(int fd, const network::Address& peer,
+                                  const network::SocketFacts& facts,
                      ConnectionSlot slot);
 
   Worker& worker_;

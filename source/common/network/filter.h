@@ -77,10 +77,21 @@ class ListenerFilterCallbacks {
 // Runs on an accepted socket before any connection object exists. Returning Continue passes it
 // on; StopIteration waits for continueFilterChain(); a filter that wants to refuse the socket
 // returns StopIteration after calling continueFilterChain(false).
+//
+// A filter that must see the first bytes (a protocol sniffer) returns a non-zero
+// maxReadBytes(): after onAccept returns Continue, the chain peeks at the socket (MSG_PEEK: the
+// bytes stay for the connection to read) and calls onData with everything peeked so far, again
+// each time more arrives, until it returns Continue, the peer closes, or the listener's filter
+// timeout passes (the socket is then closed).
 class ListenerFilter {
  public:
   virtual ~ListenerFilter() = default;
   virtual FilterStatus onAccept(ListenerFilterCallbacks& callbacks) = 0;
+  virtual size_t maxReadBytes() const { return 0; }
+  // `peeked` holds at most maxReadBytes() bytes. StopIteration: wait for more.
+  virtual FilterStatus onData(std::string_view peeked, ListenerFilterCallbacks& callbacks) {
+    return FilterStatus::Continue;
+  }
 };
 using ListenerFilterPtr = std::unique_ptr<ListenerFilter>;
 
