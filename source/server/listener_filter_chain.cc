@@ -15,17 +15,34 @@ ListenerFilterChain::ListenerFilterChain(event::Dispatcher& dispatcher, int fd,
       fd_(fd),
       peer_(peer),
       done_(std::move(done)),
+      timeout_(timeout),
       timer_(dispatcher, [this] {
         timed_out_ = true;
         finish(false);
-      }) {
-  timer_.enable(timeout);
-}
+      }) {}
 
 ListenerFilterChain::~ListenerFilterChain() = default;
 
-void ListenerFilterChain::run(const std::vector<network::ListenerFilterFactoryCb>& factories) {
-  for (const auto& factory : factories) factory(*this);
+namespace {
+class Collector : public network::ListenerFilterManager {
+ public:
+  void addListenerFilter(network::ListenerFilterPtr filter) override {
+    filters.push_back(std::move(filter));
+  }
+  std::vector<network::ListenerFilterPtr> filters;
+};
+}  // namespace
+
+std::vector<network::ListenerFilterPtr> ListenerFilterChain::makeFilters(
+    const std::vector<network::ListenerFilterFactoryCb>& factories) {
+  Collector collector;
+  for (const auto& factory : factories) factory(collector);
+  return std::move(collector.filters);
+}
+
+void ListenerFilterChain::run(std::vector<network::ListenerFilterPtr> filters) {
+  filters_ = std::move(filters);
+  if (!filters_.empty()) timer_.enable(timeout_);
   iterate();
 }
 

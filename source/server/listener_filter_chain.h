@@ -25,7 +25,14 @@ class ListenerFilterChain : public network::ListenerFilterCallbacks,
                       std::chrono::milliseconds timeout, Done done);
   ~ListenerFilterChain() override;
 
-  void run(const std::vector<network::ListenerFilterFactoryCb>& factories);
+  // The filters the factories make for one socket. Often none (a ban filter while nobody is
+  // banned): then the socket needs no chain at all.
+  static std::vector<network::ListenerFilterPtr> makeFilters(
+      const std::vector<network::ListenerFilterFactoryCb>& factories);
+  void run(std::vector<network::ListenerFilterPtr> filters);
+  void run(const std::vector<network::ListenerFilterFactoryCb>& factories) {
+    run(makeFilters(factories));
+  }
   bool timedOut() const { return timed_out_; }
   // Bytes were peeked: the connection must look at its socket at once (they are already there
   // and no new readiness edge will announce them).
@@ -53,6 +60,7 @@ class ListenerFilterChain : public network::ListenerFilterCallbacks,
   network::Address peer_;
   network::SocketFacts facts_;
   Done done_;
+  const std::chrono::milliseconds timeout_;
   std::vector<network::ListenerFilterPtr> filters_;
   size_t next_ = 0;           // the filter to run next
   bool waiting_data_ = false;  // filters_[next_ - 1] waits for more bytes

@@ -128,7 +128,9 @@ AcceptedSocket::~AcceptedSocket() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void AcceptedSocket::run() { chain_.run(listener_.config().listener_filters); }
+void AcceptedSocket::run(std::vector<network::ListenerFilterPtr> filters) {
+  chain_.run(std::move(filters));
+}
 
 // ---- ActiveListener ----
 
@@ -184,7 +186,10 @@ void ActiveListener::onAcceptReady() {
     network::Address peer = network::Address::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
     ConnectionSlot slot;
     if (!admit(fd, peer, slot)) continue;
-    if (config_->listener_filters.empty()) {
+    std::vector<network::ListenerFilterPtr> filters =
+        ListenerFilterChain::makeFilters(config_->listener_filters);
+    if (filters.empty()) {
+      // Nothing to run before the connection (the usual case): no chain object, no timer.
       newConnection(fd, peer, network::SocketFacts(), std::move(slot));
       continue;
     }
@@ -192,7 +197,7 @@ void ActiveListener::onAcceptReady() {
     AcceptedSocket* raw = socket.get();
     pending_.push_front(std::move(socket));
     raw->position = pending_.begin();
-    raw->run();
+    raw->run(std::move(filters));
   }
   // More may be waiting: edge-triggered readiness will not say so again.
   if (fd_ >= 0 && event_) event_->activate(event::FileEvent::kRead);
@@ -252,7 +257,8 @@ ActiveConnection* ActiveListener::newConnection(int fd, const network::Address& 
     return nullptr;
   }
   network::setNoDelay(fd);
-  auto conn = std::make_unique<network::Connection>(worker_.dispatcher(), fd, peer);
+  auto conn = std::make_unique<network::Connection>(worker_.dispatcher(), fd, peer,
+                                                    network::Connection::Blocking::NonBlocking);
   auto active =
       std::make_unique<ActiveConnection>(worker_, *config_, std::move(conn), std::move(slot));
   ActiveConnection* raw = active.get();

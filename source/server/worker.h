@@ -72,7 +72,7 @@ class AcceptedSocket : public event::DeferredDeletable {
                  ConnectionSlot slot);
   ~AcceptedSocket() override;
 
-  void run();
+  void run(std::vector<network::ListenerFilterPtr> filters);
   // Hands the socket over (to its connection): this object no longer closes it.
   int releaseFd() {
     int fd = fd_;

@@ -178,9 +178,9 @@ void Http1ProxyFilter::initializeReadFilterCallbacks(network::ReadFilterCallback
 }
 
 network::FilterStatus Http1ProxyFilter::onNewConnection() {
-  chain_ = std::make_unique<proxy::RequestFilterChain>(callbacks_->worker(), *this);
+  chain_.emplace(callbacks_->worker(), *this);
   for (const auto& factory : config_->request_filters) factory(*chain_);
-  timer_ = std::make_unique<event::Timer>(downstream().dispatcher(), [this] { onTimer(); });
+  timer_.emplace(downstream().dispatcher(), [this] { onTimer(); });
   // The first head must arrive within the head deadline, counted from the accept.
   timer_->enable(config_->request_head_timeout);
   head_timer_armed_ = true;

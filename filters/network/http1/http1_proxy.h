@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "source/common/event/dispatcher.h"
@@ -146,10 +147,11 @@ class Http1ProxyFilter : public network::ReadFilter,
 
   Http1ConfigSharedPtr config_;
   network::ReadFilterCallbacks* callbacks_ = nullptr;
-  std::unique_ptr<proxy::RequestFilterChain> chain_;
+  // Built in onNewConnection (they need the worker); held in place, not on the heap.
+  std::optional<proxy::RequestFilterChain> chain_;
   UpstreamCallbacks upstream_callbacks_;
   network::ConnectionPtr upstream_;
-  std::unique_ptr<event::Timer> timer_;
+  std::optional<event::Timer> timer_;
   State state_ = State::ReadingHead;
 
   // The request in flight. The head lives in a per-worker pooled object while it is needed and

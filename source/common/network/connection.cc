@@ -29,11 +29,11 @@ void setNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& peer)
+Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& peer,
+                       Blocking blocking)
     : Connection(dispatcher, fd, peer, State::Open) {
-  // As the header promises: a blocking socket would stall the worker on the read that ends an
-  // edge-triggered burst.
-  setNonBlocking(fd);
+  // A blocking socket would stall the worker on the read that ends an edge-triggered burst.
+  if (blocking != Blocking::NonBlocking) setNonBlocking(fd);
 }
 
 Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& peer, State state)

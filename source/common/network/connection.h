@@ -53,7 +53,12 @@ class Connection : public event::DeferredDeletable {
   static constexpr uint32_t kDefaultHighWatermark = 1024 * 1024;
 
   // Wraps an accepted, connected socket (made non-blocking here).
-  Connection(event::Dispatcher& dispatcher, int fd, const Address& peer);
+  enum class Blocking : uint8_t {
+    Unknown,      // make it non-blocking here (two fcntl calls)
+    NonBlocking,  // accept4(SOCK_NONBLOCK) already did
+  };
+  Connection(event::Dispatcher& dispatcher, int fd, const Address& peer,
+             Blocking blocking = Blocking::Unknown);
   // Starts an outbound connect; Connected or RemoteClose follows.
   static std::unique_ptr<Connection> connectTo(event::Dispatcher& dispatcher, const Address& to);
   ~Connection() override;
