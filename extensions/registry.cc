@@ -23,22 +23,21 @@ template <class Factory>
 absl::StatusOr<ResolvedFilter<Factory>> resolveFilter(const config::v1::Filter& filter,
                                                       std::string_view path) {
   const std::string& type_url = filter.typed_config().type_url();
-  std::string type = type_url.rfind(kTypePrefix.data(), 0) == 0
-                         ? type_url.substr(kTypePrefix.size())
-                         : type_url;
+  std::string type =
+      type_url.rfind(kTypePrefix.data(), 0) == 0 ? type_url.substr(kTypePrefix.size()) : type_url;
   const Factory* factory = nullptr;
   if (!filter.name().empty()) {
     factory = Registry<Factory>::byName(filter.name());
     if (factory == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: unknown %s '%s' (linked: %s)", path, Factory::kCategory,
-                          filter.name(), linkedNames<Factory>()));
+      return absl::InvalidArgumentError(absl::StrFormat("%s: unknown %s '%s' (linked: %s)", path,
+                                                        Factory::kCategory, filter.name(),
+                                                        linkedNames<Factory>()));
     }
   } else if (!type.empty()) {
     factory = Registry<Factory>::byConfigType(type);
     if (factory == nullptr) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: no %s takes config type '%s'", path, Factory::kCategory, type));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: no %s takes config type '%s'", path, Factory::kCategory, type));
     }
   } else {
     return absl::InvalidArgumentError(absl::StrFormat("%s: a filter needs a name", path));
@@ -46,9 +45,9 @@ absl::StatusOr<ResolvedFilter<Factory>> resolveFilter(const config::v1::Filter& 
   ResolvedFilter<Factory> resolved{factory, factory->createEmptyConfig()};
   if (filter.has_typed_config()) {
     if (type != resolved.config->GetDescriptor()->full_name()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s.typed_config: filter '%s' takes '%s', not '%s'", path, factory->name(),
-          resolved.config->GetDescriptor()->full_name(), type));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.typed_config: filter '%s' takes '%s', not '%s'", path,
+                          factory->name(), resolved.config->GetDescriptor()->full_name(), type));
     }
     if (!filter.typed_config().UnpackTo(resolved.config.get())) {
       return absl::InvalidArgumentError(

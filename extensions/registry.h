@@ -6,9 +6,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "api/sluice/config/v1/bootstrap.pb.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/repeated_field.h"
+
+#include "api/sluice/config/v1/bootstrap.pb.h"
 #include "source/common/network/filter.h"
 #include "source/common/proxy/request_filter.h"
 
@@ -105,8 +106,7 @@ absl::StatusOr<ResolvedFilter<Factory>> resolveFilter(const config::v1::Filter& 
 // Builds a request filter chain's factories from its config (used by codecs, whose configs
 // nest request filters). Checks that exactly the last filter is terminal.
 absl::StatusOr<std::vector<proxy::RequestFilterFactoryCb>> createRequestFilterFactories(
-    const google::protobuf::RepeatedPtrField<config::v1::Filter>& filters,
-    FactoryContext& context);
+    const google::protobuf::RepeatedPtrField<config::v1::Filter>& filters, FactoryContext& context);
 
 // "name (config type)" of every linked extension, one category per line, for the startup log.
 std::string describeLinked();

@@ -1,4 +1,5 @@
 #include "absl/strings/str_format.h"
+
 #include "extensions/header_rewrite/header_rewrite.h"
 #include "extensions/header_rewrite/header_rewrite.pb.h"
 #include "extensions/registry.h"
@@ -41,9 +42,9 @@ class HeaderRewriteFactory : public RequestFilterFactory {
     auto config = std::make_shared<HeaderRewriteConfig>();
     for (int i = 0; i < proto.remove_size(); ++i) {
       if (!validName(proto.remove(i))) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s.typed_config.remove[%d]: '%s' is not a header name", context.path, i,
-            proto.remove(i)));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s.typed_config.remove[%d]: '%s' is not a header name", context.path,
+                            i, proto.remove(i)));
       }
       config->remove.push_back(proto.remove(i));
     }

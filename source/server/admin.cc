@@ -11,8 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "event2/buffer.h"
 #include "event2/http.h"
-#include "event2/listener.h"
 #include "event2/keyvalq_struct.h"
+#include "event2/listener.h"
 
 #include "source/common/common/logger.h"
 #include "source/common/stats/stats.h"
@@ -197,8 +197,7 @@ void serveExtra(evhttp_request* request, const evhttp_uri* uri, evhttp_cmd_type 
     return;
   }
   AdminEndpoint::Response response = endpoint.handler(params.all());
-  send(request, Reply{response.code, std::move(response.body),
-                      response.json ? kJson : kTextPlain});
+  send(request, Reply{response.code, std::move(response.body), response.json ? kJson : kTextPlain});
 }
 
 }  // namespace

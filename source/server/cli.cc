@@ -1,17 +1,18 @@
 #include "source/server/cli.h"
 
-#include <fcntl.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "absl/strings/str_format.h"
+
 #include "extensions/registry.h"
 #include "source/common/common/logger.h"
 #include "source/common/common/version.h"
@@ -163,8 +164,8 @@ int runCli(int argc, char** argv) {
   if (!level_name.empty()) {
     LogLevel level;
     if (!logger::parseLevel(level_name, level)) {
-      return fail(absl::StrFormat("log_level: unknown level '%s' (error, warn, info, debug)",
-                                  level_name));
+      return fail(
+          absl::StrFormat("log_level: unknown level '%s' (error, warn, info, debug)", level_name));
     }
     logger::setLevel(level);
   }

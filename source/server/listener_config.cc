@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+
 #include "extensions/registry.h"
 #include "source/common/ban/ban_config.h"
 #include "source/common/common/duration.h"
@@ -187,8 +188,8 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
   for (int i = 0; i < bootstrap.listeners_size(); ++i) {
     for (int j = 0; j < i; ++j) {
       if (bootstrap.listeners(j).name() == bootstrap.listeners(i).name()) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "listeners[%d].name: '%s' is used twice", i, bootstrap.listeners(i).name()));
+        return absl::InvalidArgumentError(absl::StrFormat("listeners[%d].name: '%s' is used twice",
+                                                          i, bootstrap.listeners(i).name()));
       }
     }
     auto listener = buildListener(bootstrap.listeners(i), i, local_addresses, config->bans);

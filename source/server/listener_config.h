@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "api/sluice/config/v1/bootstrap.pb.h"
 #include "source/common/ban/ban_table.h"
 #include "source/common/network/address.h"
@@ -19,12 +20,12 @@ namespace server {
 struct ListenerStats {
   stats::Counter downstream_cx_total;
   stats::Gauge downstream_cx_active;
-  stats::Counter downstream_cx_refused;    // closed by a listener filter
-  stats::Counter downstream_cx_no_chain;   // no filter chain matched
+  stats::Counter downstream_cx_refused;               // closed by a listener filter
+  stats::Counter downstream_cx_no_chain;              // no filter chain matched
   stats::Counter downstream_listener_filter_timeout;  // listener filters did not finish in time
-  stats::Counter downstream_accept_error;  // accept(2) failures, EMFILE/ENFILE included
-  stats::Counter downstream_cx_overflow;   // refused at accept: max_connections
-  stats::Counter downstream_cx_per_client_overflow;  // refused: max_connections_per_client
+  stats::Counter downstream_accept_error;             // accept(2) failures, EMFILE/ENFILE included
+  stats::Counter downstream_cx_overflow;              // refused at accept: max_connections
+  stats::Counter downstream_cx_per_client_overflow;   // refused: max_connections_per_client
   stats::Counter downstream_bytes_rx;
   stats::Counter downstream_bytes_tx;
 };

@@ -1,9 +1,9 @@
 #include "source/server/listener_filter_chain.h"
 
-#include <sys/socket.h>
-
 #include <cerrno>
 #include <vector>
+
+#include <sys/socket.h>
 
 namespace sluice {
 namespace server {

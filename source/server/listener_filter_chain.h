@@ -62,7 +62,7 @@ class ListenerFilterChain : public network::ListenerFilterCallbacks,
   Done done_;
   const std::chrono::milliseconds timeout_;
   std::vector<network::ListenerFilterPtr> filters_;
-  size_t next_ = 0;           // the filter to run next
+  size_t next_ = 0;            // the filter to run next
   bool waiting_data_ = false;  // filters_[next_ - 1] waits for more bytes
   bool paused_ = false;        // filters_[next_ - 1] returned StopIteration from onAccept
   bool finished_ = false;

@@ -1,16 +1,17 @@
 #include "source/server/server.h"
 
+#include <cerrno>
+#include <cstring>
+
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include "absl/strings/str_format.h"
-#include "extensions/registry.h"
 #include "google/protobuf/util/json_util.h"
+
+#include "extensions/registry.h"
 #include "source/common/common/logger.h"
 #include "source/common/common/version.h"
 #include "source/common/config/redact.h"
@@ -146,10 +147,9 @@ absl::Status Server::start() {
   evsignal_add(sigterm_, nullptr);
 
   for (uint32_t w = 0; w < n; ++w) {
-    workers_.push_back(std::make_unique<Worker>(
-        w, config_, fds[w], [this](uint32_t index) {
-          dispatcher_.post([this, index] { onWorkerExit(index); });
-        }));
+    workers_.push_back(std::make_unique<Worker>(w, config_, fds[w], [this](uint32_t index) {
+      dispatcher_.post([this, index] { onWorkerExit(index); });
+    }));
   }
   for (auto& w : workers_) w->start();
   running_ = true;
@@ -199,8 +199,8 @@ void Server::onWorkerExit(uint32_t) {
 }
 
 std::string Server::serverInfoJson() const {
-  auto uptime = std::chrono::duration_cast<std::chrono::seconds>(
-      std::chrono::steady_clock::now() - started_at_);
+  auto uptime = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() -
+                                                                 started_at_);
   size_t active = 0;
   for (const auto& w : workers_) active += w->activeConnections();
   return absl::StrFormat(

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+
 #include "source/common/event/dispatcher.h"
 #include "source/server/admin.h"
 #include "source/server/listener_config.h"

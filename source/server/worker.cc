@@ -1,13 +1,14 @@
 #include "source/server/worker.h"
 
+#include <cerrno>
+#include <cstring>
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include "absl/strings/str_format.h"
+
 #include "source/common/common/logger.h"
 
 namespace sluice {
@@ -291,7 +292,9 @@ Worker::~Worker() {
   }
 }
 
-void Worker::start() { thread_ = std::thread([this] { run(); }); }
+void Worker::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 void Worker::run() {
   logger::setThreadName(absl::StrFormat("worker%d", index_));

@@ -112,8 +112,7 @@ class ActiveListener {
   // The new connection (null when no filter chain matched). Its initialize() already ran, so
   // it may have closed (a filter refused it): such a connection is deleted on the next turn.
   ActiveConnection* newConnection(int fd, const network::Address& peer,
-                                  const network::SocketFacts& facts,
-                     ConnectionSlot slot);
+                                  const network::SocketFacts& facts, ConnectionSlot slot);
 
   Worker& worker_;
   ListenerConfigSharedPtr config_;

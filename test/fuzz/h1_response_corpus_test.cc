@@ -16,7 +16,10 @@ namespace {
 constexpr char kCorpusDir[] = "test/fuzz/corpus/h1_response";
 constexpr int kMutations = 100000;
 // The bytes that move the parser and the chunked decoder between states.
-constexpr std::string_view kInteresting("\r\n \t:,;=\"\\0f\0\x7f\x80\xff" "1", 17);
+constexpr std::string_view kInteresting(
+    "\r\n \t:,;=\"\\0f\0\x7f\x80\xff"
+    "1",
+    17);
 
 void run(const std::string& input) {
   checkResponseStream(reinterpret_cast<const uint8_t*>(input.data()), input.size());

@@ -1,9 +1,8 @@
 #include "source/server/listener_filter_chain.h"
 
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include "source/common/network/connection.h"
 #include "test/common/network/loopback.h"
@@ -95,7 +94,9 @@ class ListenerFilterChainTest : public testing::Test {
       m.addListenerFilter(network::ListenerFilterPtr(filter));
     };
   }
-  void send(std::string_view s) { ASSERT_EQ(write(client_, s.data(), s.size()), ssize_t(s.size())); }
+  void send(std::string_view s) {
+    ASSERT_EQ(write(client_, s.data(), s.size()), ssize_t(s.size()));
+  }
   bool finished() { return done_calls_ > 0; }
 
   event::Dispatcher dispatcher_;

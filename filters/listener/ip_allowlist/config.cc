@@ -1,4 +1,5 @@
 #include "absl/strings/str_format.h"
+
 #include "api/sluice/filters/v1/ip_allowlist.pb.h"
 #include "extensions/registry.h"
 #include "filters/listener/ip_allowlist/ip_allowlist.h"
@@ -36,8 +37,8 @@ class IpAllowlistFactory : public extensions::ListenerFilterFactory {
       }
       config->ranges.push_back(*range);
     }
-    std::string prefix =
-        absl::StrFormat("listener.%s.ip_allowlist.", stats::sanitizeNamePart(context.listener_name));
+    std::string prefix = absl::StrFormat("listener.%s.ip_allowlist.",
+                                         stats::sanitizeNamePart(context.listener_name));
     config->allowed = stats::Store::get().counter(prefix + "allowed");
     config->refused = stats::Store::get().counter(prefix + "refused");
     IpAllowlistConfigSharedPtr shared = std::move(config);

@@ -1,4 +1,5 @@
 #include "absl/strings/str_format.h"
+
 #include "api/sluice/filters/v1/http1.pb.h"
 #include "extensions/registry.h"
 #include "filters/network/http1/http1_proxy.h"
@@ -81,10 +82,11 @@ class Http1ProxyFactory : public extensions::NetworkFilterFactory {
     if (proto.max_response_head_bytes() != 0) {
       config->response_limits.max_head_bytes = proto.max_response_head_bytes();
     }
-    config->request_head_timeout = durationOr(proto.has_request_head_timeout(),
-                                              proto.request_head_timeout(), config->request_head_timeout);
-    config->idle_timeout = durationOr(proto.has_idle_timeout(), proto.idle_timeout(),
-                                      config->idle_timeout);
+    config->request_head_timeout =
+        durationOr(proto.has_request_head_timeout(), proto.request_head_timeout(),
+                   config->request_head_timeout);
+    config->idle_timeout =
+        durationOr(proto.has_idle_timeout(), proto.idle_timeout(), config->idle_timeout);
     config->max_request_body_bytes = proto.max_request_body_bytes();
     config->request_body_timeout =
         durationOr(proto.has_request_body_timeout(), proto.request_body_timeout(),

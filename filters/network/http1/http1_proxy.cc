@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+
 #include "source/common/common/logger.h"
 #include "source/common/proxy/worker_context.h"
 #include "source/common/upstream/pool.h"
@@ -46,30 +47,49 @@ thread_local http1::ResponseHead t_response_head;
 
 const char* statusText(uint16_t status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 407: return "Proxy Authentication Required";
-    case 408: return "Request Timeout";
-    case 413: return "Content Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Error";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 403:
+      return "Forbidden";
+    case 407:
+      return "Proxy Authentication Required";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Content Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 501:
+      return "Not Implemented";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Error";
   }
 }
 
 uint16_t denialStatus(proxy::Denial denial) {
   switch (denial) {
-    case proxy::Denial::BadRequest: return 400;
-    case proxy::Denial::Unauthorized: return 407;
-    case proxy::Denial::Forbidden: return 403;
-    case proxy::Denial::BadGateway: return 502;
-    case proxy::Denial::GatewayTimeout: return 504;
-    case proxy::Denial::ServiceUnavailable: return 503;
+    case proxy::Denial::BadRequest:
+      return 400;
+    case proxy::Denial::Unauthorized:
+      return 407;
+    case proxy::Denial::Forbidden:
+      return 403;
+    case proxy::Denial::BadGateway:
+      return 502;
+    case proxy::Denial::GatewayTimeout:
+      return 504;
+    case proxy::Denial::ServiceUnavailable:
+      return 503;
   }
   return 500;
 }
@@ -244,7 +264,8 @@ void Http1ProxyFilter::processHead(buffer::Buffer& data) {
   }
   if (pending_ == nullptr) pending_ = t_pending_pool.acquire();
   http1::ParseError err;
-  http1::ParseStatus status = http1::parseRequestHead(view, config_->request_limits, pending_->head, err);
+  http1::ParseStatus status =
+      http1::parseRequestHead(view, config_->request_limits, pending_->head, err);
   if (status == http1::ParseStatus::Incomplete) return;
   if (status == http1::ParseStatus::Error) {
     config_->stats.rq_rejected.inc();
@@ -318,8 +339,8 @@ void Http1ProxyFilter::startRequest() {
 void Http1ProxyFilter::onDenied(proxy::Denial denial, std::string_view reason) {
   uint16_t status = denialStatus(denial);
   // A body we did not read would be taken for the next request: close instead of skipping it.
-  bool close = !client_keep_alive_ || request_framing_ != http1::BodyFraming::None ||
-               downstream_ended_;
+  bool close =
+      !client_keep_alive_ || request_framing_ != http1::BodyFraming::None || downstream_ended_;
   chain_->end();
   sendLocalReply(status, reason, close, denial == proxy::Denial::Unauthorized);
   if (close) return;
@@ -372,7 +393,8 @@ void Http1ProxyFilter::sendRequestHead() {
     if (head.port != 80) host += absl::StrFormat(":%d", head.port);
     addHeaderLine(out, "Host", host);
   }
-  for (uint32_t i = 0; i < pending_->added_count; ++i) addHeaderLine(out, pending_->added[i].name, pending_->added[i].value);
+  for (uint32_t i = 0; i < pending_->added_count; ++i)
+    addHeaderLine(out, pending_->added[i].name, pending_->added[i].value);
   if (client_http10_ && client_keep_alive_) addHeaderLine(out, "Connection", "keep-alive");
   out.add("\r\n", 2);
 
@@ -419,8 +441,8 @@ void Http1ProxyFilter::relayRequestBody(buffer::Buffer& data, bool end_stream) {
     return;
   }
   buffer::Buffer out;
-  bool ok = moveBody(request_framing_, request_body_left_, request_chunks_, data, out,
-                     request_done_);
+  bool ok =
+      moveBody(request_framing_, request_body_left_, request_chunks_, data, out, request_done_);
   if (ok && requestBodyOverLimit()) {
     onRequestBodyTooLarge();
     return;
@@ -518,7 +540,8 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer&
       return false;
     }
     http1::ParseError err;
-    http1::ParseStatus st = http1::parseResponseHead(view, config_->response_limits, method_, rh, err);
+    http1::ParseStatus st =
+        http1::parseResponseHead(view, config_->response_limits, method_, rh, err);
     if (st == http1::ParseStatus::Incomplete) return false;
     response_scanned_ = 0;
     if (st == http1::ParseStatus::Error) {
@@ -552,8 +575,7 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer&
     response_body_left_ = rh.content_length;
     response_keep_alive_ = rh.keep_alive;
     response_chunks_.reset();
-    response_close_client_ = !client_keep_alive_ || draining_ ||
-                             callbacks_->worker().draining() ||
+    response_close_client_ = !client_keep_alive_ || draining_ || callbacks_->worker().draining() ||
                              rh.framing == http1::BodyFraming::UntilClose;
     addStatusLine(out, rh.status, rh.reason);
     addForwardedHeaders(out, rh.headers.data(), rh.header_count, rh.content_length);
@@ -605,8 +627,8 @@ void Http1ProxyFilter::relayResponseBody(buffer::Buffer& data, bool end_stream,
 
 void Http1ProxyFilter::finishExchange() {
   timer_->disable();
-  bool reusable = response_keep_alive_ && request_done_ &&
-                  response_framing_ != http1::BodyFraming::UntilClose;
+  bool reusable =
+      response_keep_alive_ && request_done_ && response_framing_ != http1::BodyFraming::UntilClose;
   releaseUpstream(reusable);
   response_started_ = false;
   if (response_close_client_ || !request_done_ || downstream_ended_ || draining_) {
@@ -736,10 +758,11 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, 
                                       bool auth_challenge) {
   std::string body = absl::StrFormat("%d %s: %s\n", status, statusText(status), detail);
   std::string head = absl::StrFormat(
-      "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n",
-      status, statusText(status), body.size());
+      "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n", status,
+      statusText(status), body.size());
   if (auth_challenge) {
-    head += absl::StrFormat("Proxy-Authenticate: Basic realm=\"%s\"\r\n", pending_->request.auth_realm);
+    head +=
+        absl::StrFormat("Proxy-Authenticate: Basic realm=\"%s\"\r\n", pending_->request.auth_realm);
   }
   head += close ? "Connection: close\r\n\r\n" : "\r\n";
   buffer::Buffer out;
@@ -805,7 +828,8 @@ void Http1ProxyFilter::remove(std::string_view name) {
   }
   uint32_t kept = 0;
   for (uint32_t i = 0; i < pending_->added_count; ++i) {
-    if (!http1::equalsIgnoreCase(pending_->added[i].name, name)) pending_->added[kept++] = pending_->added[i];
+    if (!http1::equalsIgnoreCase(pending_->added[i].name, name))
+      pending_->added[kept++] = pending_->added[i];
   }
   pending_->added_count = kept;
 }

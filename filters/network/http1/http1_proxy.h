@@ -17,24 +17,24 @@ namespace filters {
 namespace http1proxy {
 
 struct Http1Stats {
-  stats::Counter rq_total;        // every request head parsed
-  stats::Counter rq_forward;      // absolute-form requests relayed
-  stats::Counter rq_connect;      // CONNECT tunnels requested
-  stats::Counter rq_rejected;     // malformed heads (400/431/501/505)
-  stats::Counter rq_head_timeout; // heads that did not arrive in time (408)
+  stats::Counter rq_total;           // every request head parsed
+  stats::Counter rq_forward;         // absolute-form requests relayed
+  stats::Counter rq_connect;         // CONNECT tunnels requested
+  stats::Counter rq_rejected;        // malformed heads (400/431/501/505)
+  stats::Counter rq_head_timeout;    // heads that did not arrive in time (408)
   stats::Counter rq_body_too_large;  // bodies over max_request_body_bytes (413 or close)
   stats::Counter rq_body_timeout;    // uploads the client stalled before any response (408)
-  stats::Counter rq_retry;        // retried on a fresh connection after a pooled one failed
+  stats::Counter rq_retry;           // retried on a fresh connection after a pooled one failed
   stats::Counter rs_1xx, rs_2xx, rs_3xx, rs_4xx, rs_5xx;
-  stats::Counter upstream_rs_bad;     // malformed origin responses (502)
-  stats::Counter upstream_rs_timeout; // origins that did not answer in time (504)
-  stats::Counter upstream_reset;      // origins that closed mid-exchange
+  stats::Counter upstream_rs_bad;      // malformed origin responses (502)
+  stats::Counter upstream_rs_timeout;  // origins that did not answer in time (504)
+  stats::Counter upstream_reset;       // origins that closed mid-exchange
   stats::Counter downstream_idle_timeout;
-  stats::Counter downstream_reset;    // clients that left mid-exchange
+  stats::Counter downstream_reset;  // clients that left mid-exchange
   stats::Counter tunnel_idle_timeout;
   stats::Gauge tunnels_active;
-  stats::Counter bytes_upstream_tx;   // request bytes written to origins (head and body)
-  stats::Counter bytes_upstream_rx;   // response bytes read from origins
+  stats::Counter bytes_upstream_tx;  // request bytes written to origins (head and body)
+  stats::Counter bytes_upstream_rx;  // response bytes read from origins
 };
 
 // Immutable, shared by every worker: built once from Http1ProxyConfig.
@@ -94,10 +94,10 @@ class Http1ProxyFilter : public network::ReadFilter,
 
  private:
   enum class State : uint8_t {
-    ReadingHead,   // waiting for (the rest of) a request head
-    Filtering,     // request filters running; the client is not read
-    Forwarding,    // request sent or being sent; relaying the response
-    Tunnel,        // CONNECT established: bytes both ways
+    ReadingHead,  // waiting for (the rest of) a request head
+    Filtering,    // request filters running; the client is not read
+    Forwarding,   // request sent or being sent; relaying the response
+    Tunnel,       // CONNECT established: bytes both ways
     Closed,
   };
 
@@ -116,7 +116,6 @@ class Http1ProxyFilter : public network::ReadFilter,
    private:
     Http1ProxyFilter& parent_;
   };
-
 
   network::Connection& downstream() { return callbacks_->connection(); }
   // Every state change goes through here so the tunnel gauge stays exact.
@@ -161,8 +160,8 @@ class Http1ProxyFilter : public network::ReadFilter,
   http1::Method method_ = http1::Method::Other;
   bool client_keep_alive_ = true;
   bool client_http10_ = false;
-  bool head_in_buffer_ = false;     // the request head is still at the front of the client buffer
-  size_t head_scanned_ = 0;         // bytes of the next head already looked at
+  bool head_in_buffer_ = false;  // the request head is still at the front of the client buffer
+  size_t head_scanned_ = 0;      // bytes of the next head already looked at
   uint32_t head_size_ = 0;
   http1::BodyFraming request_framing_ = http1::BodyFraming::None;
   uint64_t request_body_left_ = 0;
@@ -173,8 +172,8 @@ class Http1ProxyFilter : public network::ReadFilter,
   bool draining_ = false;
 
   // The response in flight.
-  bool response_started_ = false;   // its head was sent to the client
-  size_t response_scanned_ = 0;     // bytes of the response head already looked at
+  bool response_started_ = false;  // its head was sent to the client
+  size_t response_scanned_ = 0;    // bytes of the response head already looked at
   http1::BodyFraming response_framing_ = http1::BodyFraming::None;
   uint64_t response_body_left_ = 0;
   bool response_keep_alive_ = true;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+
 #include "source/common/upstream/pool.h"
 
 namespace sluice {

@@ -16,11 +16,11 @@ namespace filters {
 namespace router {
 
 struct RouterStats {
-  stats::Counter cx_connect_total;    // outbound connects attempted
-  stats::Counter cx_connect_fail;     // refused, unreachable, reset during connect
+  stats::Counter cx_connect_total;  // outbound connects attempted
+  stats::Counter cx_connect_fail;   // refused, unreachable, reset during connect
   stats::Counter cx_connect_timeout;
-  stats::Counter pool_reuse;          // requests served on a pooled connection
-  stats::Counter dns_fail;            // names that did not resolve
+  stats::Counter pool_reuse;  // requests served on a pooled connection
+  stats::Counter dns_fail;    // names that did not resolve
 };
 
 struct RouterConfig {

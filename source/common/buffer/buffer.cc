@@ -1,12 +1,12 @@
 #include "source/common/buffer/buffer.h"
 
-#include <sys/uio.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+
+#include <sys/uio.h>
 
 namespace sluice {
 namespace buffer {

@@ -1,10 +1,10 @@
 #pragma once
 
-#include <sys/types.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+
+#include <sys/types.h>
 
 namespace sluice {
 namespace buffer {

@@ -1,11 +1,11 @@
 #include "source/common/common/logger.h"
 
+#include <cstdio>
+#include <cstring>
+
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <cstdio>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -44,9 +44,9 @@ void write(LogLevel level, std::string_view message) {
   gmtime_r(&tv.tv_sec, &tm);
   char stamp[32];
   strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
-  std::string line = absl::StrFormat("[%s.%03dZ] [%s] [%s] %s\n", stamp,
-                                     static_cast<int>(tv.tv_usec / 1000), t_thread_name,
-                                     kLevelNames[static_cast<int>(level)], message);
+  std::string line =
+      absl::StrFormat("[%s.%03dZ] [%s] [%s] %s\n", stamp, static_cast<int>(tv.tv_usec / 1000),
+                      t_thread_name, kLevelNames[static_cast<int>(level)], message);
   // One write(2) per line keeps lines from different threads whole.
   ssize_t unused = ::write(STDERR_FILENO, line.data(), line.size());
   (void)unused;

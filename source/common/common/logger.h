@@ -29,20 +29,20 @@ void setThreadName(std::string_view name);
 }  // namespace logger
 }  // namespace sluice
 
-#define SLUICE_LOG(LEVEL, ...)                                                  \
-  do {                                                                          \
-    if (::sluice::logger::enabled(::sluice::LogLevel::LEVEL)) {                 \
+#define SLUICE_LOG(LEVEL, ...)                                                          \
+  do {                                                                                  \
+    if (::sluice::logger::enabled(::sluice::LogLevel::LEVEL)) {                         \
       ::sluice::logger::write(::sluice::LogLevel::LEVEL, absl::StrFormat(__VA_ARGS__)); \
-    }                                                                           \
+    }                                                                                   \
   } while (false)
 
 // For conditions that only a bug can produce; never for anything a peer can send.
-#define SLUICE_ASSERT(COND, MSG)                                          \
-  do {                                                                    \
-    if (!(COND)) {                                                        \
-      ::sluice::logger::write(::sluice::LogLevel::Error,                  \
-                              absl::StrFormat("assertion failed: %s: %s at %s:%d", #COND, MSG, \
-                                           __FILE__, __LINE__));      \
-      abort();                                                            \
-    }                                                                     \
+#define SLUICE_ASSERT(COND, MSG)                                                                 \
+  do {                                                                                           \
+    if (!(COND)) {                                                                               \
+      ::sluice::logger::write(                                                                   \
+          ::sluice::LogLevel::Error,                                                             \
+          absl::StrFormat("assertion failed: %s: %s at %s:%d", #COND, MSG, __FILE__, __LINE__)); \
+      abort();                                                                                   \
+    }                                                                                            \
   } while (false)

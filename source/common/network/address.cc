@@ -1,8 +1,8 @@
 #include "source/common/network/address.h"
 
-#include <arpa/inet.h>
-
 #include <cstring>
+
+#include <arpa/inet.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -161,7 +161,8 @@ std::string Address::asString() const {
 bool Address::operator==(const Address& other) const {
   if (family() != other.family()) return false;
   if (family() == AF_INET) {
-    return v4().sin_addr.s_addr == other.v4().sin_addr.s_addr && v4().sin_port == other.v4().sin_port;
+    return v4().sin_addr.s_addr == other.v4().sin_addr.s_addr &&
+           v4().sin_port == other.v4().sin_port;
   }
   if (family() == AF_INET6) {
     return memcmp(&v6().sin6_addr, &other.v6().sin6_addr, 16) == 0 &&

@@ -1,11 +1,11 @@
 #pragma once
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "absl/status/statusor.h"
 
@@ -44,8 +44,8 @@ class Address {
     if (a.family() == AF_INET) {
       return H::combine(std::move(h), a.v4().sin_addr.s_addr, a.v4().sin_port);
     }
-    return H::combine(
-        H::combine_contiguous(std::move(h), a.v6().sin6_addr.s6_addr, 16), a.v6().sin6_port);
+    return H::combine(H::combine_contiguous(std::move(h), a.v6().sin6_addr.s6_addr, 16),
+                      a.v6().sin6_port);
   }
 
  private:

@@ -1,8 +1,8 @@
 #include "source/common/network/cidr.h"
 
-#include <arpa/inet.h>
-
 #include <cstring>
+
+#include <arpa/inet.h>
 
 #include "absl/strings/str_format.h"
 
@@ -50,8 +50,7 @@ absl::StatusOr<CidrRange> CidrRange::parse(std::string_view text) {
       n = n * 10 + static_cast<uint32_t>(c - '0');
     }
     if (n > max) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("'%s': prefix length above %d", text, max));
+      return absl::InvalidArgumentError(absl::StrFormat("'%s': prefix length above %d", text, max));
     }
     range.prefix_ = n;
   }
@@ -64,8 +63,8 @@ absl::StatusOr<CidrRange> CidrRange::parse(std::string_view text) {
   uint32_t total = max;
   for (uint32_t bit = range.prefix_; bit < total; ++bit) {
     if (range.bytes_[bit / 8] & (0x80 >> (bit % 8))) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "'%s': address has bits set beyond the /%d prefix", text, range.prefix_));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("'%s': address has bits set beyond the /%d prefix", text, range.prefix_));
     }
   }
   return range;
@@ -73,8 +72,7 @@ absl::StatusOr<CidrRange> CidrRange::parse(std::string_view text) {
 
 bool CidrRange::contains(const Address& address) const {
   if (address.family() == AF_INET && family_ == AF_INET) {
-    return prefixMatches(bytes_, reinterpret_cast<const uint8_t*>(&address.v4().sin_addr),
-                         prefix_);
+    return prefixMatches(bytes_, reinterpret_cast<const uint8_t*>(&address.v4().sin_addr), prefix_);
   }
   if (address.family() == AF_INET6) {
     const uint8_t* a = address.v6().sin6_addr.s6_addr;

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+
 #include "source/common/network/address.h"
 
 namespace sluice {

@@ -1,11 +1,11 @@
 #include "source/common/network/connection.h"
 
+#include <cerrno>
+
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <cerrno>
 
 #include "source/common/common/logger.h"
 

@@ -116,14 +116,14 @@ class Connection : public event::DeferredDeletable {
   uint32_t high_watermark_ = kDefaultHighWatermark;
   uint32_t read_disable_count_ = 0;
   bool above_high_ = false;
-  bool read_end_ = false;         // the peer half-closed its write side
+  bool read_end_ = false;           // the peer half-closed its write side
   bool write_end_pending_ = false;  // shut down our write side once the buffer drains
   bool write_shut_ = false;
   bool close_after_flush_ = false;
-  bool read_pending_ = false;     // edge-triggered readiness not yet consumed
-  bool peer_closed_ = false;      // the kernel reported the peer's FIN (EPOLLRDHUP)
+  bool read_pending_ = false;  // edge-triggered readiness not yet consumed
+  bool peer_closed_ = false;   // the kernel reported the peer's FIN (EPOLLRDHUP)
   bool write_blocked_ = false;
-  bool force_deliver_ = false;    // hand buffered bytes to the callbacks on the next read event
+  bool force_deliver_ = false;  // hand buffered bytes to the callbacks on the next read event
   int connect_error_ = 0;
 };
 

@@ -90,8 +90,8 @@ class RequestFilterChain : public RequestFilterCallbacks {
   RequestSink& sink_;
   std::vector<RequestFilterPtr> filters_;
   ProxyRequest* request_ = nullptr;
-  size_t next_ = 0;       // the filter to run next
-  size_t reached_ = 0;    // filters that have seen this request
+  size_t next_ = 0;     // the filter to run next
+  size_t reached_ = 0;  // filters that have seen this request
   State state_ = State::Idle;
 };
 

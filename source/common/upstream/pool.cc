@@ -82,7 +82,8 @@ void Pool::remove(Idle* idle) {
   auto it = idle_.find(idle->destination());
   if (it == idle_.end()) return;
   auto& list = it->second;
-  auto pos = std::find_if(list.begin(), list.end(), [idle](const IdlePtr& p) { return p.get() == idle; });
+  auto pos =
+      std::find_if(list.begin(), list.end(), [idle](const IdlePtr& p) { return p.get() == idle; });
   if (pos == list.end()) return;
   IdlePtr owned = std::move(*pos);
   list.erase(pos);

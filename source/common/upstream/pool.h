@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/address.h"
 #include "source/common/network/connection.h"

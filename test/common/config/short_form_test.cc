@@ -380,8 +380,8 @@ TEST(ShortFormTest, BansAreRangeChecked) {
 
 TEST(ShortFormTest, Sha256KeysAndTheKeysFile) {
   const std::string hex = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
-  Expanded e = load("auth:\n  api_keys: [\"sha256:" + hex +
-                    "\"]\n  api_keys_file: /etc/sluice/keys\n");
+  Expanded e =
+      load("auth:\n  api_keys: [\"sha256:" + hex + "\"]\n  api_keys_file: /etc/sluice/keys\n");
   ASSERT_EQ(e.auth.api_keys_size(), 1);
   EXPECT_EQ(e.auth.api_keys(0).key(), "sha256:" + hex);
   EXPECT_EQ(e.auth.api_keys_file(), "/etc/sluice/keys");

@@ -106,7 +106,8 @@ TEST(YamlLoaderTest, UnknownKeyInAnyInsideAny) {
 TEST(YamlLoaderTest, UnknownKeyWithoutCloseMatchListsKnownFields) {
   EXPECT_THAT(loadError<v1::Bootstrap>("listeners:\n  - xyzzy: 1\n"),
               HasSubstr("listeners[0].xyzzy: unknown field (known fields: name, address, "
-                        "listener_filters, filter_chains, backlog, connection_limits, listener_filters_timeout)"));
+                        "listener_filters, filter_chains, backlog, connection_limits, "
+                        "listener_filters_timeout)"));
 }
 
 TEST(YamlLoaderTest, MisplacedKeyFails) {

@@ -54,9 +54,9 @@ TEST(CidrRange, MappedIpv6PeerMatchesIpv4Range) {
 }
 
 TEST(CidrRange, RejectsBadInput) {
-  for (const char* bad : {"", "10.0.0.0/", "10.0.0.0/33", "::/129", "10.0.0.0/8/8", "10.0.0/8",
-                          "example.com/8", "10.0.0.0/-1", "10.0.0.0/ 8", "10.1.2.3/8",
-                          "2001:db8::1/32", "10.0.0.0/0008"}) {
+  for (const char* bad :
+       {"", "10.0.0.0/", "10.0.0.0/33", "::/129", "10.0.0.0/8/8", "10.0.0/8", "example.com/8",
+        "10.0.0.0/-1", "10.0.0.0/ 8", "10.1.2.3/8", "2001:db8::1/32", "10.0.0.0/0008"}) {
     EXPECT_FALSE(network::CidrRange::parse(bad).ok()) << bad;
   }
 }
