@@ -38,7 +38,9 @@ ActiveConnection::ActiveConnection(Worker& worker, const ListenerConfig& listene
 
 ActiveConnection::~ActiveConnection() {
   // Filters go first: they may still use the connection while they release what they hold.
+  connection_->setWriteInterceptor(nullptr);
   filters_.clear();
+  write_filters_.clear();
   listener_.stats.downstream_cx_active.dec();
 }
 
@@ -53,6 +55,24 @@ void ActiveConnection::addReadFilter(network::ReadFilterPtr filter) {
 }
 
 proxy::WorkerContext& ActiveConnection::worker() { return worker_; }
+
+void ActiveConnection::addWriteFilter(network::WriteFilterPtr filter) {
+  filter->initializeWriteFilterCallbacks(*this);
+  write_filters_.push_back(std::move(filter));
+  // Connections without write filters never pay for the interception.
+  connection_->setWriteInterceptor(this);
+}
+
+bool ActiveConnection::onWrite(buffer::Buffer& data, bool end_stream) {
+  for (auto it = write_filters_.rbegin(); it != write_filters_.rend(); ++it) {
+    if ((*it)->onWrite(data, end_stream) == network::FilterStatus::StopIteration) return false;
+  }
+  return true;
+}
+
+void ActiveConnection::injectWrite(buffer::Buffer& data, bool end_stream) {
+  connection_->writeDirect(data, end_stream);
+}
 
 // onNewConnection runs on each filter in order; a filter that stops holds back the later ones
 // until it calls continueReading().

@@ -28,6 +28,8 @@ class ActiveListener;
 class ActiveConnection : public network::ConnectionCallbacks,
                          public network::FilterManager,
                          public network::ReadFilterCallbacks,
+                         public network::WriteFilterCallbacks,
+                         public network::WriteInterceptor,
                          public event::DeferredDeletable {
  public:
   ActiveConnection(Worker& worker, const ListenerConfig& listener,
@@ -39,8 +41,13 @@ class ActiveConnection : public network::ConnectionCallbacks,
 
   // network::FilterManager
   void addReadFilter(network::ReadFilterPtr filter) override;
-  // network::ReadFilterCallbacks
+  void addWriteFilter(network::WriteFilterPtr filter) override;
+  // network::ReadFilterCallbacks, network::WriteFilterCallbacks
   network::Connection& connection() override { return *connection_; }
+  // network::WriteFilterCallbacks
+  void injectWrite(buffer::Buffer& data, bool end_stream) override;
+  // network::WriteInterceptor
+  bool onWrite(buffer::Buffer& data, bool end_stream) override;
   void continueReading() override;
   proxy::WorkerContext& worker() override;
   // network::ConnectionCallbacks
@@ -60,6 +67,7 @@ class ActiveConnection : public network::ConnectionCallbacks,
   network::ConnectionPtr connection_;
   ConnectionSlot slot_;  // its place in the listener's connection limits, held until deletion
   std::vector<network::ReadFilterPtr> filters_;
+  std::vector<network::WriteFilterPtr> write_filters_;  // in the order added; run in reverse
   size_t stopped_at_ = 0;  // the filter that last returned StopIteration
   bool initialized_ = false;
   bool closed_ = false;

@@ -150,6 +150,14 @@ void Connection::scheduleRead() {
 }
 
 void Connection::write(buffer::Buffer& data, bool end_stream) {
+  if (interceptor_ != nullptr && state_ != State::Closed && !write_shut_ &&
+      !interceptor_->onWrite(data, end_stream)) {
+    return;
+  }
+  writeDirect(data, end_stream);
+}
+
+void Connection::writeDirect(buffer::Buffer& data, bool end_stream) {
   if (state_ == State::Closed || write_shut_) {
     data.clear();
     return;

@@ -39,6 +39,14 @@ class ConnectionCallbacks {
   virtual void onBelowWriteLowWatermark() {}
 };
 
+// Sees every write before it is queued (the network filter manager, to run write filters).
+class WriteInterceptor {
+ public:
+  virtual ~WriteInterceptor() = default;
+  // False: the interceptor took the data (a filter holds it back); nothing is queued now.
+  virtual bool onWrite(buffer::Buffer& data, bool end_stream) = 0;
+};
+
 // Byte counters a connection adds to (per listener); the default handles count nowhere.
 struct ConnectionByteCounters {
   stats::Counter rx;
@@ -77,6 +85,10 @@ class Connection : public event::DeferredDeletable {
   // Queues data (taking its blocks) and writes as much as the socket takes now. With
   // end_stream the write side is shut down once everything is written (half-close).
   void write(buffer::Buffer& data, bool end_stream = false);
+  // Queues data without passing it to the write interceptor (a write filter's own output).
+  void writeDirect(buffer::Buffer& data, bool end_stream = false);
+  // Null (the default) costs one test per write.
+  void setWriteInterceptor(WriteInterceptor* interceptor) { interceptor_ = interceptor; }
   void close(CloseType type);
   // Nested: n disables need n enables. While disabled, nothing is read (TCP backpressure).
   void readDisable(bool disable);
@@ -108,6 +120,7 @@ class Connection : public event::DeferredDeletable {
   State state_;
   uint64_t id_;
   ConnectionCallbacks* callbacks_ = nullptr;
+  WriteInterceptor* interceptor_ = nullptr;
   buffer::Buffer read_buffer_;
   buffer::Buffer write_buffer_;
   event::FileEvent file_event_;

@@ -48,10 +48,31 @@ class ReadFilter {
 };
 using ReadFilterPtr = std::unique_ptr<ReadFilter>;
 
+class WriteFilterCallbacks {
+ public:
+  virtual ~WriteFilterCallbacks() = default;
+  virtual Connection& connection() = 0;
+  // Writes data straight to the client, past every write filter (for a filter releasing data
+  // it held back with StopIteration).
+  virtual void injectWrite(buffer::Buffer& data, bool end_stream) = 0;
+};
+
+// A network filter on the write side: sees the bytes going to the client, in the reverse order
+// of the chain (the codec's output meets the filter just before it first), and may change them.
+class WriteFilter {
+ public:
+  virtual ~WriteFilter() = default;
+  virtual void initializeWriteFilterCallbacks(WriteFilterCallbacks& callbacks) {}
+  // StopIteration: the filter keeps (or dropped) the data; it writes later with injectWrite.
+  virtual FilterStatus onWrite(buffer::Buffer& data, bool end_stream) = 0;
+};
+using WriteFilterPtr = std::unique_ptr<WriteFilter>;
+
 class FilterManager {
  public:
   virtual ~FilterManager() = default;
   virtual void addReadFilter(ReadFilterPtr filter) = 0;
+  virtual void addWriteFilter(WriteFilterPtr filter) = 0;
 };
 
 // Made once per filter chain from the filter's validated config; called per connection.
