@@ -176,6 +176,8 @@ def test_open_keep_alive_connection_of_a_banned_client_gets_403(start_sluice, py
         r = kept.read_response()
         assert r.status == 403, r
         assert b"banned" in r.body, r
+        assert r.header("Connection") == "close", r
+        assert kept.is_closed_by_peer(), "the banned client's connection stayed open"
         assert len(py_origin.requests) == seen
     assert s.stat("auth.denied_banned") == 1
 

@@ -339,8 +339,8 @@ void Http1ProxyFilter::startRequest() {
 void Http1ProxyFilter::onDenied(proxy::Denial denial, std::string_view reason) {
   uint16_t status = denialStatus(denial);
   // A body we did not read would be taken for the next request: close instead of skipping it.
-  bool close =
-      !client_keep_alive_ || request_framing_ != http1::BodyFraming::None || downstream_ended_;
+  bool close = !client_keep_alive_ || request_framing_ != http1::BodyFraming::None ||
+               downstream_ended_ || pending_->request.close_connection;
   chain_->end();
   sendLocalReply(status, reason, close, denial == proxy::Denial::Unauthorized);
   if (close) return;

@@ -98,6 +98,7 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   ban::BanTable* bans = config_->bans.get();
   if (bans != nullptr && bans->anyBanned() && bans->isBanned(request.client)) {
     config_->denied_banned.inc();
+    request.close_connection = true;
     callbacks_->deny(proxy::Denial::Forbidden, "client address is banned");
     return proxy::RequestFilterStatus::StopIteration;
   }

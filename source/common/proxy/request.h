@@ -45,6 +45,9 @@ struct ProxyRequest {
   network::Address client;
   // Set by the codec when it retries after a pooled connection failed: dial a new one.
   bool fresh_connection = false;
+  // Set by a filter that refuses the request: the client connection must not carry another
+  // request either (its address was just banned, say).
+  bool close_connection = false;
 
   // Set by filters:
   // The authenticated key's name (never the key itself).
