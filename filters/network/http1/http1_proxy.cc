@@ -253,7 +253,8 @@ void Http1ProxyFilter::processHead(buffer::Buffer& data) {
   if (data.empty()) return;
   armHeadTimer();
   const uint32_t max = config_->request_limits.max_head_bytes;
-  std::string_view view = data.linearize(std::min<size_t>(data.length(), size_t{max} + 1));
+  std::string_view view =
+      data.linearize(std::min<size_t>(data.length(), size_t{max} + 1), size_t{max} + 1);
   // The parser starts over on each call: only call it when a line ended in the new bytes (or
   // the limit is reached), so a client sending one byte at a time cannot make it quadratic.
   size_t scanned = std::min<size_t>(head_scanned_, view.size());
@@ -530,7 +531,8 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer&
   http1::ResponseHead& rh = t_response_head;
   while (true) {
     const uint32_t max = config_->response_limits.max_head_bytes;
-    std::string_view view = data.linearize(std::min<size_t>(data.length(), size_t{max} + 1));
+    std::string_view view =
+        data.linearize(std::min<size_t>(data.length(), size_t{max} + 1), size_t{max} + 1);
     if (view.empty()) return false;
     // As for requests: re-parse only when a line ended in the new bytes.
     size_t scanned = std::min<size_t>(response_scanned_, view.size());

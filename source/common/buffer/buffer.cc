@@ -160,12 +160,12 @@ std::string_view Buffer::front() const {
   return {head_->data() + head_->start, head_->readable()};
 }
 
-std::string_view Buffer::linearize(size_t n) {
+std::string_view Buffer::linearize(size_t n, size_t reserve) {
   n = std::min(n, length_);
   if (n == 0) return {};
   if (head_->readable() >= n) return {head_->data() + head_->start, n};
   // Gather the first n bytes into one block that replaces the blocks they came from.
-  Block* joined = BlockPool::acquire(static_cast<uint32_t>(n));
+  Block* joined = BlockPool::acquire(static_cast<uint32_t>(std::max(n, reserve)));
   size_t copied = 0;
   while (copied < n) {
     Block* b = head_;

@@ -59,7 +59,9 @@ class Buffer {
 
   // The first min(n, length()) bytes as one contiguous span; copies them into one block only
   // if they span several.
-  std::string_view linearize(size_t n);
+  // `reserve` sizes the joined block: bytes read later land in its free space, so a head that
+  // keeps growing (a client sending a byte at a time) is copied once, not on every read.
+  std::string_view linearize(size_t n, size_t reserve = 0);
   // The first block's bytes (empty if none).
   std::string_view front() const;
 

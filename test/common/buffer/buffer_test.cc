@@ -540,6 +540,23 @@ TEST_F(BufferSocketTest, WriteToPartialDrainsOnlyWhatWasWritten) {
   EXPECT_TRUE(err == EAGAIN || err == EWOULDBLOCK);
 }
 
+// A growing head is joined once into a block with room to spare: later bytes land in that
+// block, so the next linearize copies nothing.
+TEST(BufferLinearizeReserve, LaterBytesLandInTheJoinedBlock) {
+  Buffer b;
+  std::string first(kBlockSize - 10, 'a');
+  b.add(first);
+  b.add(std::string(20, 'b'));  // spans two blocks
+  std::string_view joined = b.linearize(b.length(), 64 * 1024);
+  ASSERT_EQ(joined.size(), kBlockSize + 10);
+  const char* start = joined.data();
+  b.add(std::string(100, 'c'));
+  std::string_view again = b.linearize(b.length(), 64 * 1024);
+  EXPECT_EQ(again.data(), start) << "the joined block was copied again";
+  EXPECT_EQ(again.size(), kBlockSize + 110);
+  EXPECT_EQ(again.substr(kBlockSize + 10), std::string(100, 'c'));
+}
+
 }  // namespace
 }  // namespace buffer
 }  // namespace sluice
