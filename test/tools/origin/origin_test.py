@@ -1,0 +1,354 @@
+"""End-to-end tests of sluice-origin over raw loopback sockets (byte-exact checks).
+
+Usage: origin_test.py PATH_TO_SLUICE_ORIGIN
+"""
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import unittest
+
+ORIGIN = None
+PATTERN = b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ-_"
+
+
+def expected_bytes(n):
+    reps = n // len(PATTERN) + 1
+    return (PATTERN * reps)[:n]
+
+
+class Origin:
+    def __init__(self, threads=1):
+        self.proc = subprocess.Popen([ORIGIN, "--listen", "127.0.0.1:0", "-t", str(threads)],
+                                     stdout=subprocess.PIPE)
+        line = self.proc.stdout.readline().decode()
+        assert line.startswith("listening on 127.0.0.1:"), line
+        self.port = int(line.strip().rsplit(":", 1)[1])
+
+    def connect(self):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        return Client(s)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+
+
+class Client:
+    """Reads HTTP/1.1 responses and counts every byte received."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+        self.received = 0
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def _fill(self):
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise EOFError("connection closed")
+        self.received += len(chunk)
+        self.buf += chunk
+
+    def _take(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            self._fill()
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def response(self, head_only=False):
+        status_line = self._line()
+        parts = status_line.split(b" ", 2)
+        assert parts[0] == b"HTTP/1.1", status_line
+        status = int(parts[1])
+        headers = {}
+        while True:
+            line = self._line()
+            if not line:
+                break
+            name, value = line.split(b":", 1)
+            headers[name.strip().lower().decode()] = value.strip().decode()
+        if status == 100:
+            return self.response(head_only)
+        if head_only:
+            return status, headers, b""
+        if headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while True:
+                size = int(self._line().split(b";")[0], 16)
+                if size == 0:
+                    while self._line():  # trailers
+                        pass
+                    break
+                body += self._take(size)
+                assert self._take(2) == b"\r\n"
+            return status, headers, body
+        return status, headers, self._take(int(headers["content-length"]))
+
+    def closed(self):
+        """True when the server closed (EOF or reset) with nothing more to read."""
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+                self.buf += chunk
+        except ConnectionResetError:
+            return True
+        except socket.timeout:
+            return False
+
+    def close(self):
+        self.sock.close()
+
+
+def get(path, method=b"GET"):
+    return method + b" " + path + b" HTTP/1.1\r\nHost: origin\r\n\r\n"
+
+
+class OriginTest(unittest.TestCase):
+    def setUp(self):
+        self.origin = Origin()
+
+    def tearDown(self):
+        self.origin.stop()
+
+    def test_bytes_sizes_keep_alive(self):
+        c = self.origin.connect()
+        for n in [0, 1, 63, 64, 65, 16384, 16385, 1048576, 3 * 1048576 + 7]:
+            c.send(get(b"/bytes/%d" % n))
+            status, headers, body = c.response()
+            self.assertEqual(status, 200)
+            self.assertEqual(headers["content-length"], str(n))
+            self.assertEqual(len(body), n)
+            self.assertEqual(body, expected_bytes(n))
+        c.close()
+
+    def test_pipelined_requests_answered_in_order(self):
+        c = self.origin.connect()
+        c.send(get(b"/bytes/1048576") + get(b"/bytes/5") + get(b"/nope") + get(b"/bytes/2"))
+        self.assertEqual(c.response()[2], expected_bytes(1048576))
+        self.assertEqual(c.response()[2], b"abcde")
+        self.assertEqual(c.response()[0], 404)
+        self.assertEqual(c.response()[2], b"ab")
+        c.close()
+
+    def test_many_pipelined_heads_across_blocks(self):
+        # 3000 requests in one write: heads straddle the server's 16 KiB read blocks.
+        c = self.origin.connect()
+        c.send(b"".join(get(b"/bytes/%d" % (i % 7)) for i in range(3000)))
+        for i in range(3000):
+            self.assertEqual(c.response()[2], expected_bytes(i % 7))
+        c.close()
+
+    def test_head_sent_byte_by_byte(self):
+        c = self.origin.connect()
+        c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for b in get(b"/bytes/3"):
+            c.send(bytes([b]))
+        self.assertEqual(c.response()[2], b"abc")
+        c.close()
+
+    def test_client_abandons_huge_response(self):
+        c = self.origin.connect()
+        c.send(get(b"/bytes/1073741824"))
+        c.response(head_only=True)
+        c._take(1 << 20)
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        c.close()  # reset while the server is mid-stream
+        d = self.origin.connect()
+        d.send(get(b"/bytes/2"))
+        self.assertEqual(d.response()[2], b"ab")
+        d.close()
+        self.assertIsNone(self.origin.proc.poll())
+
+    def test_head_bytes(self):
+        c = self.origin.connect()
+        c.send(get(b"/bytes/10", b"HEAD") + get(b"/bytes/3"))
+        status, headers, _ = c.response(head_only=True)
+        self.assertEqual((status, headers["content-length"]), (200, "10"))
+        # The next response follows at once: HEAD sent no body.
+        self.assertEqual(c.response()[2], b"abc")
+        c.close()
+
+    def test_bytes_bad_sizes(self):
+        c = self.origin.connect()
+        for path in [b"/bytes/1073741825", b"/bytes/99999999999", b"/bytes/1x", b"/bytes/-1"]:
+            c.send(get(path))
+            self.assertEqual(c.response()[0], 400, path)
+        c.send(get(b"/bytes/1073741824", b"HEAD"))
+        self.assertEqual(c.response(head_only=True)[1]["content-length"], "1073741824")
+        c.close()
+
+    def test_echo_content_length(self):
+        c = self.origin.connect()
+        rng = random.Random(1)
+        for n in [0, 1, 5000, 300000]:
+            body = bytes(rng.getrandbits(8) for _ in range(n))
+            c.send(b"POST /echo HTTP/1.1\r\nHost: o\r\nContent-Length: %d\r\n\r\n" % n + body)
+            status, headers, got = c.response()
+            self.assertEqual(status, 200)
+            self.assertEqual(headers["content-length"], str(n))
+            self.assertEqual(got, body)
+        c.close()
+
+    def test_echo_large_streamed_with_backpressure(self):
+        # 16 MiB: far above the write watermark, so reads must pause and resume.
+        body = os.urandom(16 << 20)
+        c = self.origin.connect()
+        head = b"POST /echo HTTP/1.1\r\nHost: o\r\nContent-Length: %d\r\n\r\n" % len(body)
+        sender = threading.Thread(target=lambda: c.send(head + body))
+        sender.start()
+        status, _, got = c.response()
+        sender.join()
+        self.assertEqual(status, 200)
+        self.assertTrue(got == body)
+        c.close()
+
+    def test_echo_chunked(self):
+        c = self.origin.connect()
+        payload = os.urandom(70000)
+        chunked = b""
+        for piece in [payload[:1], payload[1:40000], payload[40000:]]:
+            chunked += b"%x;ext=1\r\n" % len(piece) + piece + b"\r\n"
+        chunked += b"0\r\nX-Trailer: t\r\n\r\n"
+        req = b"POST /echo HTTP/1.1\r\nHost: o\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
+        # Split at awkward places to exercise incremental decoding.
+        c.send(req[:50])
+        c.send(req[50:51])
+        c.send(req[51:])
+        status, headers, got = c.response()
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["transfer-encoding"], "chunked")
+        self.assertEqual(got, payload)
+        # Keep-alive survives a chunked echo.
+        c.send(get(b"/bytes/4"))
+        self.assertEqual(c.response()[2], b"abcd")
+        c.close()
+
+    def test_echo_expect_continue(self):
+        c = self.origin.connect()
+        c.send(b"POST /echo HTTP/1.1\r\nHost: o\r\nExpect: 100-continue\r\n"
+               b"Content-Length: 3\r\n\r\n")
+        self.assertEqual(c._line(), b"HTTP/1.1 100 Continue")
+        self.assertEqual(c._line(), b"")
+        c.send(b"xyz")
+        self.assertEqual(c.response()[2], b"xyz")
+        c.close()
+
+    def test_echo_bad_chunked_aborts(self):
+        c = self.origin.connect()
+        c.send(b"POST /echo HTTP/1.1\r\nHost: o\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"zz\r\n")
+        status, _, _ = c.response(head_only=True)
+        self.assertEqual(status, 200)
+        self.assertTrue(c.closed())
+        c.close()
+
+    def test_not_found(self):
+        c = self.origin.connect()
+        for req in [get(b"/"), get(b"/bytes/"), get(b"/stats", b"DELETE"), get(b"/echo")]:
+            c.send(req)
+            self.assertEqual(c.response()[0], 404, req)
+        # A 404 with a body closes: the body is not read.
+        c.send(b"POST /other HTTP/1.1\r\nHost: o\r\nContent-Length: 3\r\n\r\nabc")
+        status, headers, _ = c.response()
+        self.assertEqual((status, headers["connection"]), (404, "close"))
+        self.assertTrue(c.closed())
+        c.close()
+
+    def test_garbage_gets_400_and_close(self):
+        for req in [b"garbage\r\n\r\n", b"GET /bytes/1 HTTP/1.1\r\nBad Header\r\n\r\n",
+                    b"GET /bytes/1 HTTP/1.1\r\nHost: o\r\nContent-Length: 1\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n"]:
+            c = self.origin.connect()
+            c.send(req)
+            status, headers, _ = c.response()
+            self.assertEqual(status, 400, req)
+            self.assertEqual(headers["connection"], "close")
+            self.assertTrue(c.closed())
+            c.close()
+
+    def test_oversized_head_gets_431(self):
+        c = self.origin.connect()
+        c.send(b"GET /bytes/1 HTTP/1.1\r\nHost: o\r\nX: " + b"a" * 20000 + b"\r\n\r\n")
+        self.assertEqual(c.response()[0], 431)
+        self.assertTrue(c.closed())
+        c.close()
+
+    def test_http10_closes(self):
+        c = self.origin.connect()
+        c.send(b"GET /bytes/2 HTTP/1.0\r\n\r\n")
+        status, headers, body = c.response()
+        self.assertEqual((status, body, headers["connection"]), (200, b"ab", "close"))
+        self.assertTrue(c.closed())
+        c.close()
+
+    def test_stats_match_traffic(self):
+        c = self.origin.connect()
+        sent = 0
+        reqs = [get(b"/bytes/100000"), get(b"/nope"),
+                b"POST /echo HTTP/1.1\r\nHost: o\r\nContent-Length: 4\r\n\r\nabcd"]
+        for req in reqs:
+            c.send(req)
+            sent += len(req)
+            c.response()
+        self.assertEqual(c.buf, b"")
+        received = c.received
+        c.close()
+        s = self.origin.connect()
+        stats_req = get(b"/stats")
+        s.send(stats_req)
+        status, headers, body = s.response()
+        self.assertEqual(headers["content-type"], "application/json")
+        stats = json.loads(body)
+        self.assertEqual(stats, {"requests": len(reqs) + 1, "bytes_sent": received,
+                                 "bytes_received": sent + len(stats_req)})
+        s.close()
+
+
+class MultiThreadTest(unittest.TestCase):
+    def test_threads_and_summed_stats(self):
+        origin = Origin(threads=4)
+        try:
+            clients = [origin.connect() for _ in range(16)]
+            for c in clients:
+                c.send(get(b"/bytes/1000"))
+            for c in clients:
+                self.assertEqual(c.response()[2], expected_bytes(1000))
+            total = sum(c.received for c in clients)
+            for c in clients:
+                c.close()
+            s = origin.connect()
+            s.send(get(b"/stats"))
+            stats = json.loads(s.response()[2])
+            self.assertEqual(stats["requests"], 17)
+            self.assertEqual(stats["bytes_sent"], total)
+            s.close()
+        finally:
+            origin.stop()
+
+    def test_bad_command_lines(self):
+        for args in [[], ["--listen"], ["--listen", "nohost"], ["--listen", "127.0.0.1:0", "-t", "0"],
+                     ["--bogus"]]:
+            rc = subprocess.run([ORIGIN] + args, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, timeout=10).returncode
+            self.assertEqual(rc, 2, args)
+
+
+if __name__ == "__main__":
+    ORIGIN = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
