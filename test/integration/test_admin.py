@@ -106,3 +106,16 @@ def test_unknown_admin_path_is_404(sluice):
 def test_admin_is_not_on_the_proxy_port(sluice):
     r = curl("-o", "/dev/null", "-w", "%{http_code}", f"{sluice.proxy_url}/stats")
     assert r.stdout != b"200", "the proxy port serves /stats"
+
+
+def test_dns_and_pool_counters_are_published(sluice, nginx):
+    # "localhost" comes from /etc/hosts: a hosts hit in the worker's resolver; the literal
+    # 127.0.0.1 never reaches the resolver's counters.
+    url = nginx.url("/1k").replace("127.0.0.1", "localhost")
+    r = curl("-x", sluice.proxy_url, "-U", f"user:{sluice.key}", "-o", "/dev/null", "-w",
+             "%{http_code}", url)
+    assert r.returncode == 0 and r.stdout == b"200", r.describe()
+    assert sluice.stat("dns.hosts_hits") == 1
+    assert sluice.stat("dns.queries") == 0
+    # The origin connection went back to the pool and is counted there.
+    assert sluice.wait_stat("upstream.pool_idle", lambda v: v == 1) == 1

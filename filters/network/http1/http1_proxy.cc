@@ -695,10 +695,9 @@ void Http1ProxyFilter::onBelowWriteLowWatermark() {
 
 void Http1ProxyFilter::onDrain() {
   draining_ = true;
-  if (state_ == State::ReadingHead && !head_timer_armed_) {
-    setState(State::Closed);
-    downstream().close(network::CloseType::FlushWrite);
-  } else if (state_ == State::ReadingHead && downstream().readBuffer().empty()) {
+  // Idle between requests (nothing of a next head arrived): close now. Anything in flight ends
+  // with Connection: close.
+  if (state_ == State::ReadingHead && (!head_timer_armed_ || downstream().readBuffer().empty())) {
     setState(State::Closed);
     downstream().close(network::CloseType::FlushWrite);
   }

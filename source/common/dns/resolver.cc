@@ -313,6 +313,10 @@ Resolver::Resolver(event::Dispatcher& dispatcher, const config::v1::Dns& config,
                          ? toMillis(config.max_cache_ttl())
                          : kDefaultMaxCacheTtl),
       cache_size_(config.cache_size() > 0 ? config.cache_size() : kDefaultCacheSize) {
+  stats::Store& store = stats::Store::get();
+  published_ = {store.counter("dns.queries"),    store.counter("dns.cache_hits"),
+                store.counter("dns.hosts_hits"), store.counter("dns.failures"),
+                store.counter("dns.timeouts"),   store.counter("dns.invalid_names")};
   // The log hook is process-wide; every worker would set the same one.
   static std::once_flag log_hook_once;
   std::call_once(log_hook_once, [] { evdns_set_log_fn(&evdnsLog); });
@@ -449,7 +453,7 @@ Resolver::Query* Resolver::resolve(std::string_view host, Callback cb) {
   }
   absl::Status valid = validateHostname(host);
   if (!valid.ok()) {
-    ++counters_.invalid_names;
+    count(&Counters::invalid_names, &Published::invalid_names);
     complete(cb, valid, noAddresses());
     return nullptr;
   }
@@ -463,7 +467,7 @@ Resolver::Query* Resolver::resolve(std::string_view host, Callback cb) {
   if (!hosts_.empty()) {
     auto found = hosts_.find(bare);
     if (found != hosts_.end()) {
-      ++counters_.hosts_hits;
+      count(&Counters::hosts_hits, &Published::hosts_hits);
       complete(cb, absl::OkStatus(), found->second);
       return nullptr;
     }
@@ -476,7 +480,7 @@ Resolver::Query* Resolver::resolve(std::string_view host, Callback cb) {
     // reference to its addresses.
     if (dispatcher_.now() < entry.expires) {
       lru_.splice(lru_.begin(), lru_, cached->second);
-      ++counters_.cache_hits;
+      count(&Counters::cache_hits, &Published::cache_hits);
       if (entry.addresses.empty()) {
         complete(cb, absl::NotFoundError(absl::StrFormat("%s: no such host", entry.key)),
                  entry.addresses);
@@ -491,7 +495,7 @@ Resolver::Query* Resolver::resolve(std::string_view host, Callback cb) {
   if (pending != inflight_.end()) return &pending->second->addWaiter(std::move(cb));
 
   if (!has_name_servers_) {
-    ++counters_.failures;
+    count(&Counters::failures, &Published::failures);
     complete(cb,
              absl::UnavailableError(
                  absl::StrFormat("%s: no DNS name server configured", std::string(key))),
@@ -528,9 +532,9 @@ Resolver::Query* Resolver::startLookup(absl::string_view key, Callback cb) {
       state.request = request;
     }
   }
-  ++counters_.queries;
+  count(&Counters::queries, &Published::queries);
   if (lookup->families_[kFamilyA].done && lookup->families_[kFamilyAaaa].done) {
-    ++counters_.failures;
+    count(&Counters::failures, &Published::failures);
     complete(cb,
              absl::UnavailableError(absl::StrFormat("%s: cannot start lookup", std::string(key))),
              noAddresses());
@@ -574,18 +578,18 @@ void Resolver::finishLookup(Lookup& lookup) {
     cacheInsert(owned->key_, addresses,
                 std::min<std::chrono::milliseconds>(std::chrono::seconds(ttl), max_cache_ttl_));
   } else if (a_negative || aaaa_negative) {
-    ++counters_.failures;
+    count(&Counters::failures, &Published::failures);
     status = absl::NotFoundError(absl::StrFormat("%s: no such host", owned->key_));
     // Only a negative answer for both families is trusted enough to remember.
     cacheInsert(owned->key_, addresses,
                 a_negative && aaaa_negative ? std::min(kNegativeTtl, max_cache_ttl_)
                                             : std::chrono::milliseconds(0));
   } else if (a.error == DNS_ERR_TIMEOUT || aaaa.error == DNS_ERR_TIMEOUT) {
-    ++counters_.timeouts;
+    count(&Counters::timeouts, &Published::timeouts);
     status = absl::DeadlineExceededError(absl::StrFormat("%s: lookup timed out", owned->key_));
     cacheInsert(owned->key_, addresses, std::chrono::milliseconds(0));
   } else {
-    ++counters_.failures;
+    count(&Counters::failures, &Published::failures);
     const int error = a.error != DNS_ERR_NONE ? a.error : aaaa.error;
     status = absl::UnavailableError(
         absl::StrFormat("%s: lookup failed: %s", owned->key_, evdns_err_to_string(error)));

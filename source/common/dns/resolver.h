@@ -16,6 +16,7 @@
 #include "api/sluice/config/v1/bootstrap.pb.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/address.h"
+#include "source/common/stats/stats.h"
 
 struct evdns_base;
 
@@ -137,6 +138,14 @@ class Resolver {
   // How many of this resolver's callbacks are running right now.
   int callback_depth_ = 0;
   Counters counters_;
+  // The same counts, summed over every worker's resolver in /stats (dns.*).
+  struct Published {
+    stats::Counter queries, cache_hits, hosts_hits, failures, timeouts, invalid_names;
+  } published_;
+  void count(uint64_t Counters::*field, stats::Counter Published::*stat) {
+    ++(counters_.*field);
+    (published_.*stat).inc();
+  }
 };
 
 }  // namespace dns

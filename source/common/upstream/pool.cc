@@ -40,7 +40,8 @@ Pool::Pool(event::Dispatcher& dispatcher, uint32_t max_idle_per_destination,
            std::chrono::milliseconds idle_timeout)
     : dispatcher_(dispatcher),
       max_idle_per_destination_(max_idle_per_destination),
-      idle_timeout_(idle_timeout) {}
+      idle_timeout_(idle_timeout),
+      idle_gauge_(stats::Store::get().gauge("upstream.pool_idle")) {}
 
 Pool::~Pool() { closeAll(); }
 
@@ -50,6 +51,7 @@ network::ConnectionPtr Pool::acquire(const network::Address& to) {
   IdlePtr idle = std::move(it->second.back());
   it->second.pop_back();
   --idle_count_;
+  idle_gauge_.dec();
   network::ConnectionPtr conn = idle->take();
   spare_.push_back(std::move(idle));
   return conn;
@@ -76,6 +78,7 @@ void Pool::release(network::ConnectionPtr conn) {
   idle->hold(std::move(conn));
   list.push_back(std::move(idle));
   ++idle_count_;
+  idle_gauge_.inc();
 }
 
 void Pool::remove(Idle* idle) {
@@ -88,6 +91,7 @@ void Pool::remove(Idle* idle) {
   IdlePtr owned = std::move(*pos);
   list.erase(pos);
   --idle_count_;
+  idle_gauge_.dec();
   close(owned->take());
   spare_.push_back(std::move(owned));
 }
@@ -111,6 +115,7 @@ void Pool::closeAll() {
     list.clear();
   }
   idle_.clear();
+  idle_gauge_.add(-static_cast<int64_t>(idle_count_));
   idle_count_ = 0;
 }
 

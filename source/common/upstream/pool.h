@@ -10,6 +10,7 @@
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/address.h"
 #include "source/common/network/connection.h"
+#include "source/common/stats/stats.h"
 
 namespace sluice {
 namespace upstream {
@@ -46,6 +47,7 @@ class Pool {
   absl::flat_hash_map<network::Address, std::vector<IdlePtr>> idle_;
   std::vector<IdlePtr> spare_;  // recycled wrappers: no allocation per release
   size_t idle_count_ = 0;
+  stats::Gauge idle_gauge_;  // upstream.pool_idle, summed over workers
 };
 
 }  // namespace upstream
