@@ -63,6 +63,8 @@ template absl::StatusOr<ResolvedFilter<NetworkFilterFactory>> resolveFilter(
     const config::v1::Filter&, std::string_view);
 template absl::StatusOr<ResolvedFilter<RequestFilterFactory>> resolveFilter(
     const config::v1::Filter&, std::string_view);
+template absl::StatusOr<ResolvedFilter<TransportSocketConfigFactory>> resolveFilter(
+    const config::v1::Filter&, std::string_view);
 
 absl::StatusOr<std::vector<proxy::RequestFilterFactoryCb>> createRequestFilterFactories(
     const google::protobuf::RepeatedPtrField<config::v1::Filter>& filters,
@@ -94,9 +96,10 @@ absl::StatusOr<std::vector<proxy::RequestFilterFactoryCb>> createRequestFilterFa
 }
 
 std::string describeLinked() {
-  return absl::StrFormat("listener filters: %s; network filters: %s; request filters: %s",
-                         linkedNames<ListenerFilterFactory>(), linkedNames<NetworkFilterFactory>(),
-                         linkedNames<RequestFilterFactory>());
+  return absl::StrFormat(
+      "listener filters: %s; transport sockets: %s; network filters: %s; request filters: %s",
+      linkedNames<ListenerFilterFactory>(), linkedNames<TransportSocketConfigFactory>(),
+      linkedNames<NetworkFilterFactory>(), linkedNames<RequestFilterFactory>());
 }
 
 }  // namespace extensions

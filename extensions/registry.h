@@ -11,6 +11,7 @@
 
 #include "api/sluice/config/v1/bootstrap.pb.h"
 #include "source/common/network/filter.h"
+#include "source/common/network/transport_socket.h"
 #include "source/common/proxy/request_filter.h"
 
 namespace sluice {
@@ -53,6 +54,14 @@ class NetworkFilterFactory : public TypedFactory {
  public:
   static constexpr const char* kCategory = "network filter";
   virtual absl::StatusOr<network::NetworkFilterFactoryCb> createFilterFactory(
+      const google::protobuf::Message& config, FactoryContext& context) const = 0;
+};
+
+// A transport socket (TLS) for the connections of one filter chain.
+class TransportSocketConfigFactory : public TypedFactory {
+ public:
+  static constexpr const char* kCategory = "transport socket";
+  virtual absl::StatusOr<network::TransportSocketFactorySharedPtr> createTransportSocketFactory(
       const google::protobuf::Message& config, FactoryContext& context) const = 0;
 };
 

@@ -6,6 +6,8 @@
 #   h1_parser_fuzz    request and response heads, chunked bodies   corpus/h1
 #   h1_response_fuzz  origin responses: head, interim heads, body  corpus/h1_response
 #   config_fuzz       config files (short and full form)           corpus/config, configs/*.yaml
+#   socks5_fuzz       SOCKS5 greeting, auth, request, UDP header   corpus/socks5
+#   h2_frames_fuzz    HTTP/2 frames into the sluice.http2 filter   corpus/h2_frames
 #
 # New inputs go to scratch directories, not the checked-in corpus. A crash, a leak, a sanitizer
 # report or an input that runs longer than 10 s stops that target; its input is written to
@@ -21,7 +23,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUTPUT_BASE="${SLUICE_FUZZ_OUTPUT_BASE:-/tmp/sluice-fuzz-base}"
 ARTIFACTS="${SLUICE_FUZZ_ARTIFACTS:-/tmp/sluice-fuzz-artifacts}"
 SANITIZERS="fuzzer,address,undefined"
-ALL_TARGETS=(h1_parser_fuzz h1_response_fuzz config_fuzz)
+ALL_TARGETS=(h1_parser_fuzz h1_response_fuzz config_fuzz socks5_fuzz h2_frames_fuzz)
 TARGETS=("$@")
 ((${#TARGETS[@]})) || TARGETS=("${ALL_TARGETS[@]}")
 
@@ -69,6 +71,14 @@ for t in "${TARGETS[@]}"; do
   case "$t" in
     h1_parser_fuzz) seeds=("$ROOT/test/fuzz/corpus/h1") ;;
     h1_response_fuzz) seeds=("$ROOT/test/fuzz/corpus/h1_response") ;;
+    h2_frames_fuzz)
+      seeds=("$ROOT/test/fuzz/corpus/h2_frames")
+      flags=(-max_len=16384)
+      ;;
+    socks5_fuzz)
+      seeds=("$ROOT/test/fuzz/corpus/socks5")
+      flags=(-max_len=1024)
+      ;;
     config_fuzz)
       # The shipped configs are seeds too; copied so libFuzzer never writes next to them.
       mkdir -p "$WORK/config_seeds"

@@ -129,6 +129,16 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(
       return absl::InvalidArgumentError(absl::StrFormat("%s.filters: empty", chain_path));
     }
     context.chain_name = chain.name;
+    if (chain_proto.has_transport_socket()) {
+      context.path = chain_path + ".transport_socket";
+      auto resolved = extensions::resolveFilter<extensions::TransportSocketConfigFactory>(
+          chain_proto.transport_socket(), context.path);
+      if (!resolved.ok()) return resolved.status();
+      auto factory =
+          resolved->factory->createTransportSocketFactory(*resolved->config, context);
+      if (!factory.ok()) return factory.status();
+      chain.transport_socket = std::move(*factory);
+    }
     for (int f = 0; f < chain_proto.filters_size(); ++f) {
       context.path = absl::StrFormat("%s.filters[%d]", chain_path, f);
       auto resolved = extensions::resolveFilter<extensions::NetworkFilterFactory>(

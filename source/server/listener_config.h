@@ -35,6 +35,8 @@ struct FilterChainConfig {
   std::string transport_protocol;                  // empty matches any
   std::vector<std::string> application_protocols;  // empty matches any
   std::vector<network::NetworkFilterFactoryCb> filters;
+  // Null for plain TCP.
+  network::TransportSocketFactorySharedPtr transport_socket;
 };
 
 // One listener's validated, immutable config, shared by every worker.

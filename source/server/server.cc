@@ -89,6 +89,7 @@ Server::~Server() {
   workers_.clear();
   if (sigint_ != nullptr) event_free(sigint_);
   if (sigterm_ != nullptr) event_free(sigterm_);
+  if (sighup_ != nullptr) event_free(sighup_);
   admin_.reset();
 }
 
@@ -133,6 +134,15 @@ absl::Status Server::start() {
     handlers.listeners = [this] { return listenersJson(); };
     handlers.drain = [this] { beginDrain(); };
     addBanEndpoints(config_->bans, handlers.extra);
+    AdminEndpoint reload;
+    reload.method = AdminEndpoint::Method::Post;
+    reload.help = "re-read the TLS certificates and keys (like SIGHUP)";
+    reload.handler = [this](const std::map<std::string, std::string>&) {
+      std::string report;
+      bool ok = reloadCertificates(report);
+      return AdminEndpoint::Response{ok ? 200 : 500, report, false};
+    };
+    handlers.extra["/reload_certificates"] = std::move(reload);
     admin_ = std::make_unique<Admin>(dispatcher_, std::move(handlers));
     absl::Status s = admin_->bind(config_->admin_address);
     if (!s.ok()) {
@@ -145,6 +155,8 @@ absl::Status Server::start() {
   sigterm_ = evsignal_new(dispatcher_.base(), SIGTERM, &Server::onSignal, this);
   evsignal_add(sigint_, nullptr);
   evsignal_add(sigterm_, nullptr);
+  sighup_ = evsignal_new(dispatcher_.base(), SIGHUP, &Server::onHangup, this);
+  evsignal_add(sighup_, nullptr);
 
   for (uint32_t w = 0; w < n; ++w) {
     workers_.push_back(std::make_unique<Worker>(w, config_, fds[w], [this](uint32_t index) {
@@ -176,6 +188,32 @@ void Server::onSignal(evutil_socket_t signal, short, void* arg) {
   }
   SLUICE_LOG(Info, "%s received", signal == SIGINT ? "SIGINT" : "SIGTERM");
   self->beginDrain();
+}
+
+void Server::onHangup(evutil_socket_t, short, void* arg) {
+  std::string report;
+  static_cast<Server*>(arg)->reloadCertificates(report);
+}
+
+bool Server::reloadCertificates(std::string& report) {
+  bool ok = true;
+  for (const auto& listener : config_->listeners) {
+    for (const FilterChainConfig& chain : listener->chains) {
+      if (chain.transport_socket == nullptr) continue;
+      absl::Status s = chain.transport_socket->reloadCertificates();
+      std::string line = absl::StrFormat("listener %s, chain %s: %s", listener->name, chain.name,
+                                         s.ok() ? "certificates reloaded" : s.message());
+      if (s.ok()) {
+        SLUICE_LOG(Info, "%s", line);
+      } else {
+        SLUICE_LOG(Error, "%s (the previous certificates stay in use)", line);
+        ok = false;
+      }
+      report += line + "\n";
+    }
+  }
+  if (report.empty()) report = "no TLS listener\n";
+  return ok;
 }
 
 void Server::beginDrain() {

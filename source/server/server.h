@@ -26,6 +26,10 @@ class Server {
   // Runs the main loop until the workers have drained (or the drain timeout passed).
   void run();
   void beginDrain();
+  // Re-reads every TLS chain's certificates (SIGHUP, POST /reload_certificates); the text
+  // reports each chain. False if any failed (those keep their old certificates).
+  bool reloadCertificates(std::string& report);
+  static void onHangup(evutil_socket_t, short, void* arg);
   // Addresses actually bound, per listener (port 0 resolved).
   const std::vector<network::Address>& boundAddresses() const { return bound_; }
 
@@ -43,6 +47,7 @@ class Server {
   std::vector<network::Address> bound_;
   struct event* sigint_ = nullptr;
   struct event* sigterm_ = nullptr;
+  struct event* sighup_ = nullptr;
   std::unique_ptr<event::Timer> drain_timer_;
   std::chrono::steady_clock::time_point started_at_;
   uint32_t workers_exited_ = 0;

@@ -280,6 +280,9 @@ ActiveConnection* ActiveListener::newConnection(int fd, const network::Address& 
   network::setNoDelay(fd);
   auto conn = std::make_unique<network::Connection>(worker_.dispatcher(), fd, peer,
                                                     network::Connection::Blocking::NonBlocking);
+  if (chain->transport_socket != nullptr) {
+    conn->setTransportSocket(chain->transport_socket->createTransportSocket());
+  }
   auto active =
       std::make_unique<ActiveConnection>(worker_, *config_, std::move(conn), std::move(slot));
   ActiveConnection* raw = active.get();

@@ -38,6 +38,11 @@ Http1Stats makeStats(const std::string& chain) {
   s.tunnels_active = store.gauge(p + "tunnels_active");
   s.bytes_upstream_tx = c("upstream_bytes_tx");
   s.bytes_upstream_rx = c("upstream_bytes_rx");
+  s.rq_upgrade = c("rq_upgrade");
+  s.upgrade_rejected = c("upgrade_rejected");
+  s.upgrade_refused = c("upgrade_refused");
+  s.upgrade_switched = c("upgrade_switched");
+  s.upgrades_active = store.gauge(p + "upgrades_active");
   return s;
 }
 
@@ -91,6 +96,7 @@ class Http1ProxyFactory : public extensions::NetworkFilterFactory {
     config->request_body_timeout =
         durationOr(proto.has_request_body_timeout(), proto.request_body_timeout(),
                    config->request_body_timeout);
+    config->websocket = !proto.disable_websocket();
     auto filters = extensions::createRequestFilterFactories(proto.request_filters(), context);
     if (!filters.ok()) return filters.status();
     config->request_filters = std::move(*filters);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 
 #include "source/common/common/logger.h"
+#include "source/common/http/upgrade.h"
 #include "source/common/proxy/worker_context.h"
 #include "source/common/upstream/pool.h"
 
@@ -47,6 +48,8 @@ thread_local http1::ResponseHead t_response_head;
 
 const char* statusText(uint16_t status) {
   switch (status) {
+    case 101:
+      return "Switching Protocols";
     case 200:
       return "OK";
     case 400:
@@ -188,8 +191,17 @@ Http1ProxyFilter::~Http1ProxyFilter() {
 }
 
 void Http1ProxyFilter::setState(State state) {
-  if (state_ == State::Tunnel && state != State::Tunnel) config_->stats.tunnels_active.dec();
-  if (state_ != State::Tunnel && state == State::Tunnel) config_->stats.tunnels_active.inc();
+  if (state_ == State::Tunnel && state != State::Tunnel) {
+    config_->stats.tunnels_active.dec();
+    if (upgraded_) {
+      config_->stats.upgrades_active.dec();
+      upgraded_ = false;
+    }
+  }
+  if (state_ != State::Tunnel && state == State::Tunnel) {
+    config_->stats.tunnels_active.inc();
+    if (upgraded_) config_->stats.upgrades_active.inc();
+  }
   state_ = state;
 }
 
@@ -291,6 +303,7 @@ void Http1ProxyFilter::startRequest() {
   pending_->request = proxy::ProxyRequest();
   pending_->added_count = 0;
   retried_ = false;
+  upgrade_ = false;
   downstream_ended_ = false;
   upstream_ended_ = false;
 
@@ -303,14 +316,49 @@ void Http1ProxyFilter::startRequest() {
     pending_->request.kind = proxy::RequestKind::Tunnel;
     config_->stats.rq_connect.inc();
   } else if (head.form == http1::TargetForm::Absolute) {
-    if (!http1::equalsIgnoreCase(head.scheme, "http")) {
+    // ws:// is http:// asking for a WebSocket (RFC 6455 §3; the parser defaults its port to 80).
+    const bool ws = http1::equalsIgnoreCase(head.scheme, "ws");
+    if (http1::equalsIgnoreCase(head.scheme, "wss")) {
+      // TLS to the origin is the client's: it sends CONNECT and runs TLS through the tunnel.
+      config_->stats.rq_rejected.inc();
+      config_->stats.upgrade_rejected.inc();
+      sendLocalReply(400, "wss:// URLs are not relayed; use CONNECT", true);
+      return;
+    }
+    if (!ws && !http1::equalsIgnoreCase(head.scheme, "http")) {
       config_->stats.rq_rejected.inc();
       sendLocalReply(400, "only http:// URLs are relayed; use CONNECT for others", true);
+      return;
+    }
+    // Other upgrades (h2c, ...) are not relayed: their Upgrade is stripped as a hop-by-hop
+    // header and the request goes on as a plain one.
+    if (config_->websocket &&
+        http::upgradeRequestKind(head) == http::UpgradeRequestKind::WebSocket) {
+      if (const char* why = http::checkWebSocketRequest(head); why != nullptr) {
+        config_->stats.rq_rejected.inc();
+        config_->stats.upgrade_rejected.inc();
+        sendLocalReply(400, why, true);
+        return;
+      }
+      upgrade_ = true;
+    } else if (ws) {
+      config_->stats.rq_rejected.inc();
+      config_->stats.upgrade_rejected.inc();
+      sendLocalReply(400,
+                     config_->websocket ? "ws:// URL without a websocket upgrade"
+                                        : "websocket is disabled on this proxy",
+                     true);
       return;
     }
     pending_->request.kind = proxy::RequestKind::Forward;
     pending_->request.headers = this;
     config_->stats.rq_forward.inc();
+    if (upgrade_) {
+      // A pooled connection is never upgraded: one the origin half-closed would fail after the
+      // client's handshake, and an upgrade cannot be retried once pipelined bytes may follow.
+      pending_->request.fresh_connection = true;
+      config_->stats.rq_upgrade.inc();
+    }
   } else {
     config_->stats.rq_rejected.inc();
     sendLocalReply(400, "not a proxy request: use an absolute URL or CONNECT", true);
@@ -382,22 +430,41 @@ void Http1ProxyFilter::onUpstreamReady(network::ConnectionPtr upstream,
 void Http1ProxyFilter::sendRequestHead() {
   const http1::RequestHead& head = pending_->head;
   buffer::Buffer out;
-  out.add(head.method_text);
-  out.add(" ", 1);
-  out.add(head.path);
-  out.add(client_http10_ ? std::string_view(" HTTP/1.0\r\n") : std::string_view(" HTTP/1.1\r\n"));
-  addForwardedHeaders(out, head.headers.data(), head.header_count, head.content_length);
-  if (head.host_header < 0) {
+  if (upgrade_) {
+    // HTTP/1.1 only (so Host is there); the encoder writes Upgrade and Connection itself and
+    // drops Content-Length: 0, the only body framing an upgrade may carry.
+    http::UpgradeRequestEncoder encoder(out, head.path);
+    constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
+    for (uint32_t i = 0; i < head.header_count; ++i) {
+      if ((head.headers[i].flags & kSkip) == 0) {
+        encoder.header(head.headers[i].name, head.headers[i].value);
+      }
+    }
+    for (uint32_t i = 0; i < pending_->added_count; ++i) {
+      encoder.header(pending_->added[i].name, pending_->added[i].value);
+    }
+    encoder.finish();
+  } else {
+    out.add(head.method_text);
+    out.add(" ", 1);
+    out.add(head.path);
+    out.add(client_http10_ ? std::string_view(" HTTP/1.0\r\n")
+                           : std::string_view(" HTTP/1.1\r\n"));
+    addForwardedHeaders(out, head.headers.data(), head.header_count, head.content_length);
+  }
+  if (!upgrade_ && head.host_header < 0) {
     // HTTP/1.0 clients may omit Host; origins need it.
     bool v6 = head.host.find(':') != std::string_view::npos;
     std::string host = absl::StrFormat(v6 ? "[%s]" : "%s", head.host);
     if (head.port != 80) host += absl::StrFormat(":%d", head.port);
     addHeaderLine(out, "Host", host);
   }
-  for (uint32_t i = 0; i < pending_->added_count; ++i)
-    addHeaderLine(out, pending_->added[i].name, pending_->added[i].value);
-  if (client_http10_ && client_keep_alive_) addHeaderLine(out, "Connection", "keep-alive");
-  out.add("\r\n", 2);
+  if (!upgrade_) {
+    for (uint32_t i = 0; i < pending_->added_count; ++i)
+      addHeaderLine(out, pending_->added[i].name, pending_->added[i].value);
+    if (client_http10_ && client_keep_alive_) addHeaderLine(out, "Connection", "keep-alive");
+    out.add("\r\n", 2);
+  }
 
   request_body_left_ = head.content_length;
   request_chunks_.reset();
@@ -517,6 +584,10 @@ void Http1ProxyFilter::onUpstreamData(buffer::Buffer& data, bool end_stream) {
   buffer::Buffer out;
   if (!response_started_) {
     if (!processResponseHead(data, out)) {
+      if (state_ == State::Tunnel) {
+        onUpgraded(data, end_stream, out);
+        return;
+      }
       if (!out.empty() && state_ == State::Forwarding) downstream().write(out);
       if (state_ == State::Forwarding && end_stream) {
         onUpstreamEvent(network::ConnectionEvent::RemoteClose);
@@ -559,8 +630,32 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer&
     }
     if (rh.status >= 100 && rh.status < 200) {
       if (rh.status == 101) {
+        if (upgrade_ && http::acceptsUpgrade(rh)) {
+          // The 101 goes out with the fields the origin sent (Sec-WebSocket-Accept, -Protocol,
+          // -Extensions), minus the hop-by-hop and framing ones, which are the proxy's to write.
+          addStatusLine(out, 101, rh.reason.empty() ? statusText(101) : rh.reason);
+          constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
+          for (uint32_t i = 0; i < rh.header_count; ++i) {
+            const http1::HeaderField& h = rh.headers[i];
+            if ((h.flags & kSkip) == 0 && !http::isUpgradeControlledField(h.name)) {
+              addHeaderLine(out, h.name, h.value);
+            }
+          }
+          addHeaderLine(out, "Upgrade", http::kWebSocket);
+          addHeaderLine(out, "Connection", "Upgrade");
+          out.add("\r\n", 2);
+          data.drain(rh.head_size);
+          countStatus(101);
+          config_->stats.upgrade_switched.inc();
+          upgraded_ = true;
+          setState(State::Tunnel);
+          return false;
+        }
         config_->stats.upstream_rs_bad.inc();
-        sendLocalReply(502, "origin switched protocols without an upgrade request", true);
+        sendLocalReply(502,
+                       upgrade_ ? "origin switched protocols but not to websocket"
+                                : "origin switched protocols without an upgrade request",
+                       true);
         return false;
       }
       // Interim responses (100 Continue, 103 Early Hints) go to HTTP/1.1 clients as they come.
@@ -573,6 +668,9 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer&
       data.drain(rh.head_size);
       continue;
     }
+    // A final answer to an upgrade request: the origin declined; the exchange ends as a plain
+    // one (its Upgrade and Connection fields were stripped as hop-by-hop).
+    if (upgrade_) config_->stats.upgrade_refused.inc();
     response_framing_ = rh.framing;
     response_body_left_ = rh.content_length;
     response_keep_alive_ = rh.keep_alive;
@@ -592,6 +690,38 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer&
     response_started_ = true;
     return true;
   }
+}
+
+void Http1ProxyFilter::onUpgraded(buffer::Buffer& data, bool end_stream, buffer::Buffer& out) {
+  // Frames the origin sent right behind its 101 go out with it.
+  out.move(data);
+  downstream().write(out);
+  if (state_ != State::Tunnel) return;
+  timer_->enable(upstream_info_.tunnel_idle_timeout);
+  // Bytes the client sent behind its request head were left unread in its buffer (reading was
+  // off): only now, after the 101, may they reach the origin.
+  buffer::Buffer& held = downstream().readBuffer();
+  if (!held.empty()) {
+    upstream_->write(held);
+    if (state_ != State::Tunnel) return;
+  }
+  if (downstream_ended_) {
+    // The client half-closed while the handshake was in flight: pass it on now.
+    buffer::Buffer none;
+    upstream_->write(none, true);
+    if (state_ != State::Tunnel) return;
+  }
+  if (end_stream) {
+    upstream_ended_ = true;
+    buffer::Buffer none;
+    downstream().write(none, true);
+    if (state_ != State::Tunnel) return;
+  }
+  if (downstream_ended_ && upstream_ended_) {
+    closeAll();
+    return;
+  }
+  downstream().readDisable(false);
 }
 
 void Http1ProxyFilter::relayResponseBody(buffer::Buffer& data, bool end_stream,
@@ -629,8 +759,10 @@ void Http1ProxyFilter::relayResponseBody(buffer::Buffer& data, bool end_stream,
 
 void Http1ProxyFilter::finishExchange() {
   timer_->disable();
-  bool reusable =
-      response_keep_alive_ && request_done_ && response_framing_ != http1::BodyFraming::UntilClose;
+  // An origin that declined an upgrade has seen Connection: Upgrade; its connection is not
+  // pooled (it is rare, and no one depends on what the origin makes of it).
+  bool reusable = response_keep_alive_ && request_done_ && !upgrade_ &&
+                  response_framing_ != http1::BodyFraming::UntilClose;
   releaseUpstream(reusable);
   response_started_ = false;
   if (response_close_client_ || !request_done_ || downstream_ended_ || draining_) {

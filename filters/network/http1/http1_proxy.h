@@ -35,6 +35,12 @@ struct Http1Stats {
   stats::Gauge tunnels_active;
   stats::Counter bytes_upstream_tx;  // request bytes written to origins (head and body)
   stats::Counter bytes_upstream_rx;  // response bytes read from origins
+  // WebSocket upgrades (HTTP/1.1 Upgrade relayed to the origin).
+  stats::Counter rq_upgrade;        // websocket upgrade requests relayed to an origin
+  stats::Counter upgrade_rejected;  // refused by the proxy (400): body, not GET, wss://, ...
+  stats::Counter upgrade_refused;   // the origin answered with a final status instead of 101
+  stats::Counter upgrade_switched;  // 101 relayed: the connection became a tunnel
+  stats::Gauge upgrades_active;     // upgraded connections open (also in tunnels_active)
 };
 
 // Immutable, shared by every worker: built once from Http1ProxyConfig.
@@ -45,6 +51,9 @@ struct Http1Config {
   std::chrono::milliseconds idle_timeout{60000};
   uint64_t max_request_body_bytes = 0;  // 0: unlimited
   std::chrono::milliseconds request_body_timeout{30000};
+  // Relay WebSocket upgrades (absolute-form ws:// or http:// with Upgrade: websocket). When
+  // off, Upgrade is stripped as any hop-by-hop header and ws:// URLs get 400.
+  bool websocket = true;
   std::vector<proxy::RequestFilterFactoryCb> request_filters;
   Http1Stats stats;
 };
@@ -97,7 +106,7 @@ class Http1ProxyFilter : public network::ReadFilter,
     ReadingHead,  // waiting for (the rest of) a request head
     Filtering,    // request filters running; the client is not read
     Forwarding,   // request sent or being sent; relaying the response
-    Tunnel,       // CONNECT established: bytes both ways
+    Tunnel,       // CONNECT established or upgrade accepted (101): bytes both ways
     Closed,
   };
 
@@ -128,6 +137,9 @@ class Http1ProxyFilter : public network::ReadFilter,
   void onUpstreamEvent(network::ConnectionEvent event);
   // Both append what goes to the client to `out`; relayResponseBody writes it.
   bool processResponseHead(buffer::Buffer& data, buffer::Buffer& out);
+  // The origin accepted the upgrade (the 101 head is in `out`): relay it and what followed it,
+  // release the client bytes held back behind the request head, carry on as a tunnel.
+  void onUpgraded(buffer::Buffer& data, bool end_stream, buffer::Buffer& out);
   void relayResponseBody(buffer::Buffer& data, bool end_stream, buffer::Buffer& out);
   void finishExchange();
   void onTimer();
@@ -170,6 +182,11 @@ class Http1ProxyFilter : public network::ReadFilter,
   bool retried_ = false;
   bool head_timer_armed_ = false;
   bool draining_ = false;
+  // The request in flight is a WebSocket upgrade: sent with Upgrade / Connection: Upgrade on a
+  // fresh origin connection that never goes back to the pool.
+  bool upgrade_ = false;
+  // In the tunnel state because of an accepted upgrade (for upgrades_active).
+  bool upgraded_ = false;
 
   // The response in flight.
   bool response_started_ = false;  // its head was sent to the client

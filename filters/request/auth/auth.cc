@@ -114,7 +114,12 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   std::array<char, 512> scratch;
   std::string_view key;
   int32_t index = -1;
-  if (extractKey(request.credential, scratch, key)) index = matchKey(config_->keys, sha256(key));
+  if (request.protocol == proxy::Protocol::Socks5) {
+    // SOCKS5 (RFC 1929) carries the key itself, as the password: no HTTP scheme around it.
+    if (!request.credential.empty()) index = matchKey(config_->keys, sha256(request.credential));
+  } else if (extractKey(request.credential, scratch, key)) {
+    index = matchKey(config_->keys, sha256(key));
+  }
   if (index < 0) {
     config_->denied_invalid.inc();
     // A missing credential is the first step of every 407 challenge; only a wrong one counts.

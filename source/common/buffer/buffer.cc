@@ -186,6 +186,29 @@ std::string_view Buffer::linearize(size_t n, size_t reserve) {
   return {joined->data(), n};
 }
 
+Buffer::Reservation Buffer::reserve() {
+  if (tail_ != nullptr && tail_->writable() > 0) {
+    return {tail_, tail_->data() + tail_->end, tail_->writable()};
+  }
+  Block* fresh = BlockPool::acquire(kBlockSize);
+  return {fresh, fresh->data(), fresh->capacity};
+}
+
+void Buffer::commit(const Reservation& reservation, size_t n) {
+  Block* b = reservation.block;
+  if (b == tail_) {
+    b->end += static_cast<uint32_t>(n);
+    length_ += n;
+    return;
+  }
+  if (n == 0) {
+    BlockPool::release(b);
+    return;
+  }
+  b->end = static_cast<uint32_t>(n);
+  append(b);
+}
+
 ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked) {
   iovec iov[2];
   int iovcnt = 0;

@@ -65,6 +65,17 @@ class Buffer {
   // The first block's bytes (empty if none).
   std::string_view front() const;
 
+  // Room to write into without copying (a decoder's output): the tail's free space when it
+  // has some, otherwise a fresh block not yet part of the buffer. commit() appends the n bytes
+  // written there (releasing an unused fresh block).
+  struct Reservation {
+    Block* block;
+    char* data;
+    size_t size;
+  };
+  Reservation reserve();
+  void commit(const Reservation& reservation, size_t n);
+
   // One readv(2) into the tail's free space and a fresh block; returns bytes read, 0 on EOF,
   // -1 with err = errno on error (EAGAIN included). `asked` is how many bytes were asked for:
   // a read that returns fewer has emptied the socket.

@@ -11,8 +11,12 @@
 #include "api/sluice/filters/v1/ban.pb.h"
 #include "api/sluice/filters/v1/dest_guard.pb.h"
 #include "api/sluice/filters/v1/http1.pb.h"
+#include "api/sluice/filters/v1/http2.pb.h"
 #include "api/sluice/filters/v1/ip_allowlist.pb.h"
+#include "api/sluice/filters/v1/protocol_sniffer.pb.h"
 #include "api/sluice/filters/v1/router.pb.h"
+#include "api/sluice/filters/v1/socks5.pb.h"
+#include "api/sluice/filters/v1/tls.pb.h"
 #include "source/common/ban/ban_config.h"
 #include "source/common/common/logger.h"
 #include "source/common/config/bootstrap_loader.h"
@@ -111,11 +115,18 @@ limits:
   # A CONNECT tunnel with no bytes either way is closed after this.
   tunnel_idle_timeout: 300s
 
-# Planned, not supported yet: setting either section fails startup.
-# tls:                      # HTTPS proxy port, also speaking HTTP/2
+# The HTTPS proxy port: the one to expose beyond this machine, since keys then never cross
+# the network in clear text. Same auth, bans, destinations and limits as the plain port.
+# tls:
 #   listen: "0.0.0.0:8443"
-#   cert: "/etc/sluice/fullchain.pem"
+#   cert: "/etc/sluice/fullchain.pem"   # certificate, then its chain (PEM)
 #   key: "/etc/sluice/privkey.pem"
+#   sni_certificates:                   # more certificates, chosen by the client's SNI
+#     - {cert: "/etc/sluice/other.pem", key: "/etc/sluice/other.key"}
+
+# A SOCKS5 port (CONNECT, BIND, UDP ASSOCIATE) with the same auth (the key is the password,
+# any user name), bans, destinations and limits. Keys cross it in clear text: keep it on
+# loopback or a trusted network.
 # socks5:
 #   listen: "127.0.0.1:1080"
 )";
@@ -152,6 +163,97 @@ void setDuration(bool present, const google::protobuf::Duration& in, int64_t fal
   }
 }
 
+// The HTTPS proxy port: the plain port's listener (same listener filters, limits and request
+// filters) with TLS under its codec.
+absl::Status addTlsListener(const v1::ShortConfig::Tls& tls, const network::Address& plain,
+                            const std::string& admin, v1::Bootstrap& bootstrap) {
+  if (tls.listen().empty()) return absl::InvalidArgumentError("tls.listen: required");
+  auto address = network::Address::parseHostPort(tls.listen());
+  if (!address.ok()) return withPath("tls.listen", address.status());
+  if (*address == plain) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tls.listen: same address as server.listen (%s)", tls.listen()));
+  }
+  if (!admin.empty() && tls.listen() == admin) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tls.listen: same address as admin.listen (%s)", admin));
+  }
+  if (tls.cert().empty()) return absl::InvalidArgumentError("tls.cert: required (PEM file)");
+  if (tls.key().empty()) return absl::InvalidArgumentError("tls.key: required (PEM file)");
+  filters::v1::TlsConfig transport;
+  auto* cert = transport.add_certificates();
+  cert->set_cert(tls.cert());
+  cert->set_key(tls.key());
+  for (int i = 0; i < tls.sni_certificates_size(); ++i) {
+    const auto& in = tls.sni_certificates(i);
+    if (in.cert().empty() || in.key().empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tls.sni_certificates[%d]: both cert and key are required", i));
+    }
+    auto* extra = transport.add_certificates();
+    extra->set_cert(in.cert());
+    extra->set_key(in.key());
+  }
+  transport.set_min_version("1.2");
+  transport.mutable_session_ticket_rotation()->set_seconds(3600);
+  transport.set_session_cache_size(20480);
+  transport.mutable_handshake_timeout()->set_seconds(10);
+  transport.set_max_handshake_bytes(65536);
+
+  v1::Listener* listener = bootstrap.add_listeners();
+  *listener = bootstrap.listeners(0);
+  listener->set_name("https");
+  listener->set_address(tls.listen());
+  // Nothing but TLS is spoken here: no plain-text 503 at the connection limit.
+  listener->mutable_connection_limits()->set_overflow_reply(v1::ConnectionLimits::CLOSE);
+  // After the ban and allowlist filters: a refused client is closed before anything is read.
+  filters::v1::ProtocolSnifferConfig sniffer;
+  sniffer.add_protocols("tls");
+  v1::Filter* sniff = listener->add_listener_filters();
+  sniff->set_name("sluice.protocol_sniffer");
+  sniff->mutable_typed_config()->PackFrom(sniffer);
+  // Clients that offer h2 by ALPN get HTTP/2 (the sniffer read their ClientHello); the others
+  // HTTP/1.1. Both codecs run the plain port's request filters with its limits.
+  v1::FilterChain http1_chain = listener->filter_chains(0);
+  filters::v1::Http1ProxyConfig http1;
+  if (!http1_chain.filters(0).typed_config().UnpackTo(&http1)) {
+    return absl::InternalError("tls: the HTTP listener has no sluice.http1 config");
+  }
+  filters::v1::Http2ProxyConfig http2;
+  *http2.mutable_request_filters() = http1.request_filters();
+  http2.set_max_concurrent_streams(100);
+  http2.set_max_header_list_size(http1.max_request_head_bytes());
+  http2.set_max_request_headers(http1.max_request_headers());
+  http2.set_max_response_head_bytes(http1.max_response_head_bytes());
+  http2.set_max_request_body_bytes(http1.max_request_body_bytes());
+  *http2.mutable_idle_timeout() = http1.idle_timeout();
+  *http2.mutable_request_body_timeout() = http1.request_body_timeout();
+
+  listener->clear_filter_chains();
+  v1::FilterChain* h2_chain = listener->add_filter_chains();
+  h2_chain->set_name("https");
+  h2_chain->mutable_match()->set_transport_protocol("tls");
+  h2_chain->mutable_match()->add_application_protocols("h2");
+  transport.clear_alpn();
+  transport.add_alpn("h2");
+  transport.add_alpn("http/1.1");
+  h2_chain->mutable_transport_socket()->set_name("sluice.tls");
+  h2_chain->mutable_transport_socket()->mutable_typed_config()->PackFrom(transport);
+  v1::Filter* codec = h2_chain->add_filters();
+  codec->set_name("sluice.http2");
+  codec->mutable_typed_config()->PackFrom(http2);
+
+  v1::FilterChain* chain = listener->add_filter_chains();
+  *chain = std::move(http1_chain);
+  chain->set_name("https");
+  chain->mutable_match()->set_transport_protocol("tls");
+  transport.clear_alpn();
+  transport.add_alpn("http/1.1");
+  chain->mutable_transport_socket()->set_name("sluice.tls");
+  chain->mutable_transport_socket()->mutable_typed_config()->PackFrom(transport);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status validatePortRange(std::string_view text) {
@@ -159,12 +261,6 @@ absl::Status validatePortRange(std::string_view text) {
 }
 
 absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
-  if (config.has_tls()) {
-    return absl::InvalidArgumentError("tls: not supported yet (planned: HTTPS proxy port)");
-  }
-  if (config.has_socks5()) {
-    return absl::InvalidArgumentError("socks5: not supported yet (planned)");
-  }
 
   const std::string listen =
       config.server().listen().empty() ? kDefaultListen : config.server().listen();
@@ -180,6 +276,23 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
     if (*admin_address == *listen_address) {
       return absl::InvalidArgumentError(
           absl::StrFormat("admin.listen: same address as server.listen (%s)", admin));
+    }
+  }
+
+  // SOCKS5 port: off unless socks5.listen is set.
+  const std::string& socks5_listen = config.socks5().listen();
+  if (!socks5_listen.empty()) {
+    absl::StatusOr<network::Address> socks5_address =
+        network::Address::parseHostPort(socks5_listen);
+    if (!socks5_address.ok()) return withPath("socks5.listen", socks5_address.status());
+    if (*socks5_address == *listen_address) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("socks5.listen: same address as server.listen (%s)", socks5_listen));
+    }
+    absl::StatusOr<network::Address> admin_address = network::Address::parseHostPort(admin);
+    if (!admin.empty() && admin_address.ok() && *admin_address == *socks5_address) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("socks5.listen: same address as admin.listen (%s)", socks5_listen));
     }
   }
 
@@ -364,6 +477,38 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   v1::Filter* codec = chain->add_filters();
   codec->set_name("sluice.http1");
   codec->mutable_typed_config()->PackFrom(http1);
+
+  if (!socks5_listen.empty()) {
+    // The same gate (listener filters, connection limits) and the same request filters as the
+    // HTTP port: a key, a ban and a destination rule mean the same on both.
+    v1::Listener* socks5_listener = bootstrap.add_listeners();
+    socks5_listener->set_name("socks5");
+    socks5_listener->set_address(socks5_listen);
+    socks5_listener->set_backlog(1024);
+    *socks5_listener->mutable_listener_filters() = bootstrap.listeners(0).listener_filters();
+    *socks5_listener->mutable_connection_limits() = bootstrap.listeners(0).connection_limits();
+    // No HTTP 503 on a SOCKS port: over a limit, the client is closed without a word.
+    socks5_listener->mutable_connection_limits()->set_overflow_reply(v1::ConnectionLimits::CLOSE);
+    filters::v1::Socks5Config socks5;
+    *socks5.mutable_request_filters() = http1.request_filters();
+    socks5.mutable_handshake_timeout()->set_seconds(10);
+    socks5.mutable_bind_timeout()->set_seconds(60);
+    *socks5.mutable_bind_idle_timeout() = router.tunnel_idle_timeout();
+    socks5.mutable_udp_idle_timeout()->set_seconds(120);
+    socks5.set_max_udp_datagram_bytes(65507);
+    socks5.set_max_udp_pending_datagrams(16);
+    socks5.set_max_udp_destinations(64);
+    v1::FilterChain* socks5_chain = socks5_listener->add_filter_chains();
+    socks5_chain->set_name("socks5");
+    v1::Filter* socks5_codec = socks5_chain->add_filters();
+    socks5_codec->set_name("sluice.socks5");
+    socks5_codec->mutable_typed_config()->PackFrom(socks5);
+  }
+
+  if (config.has_tls()) {
+    absl::Status status = addTlsListener(config.tls(), *listen_address, admin, bootstrap);
+    if (!status.ok()) return status;
+  }
 
   v1::Dns* dns = bootstrap.mutable_dns();
   dns->mutable_timeout()->set_seconds(5);

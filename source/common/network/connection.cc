@@ -101,7 +101,70 @@ void Connection::onFileEvent(uint32_t events) {
   }
 }
 
+void Connection::setTransportSocket(TransportSocketPtr transport) {
+  transport_ = std::move(transport);
+  transport_->setCallbacks(*this);
+}
+
+void Connection::onHandshakeComplete() {
+  // Plaintext queued before the handshake finished (a codec's greeting) goes out with the
+  // next flush, which onTransportReadReady runs once the read returns.
+}
+
+void Connection::onTransportReadReady() {
+  IoResult r;
+  if (!read_end_) r = transport_->doRead(read_buffer_, kReadPerEvent);
+  counters_.rx.add(r.wire_read);
+  counters_.tx.add(r.wire_written);
+  if (r.action == IoResult::Action::Close) {
+    closeNow(ConnectionEvent::RemoteClose);
+    return;
+  }
+  if (r.end_stream) read_end_ = true;
+  read_pending_ = r.again && !read_end_;
+  // A read can produce bytes to send (handshake messages, session tickets), and a finished
+  // handshake releases plaintext queued before it.
+  if (!write_blocked_ && (transport_->pendingWireBytes() > 0 || !write_buffer_.empty())) {
+    flushWrite();
+    if (state_ == State::Closed) return;
+  }
+  bool force = force_deliver_;
+  force_deliver_ = false;
+  if (r.plaintext > 0 || r.end_stream || (force && (!read_buffer_.empty() || read_end_))) {
+    callbacks_->onData(read_buffer_, read_end_);
+    if (state_ == State::Closed) return;
+  }
+  if (read_pending_ && read_disable_count_ == 0) file_event_.activate(event::FileEvent::kRead);
+}
+
+void Connection::flushTransport() {
+  IoResult r = transport_->doWrite(write_buffer_, write_end_pending_ && !write_shut_);
+  counters_.rx.add(r.wire_read);
+  counters_.tx.add(r.wire_written);
+  if (r.action == IoResult::Action::Close) {
+    closeNow(ConnectionEvent::RemoteClose);
+    return;
+  }
+  write_blocked_ = r.again;
+  if (write_buffer_.empty() && transport_->pendingWireBytes() == 0) {
+    if (close_after_flush_) {
+      closeNow(ConnectionEvent::LocalClose);
+      return;
+    }
+    // The transport ended its own stream (close_notify) when it took the last bytes.
+    if (write_end_pending_ && !write_shut_ && transport_->handshakeComplete()) {
+      ::shutdown(fd_, SHUT_WR);
+      write_shut_ = true;
+    }
+  }
+  checkLowWatermark();
+}
+
 void Connection::onReadReady() {
+  if (transport_ != nullptr) {
+    onTransportReadReady();
+    return;
+  }
   size_t total = 0;
   bool saw_end = false;
   while (read_pending_ && !read_end_ && total < kReadPerEvent) {
@@ -175,6 +238,10 @@ void Connection::writeDirect(buffer::Buffer& data, bool end_stream) {
 }
 
 void Connection::flushWrite() {
+  if (transport_ != nullptr) {
+    flushTransport();
+    return;
+  }
   while (!write_buffer_.empty()) {
     int err = 0;
     size_t asked = 0;
@@ -218,7 +285,9 @@ void Connection::checkLowWatermark() {
 
 void Connection::close(CloseType type) {
   if (state_ == State::Closed) return;
-  if (type == CloseType::FlushWrite && state_ == State::Open && !write_buffer_.empty()) {
+  const bool unsent = !write_buffer_.empty() ||
+                      (transport_ != nullptr && transport_->pendingWireBytes() > 0);
+  if (type == CloseType::FlushWrite && state_ == State::Open && unsent) {
     if (close_after_flush_) return;
     close_after_flush_ = true;
     ++read_disable_count_;
@@ -234,6 +303,7 @@ void Connection::closeNow(ConnectionEvent event) {
   if (state_ == State::Closed) return;
   state_ = State::Closed;
   file_event_.remove();
+  if (transport_ != nullptr && event == ConnectionEvent::LocalClose) transport_->onClose();
   ::close(fd_);
   fd_ = -1;
   read_buffer_.clear();

@@ -7,6 +7,7 @@
 #include "source/common/buffer/buffer.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/address.h"
+#include "source/common/network/transport_socket.h"
 #include "source/common/stats/stats.h"
 
 namespace sluice {
@@ -56,7 +57,7 @@ struct ConnectionByteCounters {
 // A non-blocking TCP socket on one worker's dispatcher, with its own read and write buffers
 // (both empty, holding no memory, while idle). Closing delivers LocalClose/RemoteClose once and
 // then the owner deletes the connection through the dispatcher's deferred delete.
-class Connection : public event::DeferredDeletable {
+class Connection : public event::DeferredDeletable, private TransportSocketCallbacks {
  public:
   static constexpr uint32_t kDefaultHighWatermark = 1024 * 1024;
 
@@ -72,10 +73,18 @@ class Connection : public event::DeferredDeletable {
   ~Connection() override;
 
   void setCallbacks(ConnectionCallbacks* callbacks) { callbacks_ = callbacks; }
+  // Puts a transport (TLS) between the buffers and the socket. Before any I/O: right after an
+  // accepted connection is made.
+  void setTransportSocket(TransportSocketPtr transport);
+  // The application protocol the transport negotiated (ALPN), empty for plain TCP.
+  std::string_view applicationProtocol() const {
+    return transport_ != nullptr ? transport_->applicationProtocol() : std::string_view();
+  }
+  bool secure() const { return transport_ != nullptr; }
   ConnectionCallbacks* callbacks() const { return callbacks_; }
   event::Dispatcher& dispatcher() { return dispatcher_; }
   const Address& peer() const { return peer_; }
-  int fd() const { return fd_; }
+  int fd() const override { return fd_; }
   bool open() const { return state_ != State::Closed; }
   bool connecting() const { return state_ == State::Connecting; }
   uint64_t id() const { return id_; }
@@ -109,6 +118,11 @@ class Connection : public event::DeferredDeletable {
 
   void onFileEvent(uint32_t events);
   void onReadReady();
+  void onTransportReadReady();
+  void flushTransport();
+  // TransportSocketCallbacks (fd() is public above)
+  Connection& connection() override { return *this; }
+  void onHandshakeComplete() override;
   void onWriteReady();
   void flushWrite();
   void closeNow(ConnectionEvent event);
@@ -121,6 +135,7 @@ class Connection : public event::DeferredDeletable {
   uint64_t id_;
   ConnectionCallbacks* callbacks_ = nullptr;
   WriteInterceptor* interceptor_ = nullptr;
+  TransportSocketPtr transport_;
   buffer::Buffer read_buffer_;
   buffer::Buffer write_buffer_;
   event::FileEvent file_event_;

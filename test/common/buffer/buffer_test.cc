@@ -1,6 +1,7 @@
 #include "source/common/buffer/buffer.h"
 
 #include <cerrno>
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -555,6 +556,38 @@ TEST(BufferLinearizeReserve, LaterBytesLandInTheJoinedBlock) {
   EXPECT_EQ(again.data(), start) << "the joined block was copied again";
   EXPECT_EQ(again.size(), kBlockSize + 110);
   EXPECT_EQ(again.substr(kBlockSize + 10), std::string(100, 'c'));
+}
+
+// A decoder writes straight into the buffer: the tail's free space first, then a fresh block
+// that joins the buffer only if something was written into it.
+TEST(BufferReserve, FillsTheTailThenFreshBlocks) {
+  const int64_t before = BlockPool::outstanding();
+  {
+    Buffer b;
+    Buffer::Reservation r = b.reserve();
+    ASSERT_GE(r.size, 1u);
+    b.commit(r, 0);  // nothing written: no block kept
+    EXPECT_TRUE(b.empty());
+    EXPECT_EQ(BlockPool::outstanding(), before);
+
+    b.add("abc");
+    r = b.reserve();
+    EXPECT_EQ(r.size, kBlockSize - 3);  // the tail's room
+    memcpy(r.data, "def", 3);
+    b.commit(r, 3);
+    EXPECT_EQ(b.length(), 6u);
+    EXPECT_EQ(b.front(), "abcdef");
+
+    b.add(std::string(kBlockSize - 6, 'x'));  // the tail is full now
+    r = b.reserve();
+    EXPECT_EQ(r.size, kBlockSize);
+    memcpy(r.data, "tail", 4);
+    b.commit(r, 4);
+    EXPECT_EQ(b.length(), kBlockSize + 4);
+    b.drain(kBlockSize);
+    EXPECT_EQ(b.front(), "tail");
+  }
+  EXPECT_EQ(BlockPool::outstanding(), before);
 }
 
 }  // namespace

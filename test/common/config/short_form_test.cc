@@ -8,7 +8,10 @@
 #include "api/sluice/filters/v1/auth.pb.h"
 #include "api/sluice/filters/v1/dest_guard.pb.h"
 #include "api/sluice/filters/v1/http1.pb.h"
+#include "api/sluice/filters/v1/http2.pb.h"
 #include "api/sluice/filters/v1/router.pb.h"
+#include "api/sluice/filters/v1/socks5.pb.h"
+#include "api/sluice/filters/v1/tls.pb.h"
 #include "source/common/config/bootstrap_loader.h"
 #include "source/common/config/yaml_loader.h"
 
@@ -142,18 +145,75 @@ TEST(ShortFormTest, ApiKeyErrors) {
   EXPECT_THAT(err, Not(HasSubstr("s3cr3t")));
 }
 
-TEST(ShortFormTest, TlsAndSocks5AreRefused) {
-  EXPECT_EQ(loadError("tls:\n  listen: 0.0.0.0:8443\n"),
-            "s.yaml: tls: not supported yet (planned: HTTPS proxy port)");
-  EXPECT_EQ(loadError("socks5:\n  listen: 127.0.0.1:1080\n"),
-            "s.yaml: socks5: not supported yet (planned)");
-  EXPECT_EQ(loadError("tls: {}\n"), "s.yaml: tls: not supported yet (planned: HTTPS proxy port)");
+TEST(ShortFormTest, TlsErrorsNameTheKey) {
+  EXPECT_EQ(loadError("tls:\n  listen: 0.0.0.0:8443\n"), "s.yaml: tls.cert: required (PEM file)");
+  EXPECT_EQ(loadError("tls: {listen: \"127.0.0.1:8443\", cert: c.pem}\n"),
+            "s.yaml: tls.key: required (PEM file)");
+  EXPECT_EQ(loadError("tls: {}\n"), "s.yaml: tls.listen: required");
+  EXPECT_EQ(loadError("tls: {listen: \"127.0.0.1:8080\", cert: c.pem, key: k.pem}\n"),
+            "s.yaml: tls.listen: same address as server.listen (127.0.0.1:8080)");
+  EXPECT_THAT(loadError("tls: {listen: nope, cert: c.pem, key: k.pem}\n"),
+              HasSubstr("s.yaml: tls.listen: "));
+  EXPECT_EQ(loadError("tls: {listen: \"127.0.0.1:8443\", cert: c.pem, key: k.pem, "
+                      "sni_certificates: [{cert: o.pem}]}\n"),
+            "s.yaml: tls.sni_certificates[0]: both cert and key are required");
   // An empty section (all keys commented out) sets nothing.
-  EXPECT_EQ(loadError("tls:\nsocks5:\n"), "");
-  // The refusal comes from expansion, so it holds for the function itself too.
+  EXPECT_EQ(loadError("tls:\n"), "");
+}
+
+TEST(ShortFormTest, TlsBecomesASecondListener) {
   v1::ShortConfig config;
-  config.mutable_socks5()->set_listen("127.0.0.1:1080");
-  EXPECT_FALSE(expandShortConfig(config).ok());
+  config.mutable_tls()->set_listen("127.0.0.1:8443");
+  config.mutable_tls()->set_cert("/etc/sluice/c.pem");
+  config.mutable_tls()->set_key("/etc/sluice/k.pem");
+  auto bootstrap = expandShortConfig(config);
+  ASSERT_TRUE(bootstrap.ok()) << bootstrap.status();
+  ASSERT_EQ(bootstrap->listeners_size(), 2);
+  const v1::Listener& plain = bootstrap->listeners(0);
+  const v1::Listener& https = bootstrap->listeners(1);
+  EXPECT_EQ(https.name(), "https");
+  EXPECT_EQ(https.address(), "127.0.0.1:8443");
+  // The plain port's listener filters (bans first), then the sniffer that admits only TLS.
+  ASSERT_EQ(https.listener_filters_size(), plain.listener_filters_size() + 1);
+  EXPECT_EQ(https.listener_filters(0).name(), "sluice.ban");
+  EXPECT_EQ(https.listener_filters(https.listener_filters_size() - 1).name(),
+            "sluice.protocol_sniffer");
+  // HTTP/2 for clients whose ClientHello offers h2, then HTTP/1.1 for the others.
+  ASSERT_EQ(https.filter_chains_size(), 2);
+  const v1::FilterChain& h2 = https.filter_chains(0);
+  EXPECT_EQ(h2.match().transport_protocol(), "tls");
+  ASSERT_EQ(h2.match().application_protocols_size(), 1);
+  EXPECT_EQ(h2.match().application_protocols(0), "h2");
+  EXPECT_EQ(h2.filters(0).name(), "sluice.http2");
+  filters::v1::TlsConfig h2_tls;
+  ASSERT_TRUE(h2.transport_socket().typed_config().UnpackTo(&h2_tls));
+  ASSERT_EQ(h2_tls.alpn_size(), 2);
+  EXPECT_EQ(h2_tls.alpn(0), "h2");
+  filters::v1::Http1ProxyConfig http1;
+  ASSERT_TRUE(plain.filter_chains(0).filters(0).typed_config().UnpackTo(&http1));
+  filters::v1::Http2ProxyConfig http2;
+  ASSERT_TRUE(h2.filters(0).typed_config().UnpackTo(&http2));
+  ASSERT_EQ(http2.request_filters_size(), http1.request_filters_size());
+  for (int i = 0; i < http1.request_filters_size(); ++i) {
+    EXPECT_EQ(http2.request_filters(i).SerializeAsString(),
+              http1.request_filters(i).SerializeAsString());
+  }
+  EXPECT_EQ(http2.max_header_list_size(), http1.max_request_head_bytes());
+  EXPECT_EQ(http2.idle_timeout().seconds(), http1.idle_timeout().seconds());
+
+  const v1::FilterChain& chain = https.filter_chains(1);
+  EXPECT_EQ(chain.match().transport_protocol(), "tls");
+  EXPECT_EQ(chain.match().application_protocols_size(), 0);
+  EXPECT_EQ(chain.transport_socket().name(), "sluice.tls");
+  filters::v1::TlsConfig tls;
+  ASSERT_TRUE(chain.transport_socket().typed_config().UnpackTo(&tls));
+  ASSERT_EQ(tls.certificates_size(), 1);
+  EXPECT_EQ(tls.certificates(0).cert(), "/etc/sluice/c.pem");
+  ASSERT_EQ(tls.alpn_size(), 1);
+  EXPECT_EQ(tls.alpn(0), "http/1.1");
+  // The same codec and request filters as the plain port.
+  EXPECT_EQ(chain.filters(0).SerializeAsString(),
+            plain.filter_chains(0).filters(0).SerializeAsString());
 }
 
 TEST(ShortFormTest, AllowedPortsAreValidated) {
@@ -393,6 +453,55 @@ TEST(ShortFormTest, Sha256KeysAndTheKeysFile) {
                                  "hex digits"));
     EXPECT_THAT(error, Not(HasSubstr(bad)));
   }
+}
+
+TEST(ShortFormTest, Socks5ListenerMirrorsTheHttpListener) {
+  // Off by default; an empty section (all keys commented out) is off too.
+  EXPECT_EQ(load("").bootstrap.listeners_size(), 1);
+  EXPECT_EQ(load("socks5:\n").bootstrap.listeners_size(), 1);
+  Expanded e = load(
+      "auth: {api_keys: [k1]}\nallowlist: {cidrs: [10.0.0.0/8]}\n"
+      "socks5: {listen: \"127.0.0.1:1080\"}\n");
+  const v1::Bootstrap& b = e.bootstrap;
+  ASSERT_EQ(b.listeners_size(), 2);
+  const v1::Listener& http = b.listeners(0);
+  const v1::Listener& socks = b.listeners(1);
+  EXPECT_EQ(socks.name(), "socks5");
+  EXPECT_EQ(socks.address(), "127.0.0.1:1080");
+  // The same gate: ban, then the allowlist; the same connection limits, closed without a word.
+  ASSERT_EQ(socks.listener_filters_size(), http.listener_filters_size());
+  ASSERT_EQ(socks.listener_filters_size(), 2);
+  EXPECT_EQ(socks.listener_filters(0).name(), "sluice.ban");
+  EXPECT_EQ(socks.listener_filters(1).name(), "sluice.ip_allowlist");
+  EXPECT_EQ(socks.connection_limits().max_connections(),
+            http.connection_limits().max_connections());
+  EXPECT_EQ(socks.connection_limits().overflow_reply(), v1::ConnectionLimits::CLOSE);
+  ASSERT_EQ(socks.filter_chains_size(), 1);
+  EXPECT_EQ(socks.filter_chains(0).name(), "socks5");
+  const v1::Filter& codec = socks.filter_chains(0).filters(0);
+  EXPECT_EQ(codec.name(), "sluice.socks5");
+  filters::v1::Socks5Config socks5;
+  ASSERT_TRUE(codec.typed_config().UnpackTo(&socks5));
+  // The same request filters, byte for byte: keys, destinations and timeouts agree.
+  ASSERT_EQ(socks5.request_filters_size(), e.http1.request_filters_size());
+  for (int i = 0; i < socks5.request_filters_size(); ++i) {
+    EXPECT_EQ(socks5.request_filters(i).SerializeAsString(),
+              e.http1.request_filters(i).SerializeAsString());
+  }
+  EXPECT_EQ(socks5.handshake_timeout().seconds(), 10);
+  EXPECT_EQ(socks5.bind_timeout().seconds(), 60);
+  EXPECT_EQ(socks5.bind_idle_timeout().seconds(), 300);
+  EXPECT_EQ(socks5.udp_idle_timeout().seconds(), 120);
+  EXPECT_EQ(socks5.max_udp_datagram_bytes(), 65507u);
+}
+
+TEST(ShortFormTest, Socks5ListenErrors) {
+  EXPECT_THAT(loadError("socks5: {listen: nope}\n"), HasSubstr("s.yaml: socks5.listen: "));
+  EXPECT_EQ(loadError("socks5: {listen: \"127.0.0.1:8080\"}\n"),
+            "s.yaml: socks5.listen: same address as server.listen (127.0.0.1:8080)");
+  EXPECT_EQ(loadError("socks5: {listen: \"127.0.0.1:9901\"}\n"),
+            "s.yaml: socks5.listen: same address as admin.listen (127.0.0.1:9901)");
+  EXPECT_EQ(loadError("admin: {listen: \"off\"}\nsocks5: {listen: \"127.0.0.1:9901\"}\n"), "");
 }
 
 }  // namespace

@@ -1,0 +1,72 @@
+#include "absl/strings/str_format.h"
+
+#include "api/sluice/filters/v1/protocol_sniffer.pb.h"
+#include "extensions/registry.h"
+#include "filters/listener/protocol_sniffer/sniffer.h"
+
+namespace sluice {
+namespace filters {
+namespace protocol_sniffer {
+namespace {
+
+class ProtocolSnifferFactory : public extensions::ListenerFilterFactory {
+ public:
+  using Category = extensions::ListenerFilterFactory;
+
+  std::string name() const override { return "sluice.protocol_sniffer"; }
+  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
+    return std::make_unique<sluice::filters::v1::ProtocolSnifferConfig>();
+  }
+
+  absl::StatusOr<network::ListenerFilterFactoryCb> createFilterFactory(
+      const google::protobuf::Message& message,
+      extensions::FactoryContext& context) const override {
+    const auto& proto = static_cast<const sluice::filters::v1::ProtocolSnifferConfig&>(message);
+    if (proto.protocols().empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.typed_config.protocols: empty (list the protocols this listener accepts: tls, "
+          "h2c, socks5, http1)",
+          context.path));
+    }
+    auto config = std::make_shared<SnifferConfig>();
+    for (int i = 0; i < proto.protocols_size(); ++i) {
+      const std::string& p = proto.protocols(i);
+      Protocol protocol;
+      if (p == "tls") {
+        protocol = Protocol::Tls;
+      } else if (p == "h2c") {
+        protocol = Protocol::H2c;
+      } else if (p == "socks5") {
+        protocol = Protocol::Socks5;
+      } else if (p == "http1") {
+        protocol = Protocol::Http1;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s.typed_config.protocols[%d]: '%s' is not one of tls, h2c, "
+                            "socks5, http1",
+                            context.path, i, p));
+      }
+      config->allow[static_cast<int>(protocol)] = true;
+    }
+    std::string prefix = absl::StrFormat("listener.%s.sniffer.",
+                                         stats::sanitizeNamePart(context.listener_name));
+    stats::Store& store = stats::Store::get();
+    config->stats.tls = store.counter(prefix + "tls");
+    config->stats.h2c = store.counter(prefix + "h2c");
+    config->stats.socks5 = store.counter(prefix + "socks5");
+    config->stats.http1 = store.counter(prefix + "http1");
+    config->stats.not_allowed = store.counter(prefix + "not_allowed");
+    config->stats.unknown = store.counter(prefix + "unknown");
+    SnifferConfigSharedPtr shared = std::move(config);
+    return network::ListenerFilterFactoryCb([shared](network::ListenerFilterManager& manager) {
+      manager.addListenerFilter(std::make_unique<ProtocolSnifferFilter>(shared));
+    });
+  }
+};
+
+SLUICE_REGISTER_FACTORY(ProtocolSnifferFactory);
+
+}  // namespace
+}  // namespace protocol_sniffer
+}  // namespace filters
+}  // namespace sluice

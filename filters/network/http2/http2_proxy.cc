@@ -1,0 +1,1239 @@
+#include "filters/network/http2/http2_proxy.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+
+#include "source/common/http/upgrade.h"
+#include "source/common/proxy/worker_context.h"
+#include "source/common/upstream/pool.h"
+
+namespace sluice {
+namespace filters {
+namespace http2proxy {
+
+namespace {
+
+using http2::ErrorCode;
+
+// One flush serializes at most this much before writing: the connection's write buffer and its
+// watermarks then decide whether to go on.
+constexpr size_t kFlushBytes = 256 * 1024;
+
+// Response heads are translated within one callback: scratch per worker, capacity kept.
+thread_local std::string t_names;
+thread_local std::vector<http2::ResponseHeader> t_headers;
+thread_local http1::ResponseHead t_response_head;
+
+const char* statusText(uint16_t status) {
+  switch (status) {
+    case 400:
+      return "Bad Request";
+    case 403:
+      return "Forbidden";
+    case 407:
+      return "Proxy Authentication Required";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Content Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 501:
+      return "Not Implemented";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      return "Error";
+  }
+}
+
+uint16_t denialStatus(proxy::Denial denial) {
+  switch (denial) {
+    case proxy::Denial::BadRequest:
+      return 400;
+    case proxy::Denial::Unauthorized:
+      return 407;
+    case proxy::Denial::Forbidden:
+      return 403;
+    case proxy::Denial::BadGateway:
+      return 502;
+    case proxy::Denial::GatewayTimeout:
+      return 504;
+    case proxy::Denial::ServiceUnavailable:
+      return 503;
+  }
+  return 500;
+}
+
+// RFC 6455 4.2.2: base64(SHA-1(key + GUID)).
+std::string webSocketAccept(std::string_view key) {
+  static constexpr std::string_view kGuid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+  uint8_t digest[SHA_DIGEST_LENGTH];
+  SHA_CTX ctx;
+  SHA1_Init(&ctx);
+  SHA1_Update(&ctx, key.data(), key.size());
+  SHA1_Update(&ctx, kGuid.data(), kGuid.size());
+  SHA1_Final(digest, &ctx);
+  std::string out;
+  absl::Base64Escape(absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)),
+                     &out);
+  return out;
+}
+
+void addChunkHeader(buffer::Buffer& out, size_t n) {
+  char line[20];
+  auto r = std::to_chars(line, line + 16, static_cast<uint64_t>(n), 16);
+  *r.ptr++ = '\r';
+  *r.ptr++ = '\n';
+  out.add(line, static_cast<size_t>(r.ptr - line));
+}
+
+}  // namespace
+
+// One client stream: a proxy request with its own filter chain, its upstream connection and
+// the queue of response bytes waiting for the client's flow-control window. Objects are reused
+// for later streams of the same connection (the filter chain is built once per object).
+class Http2ProxyFilter::Stream : public proxy::RequestSink,
+                                 public proxy::RequestHeaders,
+                                 public network::ConnectionCallbacks {
+ public:
+  enum class State : uint8_t {
+    Idle,        // free for reuse
+    Headers,     // receiving the request header block
+    Filtering,   // request filters running
+    Forwarding,  // relaying an http:// request and its response
+    Tunnel,      // CONNECT established
+    Replied,     // a local reply was sent (or is being sent)
+    Done,        // reset by us; waiting for the codec to close it
+  };
+
+  explicit Stream(Http2ProxyFilter& parent)
+      : parent_(parent),
+        chain_(parent.callbacks_->worker(), *this),
+        timer_(parent.downstream().dispatcher(), [this] { onTimer(); }) {
+    for (const auto& factory : parent.config_->request_filters) factory(chain_);
+  }
+  ~Stream() override { abort(); }
+
+  State state() const { return state_; }
+
+  void begin(int32_t id) {
+    id_ = id;
+    state_ = State::Headers;
+    storage_.clear();
+    refs_.clear();
+    fields_.clear();
+    header_bytes_ = 0;
+    header_error_ = nullptr;
+    info_ = http2::RequestInfo();
+    request_ = proxy::ProxyRequest();
+    added_count_ = 0;
+    unconsumed_ = 0;
+    body_received_ = 0;
+    request_ended_ = false;
+    chunked_request_ = false;
+    response_started_ = false;
+    response_scanned_ = 0;
+    response_keep_alive_ = true;
+    out_eof_ = false;
+    deferred_ = false;
+    upstream_paused_ = false;
+    upstream_ended_ = false;
+    response_sent_ = false;
+    retried_ = false;
+    retry_pending_ = false;
+    websocket_pending_ = false;
+    drain_after_reply_ = false;
+    tunnel_ = false;
+    config().stats.streams_total.inc();
+    config().stats.streams_active.inc();
+    // A header block left unfinished blocks the whole connection (HPACK state is shared).
+    timer_.enable(config().request_body_timeout);
+  }
+
+  // Header fields are copied: the codec's views last only for the callback.
+  void addHeader(std::string_view name, std::string_view value) {
+    header_bytes_ += name.size() + value.size() + 32;  // RFC 9113 6.5.2 accounting
+    if (header_error_ != nullptr) return;
+    if (header_bytes_ > config().codec.max_header_list_size) {
+      header_error_ = "header list too large";
+      return;
+    }
+    if (refs_.size() >= config().max_request_headers) {
+      header_error_ = "too many header fields";
+      return;
+    }
+    refs_.push_back({static_cast<uint32_t>(storage_.size()), static_cast<uint32_t>(name.size()),
+                     static_cast<uint32_t>(value.size())});
+    storage_.append(name);
+    storage_.append(value);
+  }
+
+  void onHeadersComplete(bool end_stream) {
+    timer_.disable();
+    request_ended_ = end_stream;
+    if (header_error_ != nullptr) {
+      config().stats.rq_header_list_too_large.inc();
+      localReply(431, header_error_);
+      return;
+    }
+    fields_.resize(refs_.size());
+    for (size_t i = 0; i < refs_.size(); ++i) {
+      const char* base = storage_.data() + refs_[i].offset;
+      fields_[i].name = std::string_view(base, refs_[i].name_len);
+      fields_[i].value = std::string_view(base + refs_[i].name_len, refs_[i].value_len);
+      fields_[i].flags = 0;
+    }
+    http2::RequestError err;
+    if (!http2::parseRequest(fields_.data(), static_cast<uint32_t>(fields_.size()), info_, err,
+                             !config().disable_websocket)) {
+      config().stats.rq_rejected.inc();
+      localReply(err.status, err.reason);
+      return;
+    }
+    const uint64_t max_body = config().max_request_body_bytes;
+    if (max_body != 0 && info_.has_content_length && info_.content_length > max_body) {
+      config().stats.rq_body_too_large.inc();
+      localReply(413, "request body larger than the proxy allows");
+      return;
+    }
+    request_ = proxy::ProxyRequest();
+    request_.protocol = proxy::Protocol::Http2;
+    request_.kind = info_.kind;
+    request_.host = info_.host;
+    request_.port = info_.port;
+    request_.client = parent_.downstream().peer();
+    if (info_.proxy_authorization >= 0) {
+      request_.credential = fields_[info_.proxy_authorization].value;
+      request_.has_credential = true;
+    }
+    if (info_.websocket) {
+      request_.headers = this;
+      // An upgraded origin connection is never pooled, so it never comes from the pool either.
+      request_.fresh_connection = true;
+      config().stats.rq_websocket.inc();
+    } else if (info_.kind == proxy::RequestKind::Forward) {
+      request_.headers = this;
+      config().stats.rq_forward.inc();
+    } else {
+      config().stats.rq_connect.inc();
+    }
+    state_ = State::Filtering;
+    chain_.start(request_);
+  }
+
+  void onClientData(const uint8_t* data, size_t length) {
+    body_received_ += length;
+    const uint64_t max_body = config().max_request_body_bytes;
+    if (max_body != 0 && info_.kind == proxy::RequestKind::Forward && !info_.websocket &&
+        body_received_ > max_body && (state_ == State::Filtering || state_ == State::Forwarding)) {
+      config().stats.rq_body_too_large.inc();
+      parent_.codec_->consume(id_, length);
+      if (!response_started_) {
+        localReply(413, "request body larger than the proxy allows");
+      } else {
+        reset(ErrorCode::Cancel);
+      }
+      return;
+    }
+    switch (state_) {
+      case State::Headers:
+      case State::Filtering:
+        // Held (and not credited) until the upstream is ready: the stream window bounds it.
+        pending_body_.add(data, length);
+        unconsumed_ += length;
+        return;
+      case State::Forwarding: {
+        if (websocket_pending_) {
+          // Nothing reaches the origin before its 101: held, within the stream window.
+          pending_body_.add(data, length);
+          unconsumed_ += length;
+          return;
+        }
+        buffer::Buffer out;
+        if (chunked_request_) addChunkHeader(out, length);
+        out.add(data, length);
+        if (chunked_request_) out.add("\r\n", 2);
+        writeUpstream(out, false);
+        if (state_ != State::Forwarding) return;
+        credit(length);
+        if (!response_started_) timer_.enable(config().request_body_timeout);
+        return;
+      }
+      case State::Tunnel: {
+        if (!upstream_) {
+          parent_.codec_->consume(id_, length);
+          return;
+        }
+        buffer::Buffer out;
+        out.add(data, length);
+        writeUpstream(out, false);
+        if (state_ != State::Tunnel) return;
+        credit(length);
+        timer_.enable(upstream_info_.tunnel_idle_timeout);
+        return;
+      }
+      case State::Idle:
+      case State::Replied:
+      case State::Done:
+        // Nobody wants these bytes: give the window back so the connection keeps flowing.
+        parent_.codec_->consume(id_, length);
+        parent_.scheduleFlush();
+        return;
+    }
+  }
+
+  void onClientEnd() {
+    request_ended_ = true;
+    if (state_ == State::Forwarding) {
+      if (websocket_pending_) return;  // half-closed upstream once switched
+      if (chunked_request_) {
+        buffer::Buffer out;
+        out.add("0\r\n\r\n", 5);
+        writeUpstream(out, false);
+        if (state_ != State::Forwarding) return;
+      }
+      if (!response_started_) timer_.enable(upstream_info_.response_timeout);
+    } else if (state_ == State::Tunnel && upstream_) {
+      buffer::Buffer none;
+      upstream_->write(none, true);
+    }
+  }
+
+  // The client reset the stream. True when it was still in progress (rapid-reset accounting).
+  bool onClientReset() {
+    if (response_sent_) return false;
+    if (state_ == State::Filtering || state_ == State::Forwarding || state_ == State::Tunnel) {
+      config().stats.downstream_reset.inc();
+    }
+    return true;
+  }
+
+  void onResponseSent() {
+    response_sent_ = true;
+    if (drain_after_reply_) {
+      drain_after_reply_ = false;
+      parent_.startDrain();
+    }
+    // A complete answer ends the exchange; a request body still coming is not wanted
+    // (RFC 9113 8.1). Tunnels stay half-open until the client ends its side.
+    if (!request_ended_ && state_ != State::Tunnel) {
+      parent_.codec_->resetStream(id_, ErrorCode::NoError);
+      parent_.scheduleFlush();
+    }
+  }
+
+  // The codec forgot the stream: release everything and go back to the free list.
+  void onClosed() {
+    if (drain_after_reply_) {
+      drain_after_reply_ = false;
+      parent_.startDrain();
+    }
+    abort();
+    parent_.releaseStream(this);
+  }
+
+  size_t readBody(uint8_t* buf, size_t max, bool& eof) {
+    size_t n = 0;
+    while (n < max && !out_.empty()) {
+      std::string_view front = out_.front();
+      size_t k = std::min(front.size(), max - n);
+      memcpy(buf + n, front.data(), k);
+      out_.drain(k);
+      n += k;
+    }
+    eof = out_eof_ && out_.empty();
+    if (n == 0 && !eof) deferred_ = true;
+    if (upstream_paused_ && upstream_ && out_.length() <= config().stream_buffer_bytes / 2) {
+      upstream_paused_ = false;
+      upstream_->readDisable(false);
+    }
+    if (n > 0) {
+      if (state_ == State::Tunnel) {
+        timer_.enable(upstream_info_.tunnel_idle_timeout);
+      } else if (state_ == State::Forwarding) {
+        timer_.enable(upstream_info_.response_timeout);
+      }
+    }
+    return n;
+  }
+
+  // Ends whatever the stream holds, without telling the codec (it closed the stream, or the
+  // connection is gone).
+  void abort() {
+    if (state_ == State::Idle) return;
+    chain_.end();
+    timer_.disable();
+    releaseUpstream(false);
+    pending_body_.clear();
+    out_.clear();
+    // Capacity is kept for the next stream, but not what one large header list needed: an idle
+    // connection should not hold max_concurrent_streams times max_header_list_size.
+    if (storage_.capacity() > kKeptHeaderBytes) std::string().swap(storage_);
+    if (refs_.capacity() > kKeptHeaderFields) std::vector<FieldRef>().swap(refs_);
+    if (fields_.capacity() > kKeptHeaderFields) std::vector<http1::HeaderField>().swap(fields_);
+    if (tunnel_) config().stats.tunnels_active.dec();
+    tunnel_ = false;
+    config().stats.streams_active.dec();
+    state_ = State::Idle;
+  }
+
+  // proxy::RequestSink
+  void onUpstreamReady(network::ConnectionPtr upstream, const proxy::UpstreamInfo& info) override {
+    upstream_ = std::move(upstream);
+    upstream_->setCallbacks(this);
+    upstream_info_ = info;
+    chain_.end();
+    if (info_.kind == proxy::RequestKind::Tunnel) {
+      state_ = State::Tunnel;
+      tunnel_ = true;
+      config().stats.tunnels_active.inc();
+      response_started_ = true;
+      parent_.codec_->submitResponse(id_, 200, nullptr, 0, false);
+      countStatus(200);
+      timer_.enable(upstream_info_.tunnel_idle_timeout);
+      if (!pending_body_.empty()) {
+        writeUpstream(pending_body_, false);
+        if (state_ != State::Tunnel) return;
+      }
+      if (request_ended_ && upstream_) {
+        buffer::Buffer none;
+        upstream_->write(none, true);
+      }
+      creditPending();
+      parent_.scheduleFlush();
+      return;
+    }
+    state_ = State::Forwarding;
+    if (info_.websocket) {
+      sendUpgradeHead();
+      return;
+    }
+    sendRequestHead();
+  }
+
+  void onDenied(proxy::Denial denial, std::string_view reason) override {
+    chain_.end();
+    // The refusal goes out first, then the GOAWAY (onResponseSent).
+    drain_after_reply_ = request_.close_connection;
+    localReply(denialStatus(denial), reason, denial == proxy::Denial::Unauthorized);
+  }
+
+  // proxy::RequestHeaders
+  std::string_view get(std::string_view name) const override {
+    for (const http1::HeaderField& f : fields_) {
+      if ((f.flags & http1::HeaderField::kRemoved) == 0 && http1::equalsIgnoreCase(f.name, name)) {
+        return f.value;
+      }
+    }
+    for (uint32_t i = 0; i < added_count_; ++i) {
+      if (http1::equalsIgnoreCase(added_[i].name, name)) return added_[i].value;
+    }
+    if (http1::equalsIgnoreCase(name, "host")) return info_.authority;
+    return {};
+  }
+  void remove(std::string_view name) override {
+    for (http1::HeaderField& f : fields_) {
+      if (http1::equalsIgnoreCase(f.name, name)) f.flags |= http1::HeaderField::kRemoved;
+    }
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < added_count_; ++i) {
+      if (!http1::equalsIgnoreCase(added_[i].name, name)) added_[kept++] = added_[i];
+    }
+    added_count_ = kept;
+  }
+  bool add(std::string_view name, std::string_view value) override {
+    if (added_count_ == kMaxAddedHeaders) return false;
+    added_[added_count_++] = {name, value};
+    return true;
+  }
+
+  // network::ConnectionCallbacks of the upstream connection.
+  void onData(buffer::Buffer& data, bool end_stream) override {
+    if (state_ == State::Tunnel) {
+      config().stats.bytes_upstream_rx.add(data.length());
+      if (!data.empty()) timer_.enable(upstream_info_.tunnel_idle_timeout);
+      out_.move(data);
+      if (end_stream && !upstream_ended_) {
+        upstream_ended_ = true;
+        out_eof_ = true;
+      }
+      afterOutput();
+      return;
+    }
+    if (state_ != State::Forwarding) {
+      data.clear();
+      return;
+    }
+    config().stats.bytes_upstream_rx.add(data.length());
+    if (!response_started_) {
+      if (!processResponseHead(data)) {
+        if (state_ == State::Tunnel) {
+          // Switched to WebSocket: what followed the 101 is the origin's first frames.
+          onData(data, end_stream);
+          return;
+        }
+        if (state_ == State::Forwarding && end_stream) onUpstreamClosed();
+        return;
+      }
+      if (out_eof_) {
+        // A response without a body: anything after its head spoils the connection.
+        if (!data.empty() || end_stream) response_keep_alive_ = false;
+        data.clear();
+        finishUpstream();
+        afterOutput();
+        return;
+      }
+    }
+    relayResponseBody(data, end_stream);
+  }
+
+  void onEvent(network::ConnectionEvent event) override {
+    if (event != network::ConnectionEvent::RemoteClose) return;
+    onUpstreamClosed();
+  }
+  void onAboveWriteHighWatermark() override {}
+  void onBelowWriteLowWatermark() override { creditPending(); }
+
+ private:
+  struct FieldRef {
+    uint32_t offset;
+    uint32_t name_len;
+    uint32_t value_len;
+  };
+  static constexpr uint32_t kMaxAddedHeaders = 16;
+  static constexpr size_t kKeptHeaderBytes = 4096;
+  static constexpr size_t kKeptHeaderFields = 32;
+
+  const Http2Config& config() const { return *parent_.config_; }
+
+  void countStatus(uint16_t status) {
+    const Http2Stats& s = config().stats;
+    if (status < 200) {
+      s.rs_1xx.inc();
+    } else if (status < 300) {
+      s.rs_2xx.inc();
+    } else if (status < 400) {
+      s.rs_3xx.inc();
+    } else if (status < 500) {
+      s.rs_4xx.inc();
+    } else {
+      s.rs_5xx.inc();
+    }
+  }
+
+  void writeUpstream(buffer::Buffer& out, bool end_stream) {
+    if (!upstream_) {
+      out.clear();
+      return;
+    }
+    config().stats.bytes_upstream_tx.add(out.length());
+    upstream_->write(out, end_stream);
+  }
+
+  // Request bytes passed on: give their window back unless the upstream is pushing back, in
+  // which case they are credited once it drains (onBelowWriteLowWatermark).
+  void credit(size_t length) {
+    if (upstream_ && upstream_->aboveHighWatermark()) {
+      unconsumed_ += length;
+      return;
+    }
+    parent_.codec_->consume(id_, length);
+    parent_.scheduleFlush();
+  }
+  void creditPending() {
+    if (unconsumed_ == 0 || (upstream_ && upstream_->aboveHighWatermark())) return;
+    if (state_ != State::Forwarding && state_ != State::Tunnel) return;
+    parent_.codec_->consume(id_, unconsumed_);
+    unconsumed_ = 0;
+    parent_.scheduleFlush();
+  }
+
+  void sendRequestHead() {
+    if (request_ended_ && !info_.has_content_length && !pending_body_.empty()) {
+      // The whole body arrived while the filters ran: its length is known.
+      info_.has_content_length = true;
+      info_.content_length = pending_body_.length();
+    }
+    chunked_request_ = !request_ended_ && !info_.has_content_length;
+    buffer::Buffer out;
+    http2::writeHttp1Head(info_, fields_.data(), static_cast<uint32_t>(fields_.size()), added_,
+                          added_count_, chunked_request_, out);
+    response_started_ = false;
+    response_scanned_ = 0;
+    if (!pending_body_.empty()) {
+      if (chunked_request_) addChunkHeader(out, pending_body_.length());
+      const bool chunk = chunked_request_;
+      out.move(pending_body_);
+      if (chunk) out.add("\r\n", 2);
+    }
+    if (request_ended_ && chunked_request_) out.add("0\r\n\r\n", 5);
+    writeUpstream(out, false);
+    if (state_ != State::Forwarding) return;
+    creditPending();
+    timer_.enable(request_ended_ ? upstream_info_.response_timeout : config().request_body_timeout);
+  }
+
+  // The RFC 8441 bridge: GET :path with Upgrade: websocket and a key of our own (an HTTP/2
+  // client sends none), on a fresh origin connection.
+  void sendUpgradeHead() {
+    uint8_t nonce[16];
+    RAND_bytes(nonce, sizeof(nonce));
+    ws_key_.clear();
+    absl::Base64Escape(absl::string_view(reinterpret_cast<const char*>(nonce), sizeof(nonce)),
+                       &ws_key_);
+    buffer::Buffer out;
+    http::UpgradeRequestEncoder encoder(out, info_.path);
+    encoder.header("host", info_.authority);
+    constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
+    for (const http1::HeaderField& f : fields_) {
+      if ((f.flags & kSkip) != 0 || f.name == "sec-websocket-key" ||
+          f.name == "sec-websocket-accept") {
+        continue;
+      }
+      encoder.header(f.name, f.value);
+    }
+    for (uint32_t i = 0; i < added_count_; ++i) encoder.header(added_[i].name, added_[i].value);
+    encoder.header("sec-websocket-key", ws_key_);
+    encoder.finish();
+    websocket_pending_ = true;
+    response_started_ = false;
+    response_scanned_ = 0;
+    writeUpstream(out, false);
+    if (state_ != State::Forwarding) return;
+    timer_.enable(upstream_info_.response_timeout);
+  }
+
+  // The origin's 101: checked, answered with 200 on the stream, then the stream is a tunnel.
+  void switchToWebSocket(const http1::ResponseHead& rh, buffer::Buffer& data) {
+    const int32_t accept =
+        http1::findHeader(rh.headers.data(), rh.header_count, "sec-websocket-accept");
+    if (!http::acceptsUpgrade(rh) || accept < 0 ||
+        rh.headers[accept].value != webSocketAccept(ws_key_)) {
+      config().stats.upstream_rs_bad.inc();
+      config().stats.websocket_rejected.inc();
+      localReply(502, "origin answered the websocket upgrade badly");
+      return;
+    }
+    t_headers.clear();
+    for (uint32_t i = 0; i < rh.header_count; ++i) {
+      const http1::HeaderField& f = rh.headers[i];
+      // Only the negotiated subprotocol and extensions mean anything to the HTTP/2 client.
+      if (http1::equalsIgnoreCase(f.name, "sec-websocket-protocol")) {
+        t_headers.push_back({"sec-websocket-protocol", f.value});
+      } else if (http1::equalsIgnoreCase(f.name, "sec-websocket-extensions")) {
+        t_headers.push_back({"sec-websocket-extensions", f.value});
+      }
+    }
+    parent_.codec_->submitResponse(id_, 200, t_headers.data(), t_headers.size(), false);
+    countStatus(200);
+    data.drain(rh.head_size);
+    config().stats.websocket_switched.inc();
+    websocket_pending_ = false;
+    response_started_ = true;
+    state_ = State::Tunnel;
+    tunnel_ = true;
+    config().stats.tunnels_active.inc();
+    timer_.enable(upstream_info_.tunnel_idle_timeout);
+    if (!pending_body_.empty()) {
+      writeUpstream(pending_body_, false);
+      if (state_ != State::Tunnel) return;
+    }
+    if (request_ended_ && upstream_) {
+      buffer::Buffer none;
+      upstream_->write(none, true);
+    }
+    creditPending();
+    parent_.scheduleFlush();
+  }
+
+  // The origin's fields for HTTP/2 into t_headers: lowercase names, without the
+  // connection-specific ones (Content-Length is added by the caller when it applies).
+  void buildResponseHeaders(const http1::ResponseHead& rh) {
+    t_names.clear();
+    t_names.reserve(rh.head_size);
+    t_headers.clear();
+    for (uint32_t i = 0; i < rh.header_count; ++i) {
+      const http1::HeaderField& f = rh.headers[i];
+      if (http2::dropResponseField(f)) continue;
+      // HTTP/2 field names are lowercase; the scratch was reserved, so views stay valid.
+      const size_t at = t_names.size();
+      for (char c : f.name) t_names.push_back(c >= 'A' && c <= 'Z' ? c + 32 : c);
+      t_headers.push_back({std::string_view(t_names.data() + at, f.name.size()), f.value});
+    }
+  }
+
+  bool processResponseHead(buffer::Buffer& data) {
+    http1::ResponseHead& rh = t_response_head;
+    while (true) {
+      const uint32_t max = config().response_limits.max_head_bytes;
+      std::string_view view =
+          data.linearize(std::min<size_t>(data.length(), size_t{max} + 1), size_t{max} + 1);
+      if (view.empty()) return false;
+      size_t scanned = std::min<size_t>(response_scanned_, view.size());
+      response_scanned_ = view.size();
+      if (scanned > 0 && view.size() <= max &&
+          memchr(view.data() + scanned, '\n', view.size() - scanned) == nullptr) {
+        return false;
+      }
+      http1::ParseError err;
+      // A WebSocket bridge asked the origin with a GET.
+      const http1::Method method = info_.websocket ? http1::Method::Get : info_.method;
+      http1::ParseStatus st =
+          http1::parseResponseHead(view, config().response_limits, method, rh, err);
+      if (st == http1::ParseStatus::Incomplete) return false;
+      response_scanned_ = 0;
+      if (st == http1::ParseStatus::Error) {
+        config().stats.upstream_rs_bad.inc();
+        localReply(502, err.reason);
+        return false;
+      }
+      if (rh.status == 101 && websocket_pending_) {
+        switchToWebSocket(rh, data);
+        return false;
+      }
+      if (rh.status >= 100 && rh.status < 200) {
+        if (rh.status == 101) {
+          config().stats.upstream_rs_bad.inc();
+          localReply(502, "origin switched protocols without an upgrade request");
+          return false;
+        }
+        // Interim responses (100 Continue, 103 Early Hints) go out as non-final HEADERS.
+        buildResponseHeaders(rh);
+        parent_.codec_->submitInterim(id_, rh.status, t_headers.data(), t_headers.size());
+        countStatus(rh.status);
+        parent_.scheduleFlush();
+        data.drain(rh.head_size);
+        continue;
+      }
+      buildResponseHeaders(rh);
+      char digits[20];
+      const bool send_length =
+          rh.framing == http1::BodyFraming::ContentLength ||
+          (info_.method == http1::Method::Head && rh.status != 204 &&
+           http1::findHeader(rh.headers.data(), rh.header_count, "content-length") >= 0);
+      if (send_length) {
+        auto r = std::to_chars(digits, digits + sizeof(digits), rh.content_length);
+        t_headers.push_back({"content-length", std::string_view(digits, r.ptr - digits)});
+      }
+      if (websocket_pending_) {
+        // The origin declined the upgrade: its answer is relayed as a normal response and
+        // the held client bytes are dropped with the stream.
+        websocket_pending_ = false;
+        config().stats.websocket_refused.inc();
+        parent_.codec_->consume(id_, unconsumed_);
+        unconsumed_ = 0;
+        pending_body_.clear();
+      }
+      response_framing_ = rh.framing;
+      response_body_left_ = rh.content_length;
+      response_keep_alive_ = rh.keep_alive && !info_.websocket;
+      dechunker_.reset();
+      const bool no_body =
+          rh.framing == http1::BodyFraming::None ||
+          (rh.framing == http1::BodyFraming::ContentLength && rh.content_length == 0);
+      parent_.codec_->submitResponse(id_, rh.status, t_headers.data(), t_headers.size(), no_body);
+      data.drain(rh.head_size);
+      countStatus(rh.status);
+      response_started_ = true;
+      if (no_body) out_eof_ = true;
+      timer_.enable(upstream_info_.response_timeout);
+      parent_.scheduleFlush();
+      return true;
+    }
+  }
+
+  void relayResponseBody(buffer::Buffer& data, bool end_stream) {
+    bool done = false;
+    switch (response_framing_) {
+      case http1::BodyFraming::None:
+        done = true;
+        break;
+      case http1::BodyFraming::ContentLength: {
+        size_t n = static_cast<size_t>(std::min<uint64_t>(response_body_left_, data.length()));
+        out_.move(data, n);
+        response_body_left_ -= n;
+        done = response_body_left_ == 0;
+        break;
+      }
+      case http1::BodyFraming::Chunked: {
+        http2::Dechunker::Status st = dechunker_.decode(data, out_);
+        if (st == http2::Dechunker::Status::Error) {
+          config().stats.upstream_rs_bad.inc();
+          reset(ErrorCode::InternalError);
+          return;
+        }
+        done = st == http2::Dechunker::Status::Done;
+        break;
+      }
+      case http1::BodyFraming::UntilClose:
+        out_.move(data);
+        done = end_stream;
+        break;
+    }
+    if (done) {
+      if (!data.empty() || end_stream) response_keep_alive_ = false;
+      data.clear();
+      out_eof_ = true;
+      finishUpstream();
+    } else if (end_stream) {
+      // The origin closed before the body's end: the client must see a truncated stream.
+      config().stats.upstream_reset.inc();
+      reset(ErrorCode::InternalError);
+      return;
+    } else {
+      timer_.enable(upstream_info_.response_timeout);
+    }
+    afterOutput();
+  }
+
+  // The origin's part of the exchange is over: pool the connection if it is clean.
+  void finishUpstream() {
+    const bool reusable = response_keep_alive_ && request_ended_ &&
+                          response_framing_ != http1::BodyFraming::UntilClose && upstream_ &&
+                          upstream_->writeBufferLength() == 0;
+    releaseUpstream(reusable);
+  }
+
+  // New bytes for the client: wake the stream's DATA and push back on the upstream when the
+  // queue is full (the client's window is closed or the connection is backed up).
+  void afterOutput() {
+    if (deferred_ && (!out_.empty() || out_eof_)) {
+      deferred_ = false;
+      parent_.codec_->resumeBody(id_);
+    }
+    if (upstream_ && !upstream_paused_ && out_.length() >= config().stream_buffer_bytes) {
+      upstream_paused_ = true;
+      upstream_->readDisable(true);
+      config().stats.upstream_read_paused.inc();
+    }
+    parent_.scheduleFlush();
+  }
+
+  bool retryable() const {
+    return upstream_info_.reused && !retried_ && request_ended_ && body_received_ == 0 &&
+           http2::idempotent(info_.method) && !response_started_ && response_scanned_ == 0;
+  }
+
+  void onUpstreamClosed() {
+    if (state_ == State::Tunnel) {
+      if (upstream_ended_) {
+        // The origin sent everything (FIN first); the queued bytes still go out.
+        releaseUpstream(false);
+        return;
+      }
+      config().stats.upstream_reset.inc();
+      reset(ErrorCode::ConnectError);
+      return;
+    }
+    if (state_ != State::Forwarding) return;
+    if (retryable()) {
+      // A pooled connection the origin had already closed: once more on a new one.
+      config().stats.rq_retry.inc();
+      releaseUpstream(false);
+      retried_ = true;
+      request_.fresh_connection = true;
+      state_ = State::Filtering;
+      // Restarted from the timer, not from inside this callback: the close may come from a
+      // write made while the filter chain is still on the stack.
+      retry_pending_ = true;
+      timer_.enable(std::chrono::milliseconds(0));
+      return;
+    }
+    config().stats.upstream_reset.inc();
+    if (!response_started_) {
+      localReply(502, "origin closed the connection");
+    } else if (!out_eof_) {
+      reset(ErrorCode::InternalError);
+    } else {
+      releaseUpstream(false);
+    }
+  }
+
+  void onTimer() {
+    switch (state_) {
+      case State::Headers:
+        config().stats.rq_head_timeout.inc();
+        parent_.terminate(ErrorCode::ProtocolError);
+        break;
+      case State::Filtering:
+        if (retry_pending_) {
+          retry_pending_ = false;
+          chain_.start(request_);
+        }
+        break;
+      case State::Forwarding:
+        if (!request_ended_ && !response_started_ && !websocket_pending_) {
+          config().stats.rq_body_timeout.inc();
+          localReply(408, "request body not received in time");
+        } else if (!response_started_) {
+          config().stats.upstream_rs_timeout.inc();
+          localReply(504, "origin did not answer in time");
+        } else {
+          if (!out_eof_) config().stats.upstream_rs_timeout.inc();
+          reset(ErrorCode::Cancel);
+        }
+        break;
+      case State::Tunnel:
+        config().stats.tunnel_idle_timeout.inc();
+        reset(ErrorCode::Cancel);
+        break;
+      case State::Replied:
+        reset(ErrorCode::Cancel);
+        break;
+      default:
+        break;
+    }
+  }
+
+  // A reply made by the proxy itself, on this stream only.
+  void localReply(uint16_t status, std::string_view detail, bool auth_challenge = false) {
+    timer_.disable();
+    releaseUpstream(false);
+    if (response_started_) {
+      reset(ErrorCode::InternalError);
+      return;
+    }
+    state_ = State::Replied;
+    out_.clear();
+    std::string body = absl::StrFormat("%d %s: %s\n", status, statusText(status), detail);
+    std::string length = absl::StrFormat("%d", body.size());
+    std::string challenge;
+    http2::ResponseHeader headers[3] = {
+        {"content-type", "text/plain; charset=utf-8"}, {"content-length", length}, {}};
+    size_t count = 2;
+    if (auth_challenge) {
+      challenge = absl::StrFormat("Basic realm=\"%s\"", request_.auth_realm);
+      headers[count++] = {"proxy-authenticate", challenge};
+    }
+    const bool head = info_.method == http1::Method::Head;
+    if (!head) out_.add(body);
+    out_eof_ = true;
+    response_started_ = true;
+    countStatus(status);
+    parent_.codec_->submitResponse(id_, status, headers, count, head);
+    // A client that stops reading cannot keep the stream (and its queued reply) forever.
+    timer_.enable(parent_.config_->idle_timeout);
+    parent_.scheduleFlush();
+  }
+
+  void reset(ErrorCode code) {
+    if (state_ == State::Done || state_ == State::Idle) return;
+    chain_.end();
+    timer_.disable();
+    releaseUpstream(false);
+    state_ = State::Done;
+    parent_.codec_->resetStream(id_, code);
+    parent_.scheduleFlush();
+  }
+
+  void releaseUpstream(bool reusable) {
+    if (!upstream_) return;
+    upstream_->setCallbacks(nullptr);
+    if (upstream_paused_) {
+      upstream_paused_ = false;
+      upstream_->readDisable(false);
+    }
+    if (reusable && upstream_->open() && !parent_.draining_) {
+      parent_.callbacks_->worker().pool().release(std::move(upstream_));
+      return;
+    }
+    upstream_->close(network::CloseType::NoFlush);
+    parent_.downstream().dispatcher().deferredDelete(std::move(upstream_));
+  }
+
+  Http2ProxyFilter& parent_;
+  proxy::RequestFilterChain chain_;
+  event::Timer timer_;
+  int32_t id_ = 0;
+  State state_ = State::Idle;
+
+  // The request header block: copied fields, then views into the copy.
+  std::string storage_;
+  std::vector<FieldRef> refs_;
+  std::vector<http1::HeaderField> fields_;
+  size_t header_bytes_ = 0;
+  const char* header_error_ = nullptr;
+  http2::RequestInfo info_;
+  proxy::ProxyRequest request_;
+  AddedHeader added_[kMaxAddedHeaders];
+  uint32_t added_count_ = 0;
+
+  network::ConnectionPtr upstream_;
+  proxy::UpstreamInfo upstream_info_;
+  buffer::Buffer pending_body_;  // request bytes received while the filters ran
+  size_t unconsumed_ = 0;        // request bytes not yet credited to the client's window
+  uint64_t body_received_ = 0;
+  bool request_ended_ = false;
+  bool chunked_request_ = false;
+  bool retried_ = false;
+  bool retry_pending_ = false;
+  bool websocket_pending_ = false;  // upgrade sent, waiting for the origin's 101
+  bool drain_after_reply_ = false;  // a filter asked to close the connection (a ban)
+  std::string ws_key_;
+
+  bool response_started_ = false;  // HEADERS submitted
+  size_t response_scanned_ = 0;
+  http1::BodyFraming response_framing_ = http1::BodyFraming::None;
+  uint64_t response_body_left_ = 0;
+  bool response_keep_alive_ = true;
+  http2::Dechunker dechunker_;
+  buffer::Buffer out_;     // response bytes waiting for DATA frames
+  bool out_eof_ = false;   // out_ holds the rest of the body
+  bool deferred_ = false;  // the codec is waiting for resumeBody
+  bool upstream_paused_ = false;
+  bool upstream_ended_ = false;
+  bool response_sent_ = false;  // our END_STREAM went out
+  bool tunnel_ = false;         // counted in tunnels_active
+};
+
+Http2ProxyFilter::Http2ProxyFilter(Http2ConfigSharedPtr config)
+    : config_(std::move(config)), flood_(config_->flood) {}
+
+Http2ProxyFilter::~Http2ProxyFilter() {
+  if (!closed_ && codec_) {
+    closed_ = true;
+    config_->stats.cx_active.dec();
+  }
+  for (auto& s : streams_) s->abort();
+  streams_.clear();
+}
+
+void Http2ProxyFilter::initializeReadFilterCallbacks(network::ReadFilterCallbacks& callbacks) {
+  callbacks_ = &callbacks;
+}
+
+network::FilterStatus Http2ProxyFilter::onNewConnection() {
+  codec_ = http2::createNghttp2ServerCodec(*this, config_->codec);
+  flush_timer_.emplace(downstream().dispatcher(), [this] { flush(); });
+  idle_timer_.emplace(downstream().dispatcher(), [this] { onIdleTimer(); });
+  config_->stats.cx_total.inc();
+  config_->stats.cx_active.inc();
+  codec_->start();
+  updateIdleTimer();
+  flush();
+  return network::FilterStatus::Continue;
+}
+
+network::FilterStatus Http2ProxyFilter::onData(buffer::Buffer& data, bool end_stream) {
+  if (closed_ || !codec_) {
+    data.clear();
+    return network::FilterStatus::StopIteration;
+  }
+  in_receive_ = true;
+  const bool ok = codec_->receive(data);
+  in_receive_ = false;
+  flush();
+  if (!ok || end_stream) closeConnection();
+  return network::FilterStatus::StopIteration;
+}
+
+void Http2ProxyFilter::scheduleFlush() {
+  if (closed_) return;
+  flush_pending_ = true;
+  if (!in_receive_ && !in_flush_ && !flush_timer_->enabled()) {
+    flush_timer_->enable(std::chrono::milliseconds(0));
+  }
+}
+
+void Http2ProxyFilter::flush() {
+  if (closed_ || in_flush_ || in_receive_) return;
+  if (downstream().aboveHighWatermark()) {
+    // Resumed by onBelowWriteLowWatermark; meanwhile the streams' queues fill and their
+    // upstreams pause.
+    flush_pending_ = true;
+    return;
+  }
+  in_flush_ = true;
+  flush_pending_ = false;
+  flush_timer_->disable();
+  bool ok = true;
+  while (!closed_) {
+    buffer::Buffer out;
+    ok = codec_->serialize(out, kFlushBytes);
+    if (out.empty()) break;
+    downstream().write(out);
+    if (closed_ || downstream().aboveHighWatermark()) {
+      flush_pending_ = codec_->wantsWrite();
+      break;
+    }
+    if (!ok || !codec_->wantsWrite()) break;
+  }
+  in_flush_ = false;
+  if (closed_) return;
+  if (!ok) {
+    config_->stats.codec_error.inc();
+    closeConnection();
+    return;
+  }
+  if (codec_->finished()) closeConnection();
+}
+
+void Http2ProxyFilter::closeConnection() {
+  if (closed_) return;
+  downstream().close(network::CloseType::FlushWrite);
+}
+
+void Http2ProxyFilter::onEvent(network::ConnectionEvent event) {
+  if (event == network::ConnectionEvent::Connected || closed_) return;
+  closed_ = true;
+  if (codec_) config_->stats.cx_active.dec();
+  if (flush_timer_) flush_timer_->disable();
+  if (idle_timer_) idle_timer_->disable();
+  for (auto& s : streams_) s->abort();
+}
+
+void Http2ProxyFilter::onBelowWriteLowWatermark() {
+  if (flush_pending_) flush();
+}
+
+void Http2ProxyFilter::onDrain() { startDrain(); }
+
+void Http2ProxyFilter::startDrain() {
+  if (draining_ || closed_ || !codec_) return;
+  draining_ = true;
+  config_->stats.goaway_drain.inc();
+  codec_->gracefulGoAway();
+  scheduleFlush();
+}
+
+void Http2ProxyFilter::updateIdleTimer() {
+  if (!idle_timer_) return;
+  if (open_streams_ == 0) {
+    idle_timer_->enable(config_->idle_timeout);
+  } else {
+    idle_timer_->disable();
+  }
+}
+
+void Http2ProxyFilter::onIdleTimer() {
+  if (closed_) return;
+  config_->stats.downstream_idle_timeout.inc();
+  terminate(ErrorCode::NoError);
+}
+
+void Http2ProxyFilter::terminate(http2::ErrorCode code) {
+  if (closed_) return;
+  codec_->terminate(code);
+  flush();
+  closeConnection();
+}
+
+bool Http2ProxyFilter::onFlood(http2::Flood flood) {
+  if (flood == http2::Flood::None) return true;
+  const Http2Stats& s = config_->stats;
+  switch (flood) {
+    case http2::Flood::RapidReset:
+      s.rapid_reset.inc();
+      break;
+    case http2::Flood::Control:
+      s.control_flood.inc();
+      break;
+    case http2::Flood::EmptyData:
+      s.empty_data_flood.inc();
+      break;
+    case http2::Flood::Continuation:
+      s.continuation_flood.inc();
+      break;
+    case http2::Flood::ProtocolErrors:
+      s.protocol_error_flood.inc();
+      break;
+    case http2::Flood::None:
+      break;
+  }
+  codec_->terminate(ErrorCode::EnhanceYourCalm);
+  return false;
+}
+
+bool Http2ProxyFilter::onFrameHeader(const http2::FrameInfo& frame) {
+  return onFlood(flood_.onFrameHeader(frame, downstream().dispatcher().now()));
+}
+
+bool Http2ProxyFilter::onFrame(const http2::FrameInfo& frame) {
+  return onFlood(flood_.onFrame(frame, downstream().dispatcher().now()));
+}
+
+void* Http2ProxyFilter::onStreamBegin(int32_t stream_id) {
+  if (closed_ || open_streams_ >= config_->codec.max_concurrent_streams) {
+    config_->stats.streams_refused.inc();
+    return nullptr;
+  }
+  Stream* s = acquireStream();
+  s->begin(stream_id);
+  ++open_streams_;
+  updateIdleTimer();
+  return s;
+}
+
+bool Http2ProxyFilter::onHeader(void* stream, std::string_view name, std::string_view value) {
+  static_cast<Stream*>(stream)->addHeader(name, value);
+  return true;
+}
+
+void Http2ProxyFilter::onRequestHeaders(void* stream, bool end_stream) {
+  static_cast<Stream*>(stream)->onHeadersComplete(end_stream);
+}
+
+void Http2ProxyFilter::onRequestData(void* stream, const uint8_t* data, size_t length) {
+  static_cast<Stream*>(stream)->onClientData(data, length);
+}
+
+void Http2ProxyFilter::onRequestEnd(void* stream) { static_cast<Stream*>(stream)->onClientEnd(); }
+
+bool Http2ProxyFilter::onStreamReset(void* stream, http2::ErrorCode) {
+  if (!static_cast<Stream*>(stream)->onClientReset()) return true;
+  return onFlood(flood_.onClientReset(downstream().dispatcher().now()));
+}
+
+void Http2ProxyFilter::onResponseSent(void* stream) {
+  static_cast<Stream*>(stream)->onResponseSent();
+}
+
+void Http2ProxyFilter::onStreamClose(void* stream, http2::ErrorCode) {
+  static_cast<Stream*>(stream)->onClosed();
+}
+
+bool Http2ProxyFilter::onProtocolError(const http2::FrameInfo& frame) {
+  config_->stats.protocol_error.inc();
+  if (frame.type == http2::FrameType::Headers &&
+      open_streams_ >= config_->codec.max_concurrent_streams) {
+    config_->stats.streams_refused.inc();
+  }
+  return onFlood(flood_.onProtocolError(downstream().dispatcher().now()));
+}
+
+size_t Http2ProxyFilter::readResponseBody(void* stream, uint8_t* buf, size_t max, bool& eof) {
+  return static_cast<Stream*>(stream)->readBody(buf, max, eof);
+}
+
+Http2ProxyFilter::Stream* Http2ProxyFilter::acquireStream() {
+  if (!free_streams_.empty()) {
+    Stream* s = free_streams_.back();
+    free_streams_.pop_back();
+    return s;
+  }
+  streams_.push_back(std::make_unique<Stream>(*this));
+  return streams_.back().get();
+}
+
+void Http2ProxyFilter::releaseStream(Stream* stream) {
+  free_streams_.push_back(stream);
+  if (open_streams_ > 0) --open_streams_;
+  updateIdleTimer();
+  if (draining_) scheduleFlush();
+}
+
+}  // namespace http2proxy
+}  // namespace filters
+}  // namespace sluice

@@ -1,0 +1,1013 @@
+#include "filters/network/socks5/socks5_proxy.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "source/common/common/logger.h"
+#include "source/common/network/ip_literal.h"
+#include "source/common/proxy/worker_context.h"
+
+namespace sluice {
+namespace filters {
+namespace socks5 {
+
+namespace {
+
+// Checked UDP destinations are remembered this long (refusals shorter: a DNS hiccup should not
+// cut a destination off for long). Bounded in number by max_udp_destinations.
+constexpr std::chrono::milliseconds kDestinationTtl{60000};
+constexpr std::chrono::milliseconds kRefusedDestinationTtl{5000};
+// Datagrams read per readiness event before yielding to the loop's other work.
+constexpr int kMaxDatagramsPerEvent = 64;
+constexpr size_t kUdpBufferBytes = 65536;
+
+// recvfrom/sendto scratch: one per worker, never per association.
+thread_local char t_udp_buffer[kUdpBufferBytes];
+thread_local char t_udp_out[kUdpBufferBytes + kMaxUdpHeaderBytes];
+
+bool sameIp(const network::Address& a, const network::Address& b) {
+  if (a.family() != b.family()) return false;
+  if (a.family() == AF_INET) return a.v4().sin_addr.s_addr == b.v4().sin_addr.s_addr;
+  return memcmp(&a.v6().sin6_addr, &b.v6().sin6_addr, 16) == 0;
+}
+
+// `a` in the given socket family: IPv4 becomes IPv4-mapped IPv6 for an AF_INET6 socket, a
+// mapped IPv6 address becomes IPv4 for an AF_INET one. False when it cannot be expressed.
+bool toFamily(const network::Address& a, int family, network::Address& out) {
+  if (a.family() == family) {
+    out = a;
+    return true;
+  }
+  if (family == AF_INET6 && a.family() == AF_INET) {
+    sockaddr_in6 in6{};
+    in6.sin6_family = AF_INET6;
+    in6.sin6_port = a.v4().sin_port;
+    in6.sin6_addr.s6_addr[10] = 0xff;
+    in6.sin6_addr.s6_addr[11] = 0xff;
+    memcpy(in6.sin6_addr.s6_addr + 12, &a.v4().sin_addr.s_addr, 4);
+    out = network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&in6), sizeof(in6));
+    return true;
+  }
+  if (family == AF_INET && a.family() == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&a.v6().sin6_addr)) {
+    uint32_t ip;
+    memcpy(&ip, a.v6().sin6_addr.s6_addr + 12, 4);
+    out = network::Address::ipv4(ntohl(ip), a.port());
+    return true;
+  }
+  return false;
+}
+
+network::Address socketName(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return network::Address();
+  return network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len);
+}
+
+bool endsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Ends a stage's slice of filters: the request passed every filter of the slice.
+class Checkpoint : public proxy::RequestFilter {
+ public:
+  Checkpoint(Stage::Owner& owner, Stage& stage) : owner_(owner), stage_(stage) {}
+  proxy::RequestFilterStatus onRequest(proxy::ProxyRequest&) override {
+    owner_.onStagePassed(stage_);
+    return proxy::RequestFilterStatus::StopIteration;
+  }
+
+ private:
+  Stage::Owner& owner_;
+  Stage& stage_;
+};
+
+}  // namespace
+
+Reply replyForDenial(proxy::Denial denial, std::string_view reason, uint32_t pinned) {
+  switch (denial) {
+    case proxy::Denial::Unauthorized:
+    case proxy::Denial::Forbidden:
+      return Reply::NotAllowed;
+    case proxy::Denial::GatewayTimeout:
+      return Reply::TtlExpired;
+    case proxy::Denial::BadGateway:
+      // Nothing pinned: the name never resolved (dest_guard and router pin what they resolve).
+      if (pinned == 0) return Reply::HostUnreachable;
+      // The router's connect failures end with strerror() of the connect error.
+      if (endsWith(reason, strerror(ECONNREFUSED))) return Reply::ConnectionRefused;
+      if (endsWith(reason, strerror(ENETUNREACH))) return Reply::NetworkUnreachable;
+      if (endsWith(reason, strerror(EHOSTUNREACH))) return Reply::HostUnreachable;
+      return Reply::GeneralFailure;
+    case proxy::Denial::BadRequest:
+    case proxy::Denial::ServiceUnavailable:
+      return Reply::GeneralFailure;
+  }
+  return Reply::GeneralFailure;
+}
+
+// ------------------------------------------------------------------------------------------
+// Stage
+
+Stage::Stage(Owner& owner, proxy::WorkerContext& worker, const Socks5ProxyConfig& config,
+             size_t begin, size_t end, bool checkpoint)
+    : owner_(owner), chain_(worker, *this) {
+  for (size_t i = begin; i < end && i < config.request_filters.size(); ++i) {
+    config.request_filters[i](chain_);
+  }
+  if (checkpoint) chain_.addFilter(std::make_unique<Checkpoint>(owner, *this));
+}
+
+Stage::~Stage() { chain_.end(); }
+
+// ------------------------------------------------------------------------------------------
+// UdpRelay
+
+UdpRelay::UdpRelay(Socks5Filter& parent, proxy::WorkerContext& worker,
+                   Socks5ProxyConfigSharedPtr config, const network::Address& client,
+                   uint16_t client_port)
+    : parent_(parent),
+      worker_(worker),
+      config_(std::move(config)),
+      control_peer_(client),
+      client_(client),
+      client_port_known_(client_port != 0),
+      idle_timer_(worker.dispatcher(), [this] { onIdle(); }) {
+  // Datagrams come from the control connection's IP; from the port the request named, if any.
+  client_.setPort(client_port);
+}
+
+UdpRelay::~UdpRelay() { shutdown(); }
+
+void UdpRelay::shutdown() {
+  if (check_) check_->end();
+  checking_ = false;
+  pending_.clear();
+  idle_timer_.disable();
+  if (file_event_) file_event_->remove();
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+int UdpRelay::open(const network::Address& local) {
+  if (!local.valid()) return EAFNOSUPPORT;
+  fd_ = ::socket(local.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) return errno;
+  network::Address at = local;
+  at.setPort(0);
+  if (::bind(fd_, at.sockaddr_ptr(), at.length()) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    return err;
+  }
+  bound_ = socketName(fd_);
+  // The client's address in the socket's family, as recvfrom will report it.
+  network::Address client;
+  if (toFamily(client_, local.family(), client)) client_ = client;
+  file_event_.emplace(worker_.dispatcher(), fd_, [this](uint32_t events) {
+    if (events & event::FileEvent::kRead) onReadable();
+  });
+  idle_timer_.enable(config_->udp_idle_timeout);
+  return 0;
+}
+
+void UdpRelay::onReadable() {
+  const Socks5Stats& stats = config_->stats;
+  for (int i = 0; i < kMaxDatagramsPerEvent; ++i) {
+    if (fd_ < 0) return;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    // MSG_TRUNC: the datagram's real length even when it did not fit, to count it as too large.
+    const ssize_t n = ::recvfrom(fd_, t_udp_buffer, sizeof(t_udp_buffer), MSG_TRUNC,
+                                 reinterpret_cast<sockaddr*>(&ss), &len);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      // ICMP errors of earlier sends surface here (ECONNREFUSED): nothing to do but go on.
+      continue;
+    }
+    const network::Address from =
+        network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len);
+    if (static_cast<size_t>(n) > config_->max_udp_datagram_bytes ||
+        static_cast<size_t>(n) > sizeof(t_udp_buffer)) {
+      stats.udp_dropped_too_large.inc();
+      continue;
+    }
+    const std::string_view datagram(t_udp_buffer, static_cast<size_t>(n));
+    const bool from_client =
+        sameIp(from, client_) && (!client_port_known_ || from.port() == client_.port());
+    if (from_client) {
+      if (!client_port_known_) {
+        // The first datagram fixes the client's port for the rest of the association.
+        client_.setPort(from.port());
+        client_port_known_ = true;
+      }
+      onClientDatagram(datagram);
+    } else {
+      onPeerDatagram(from, datagram);
+    }
+  }
+  // More may be waiting: continue on the next loop iteration (edge-triggered).
+  if (fd_ >= 0) file_event_->activate(event::FileEvent::kRead);
+}
+
+void UdpRelay::onClientDatagram(std::string_view datagram) {
+  const Socks5Stats& stats = config_->stats;
+  UdpHeader header;
+  if (parseUdpHeader(datagram, header) != ParseStatus::Ok) {
+    stats.udp_dropped_malformed.inc();
+    return;
+  }
+  // Reassembly is optional (RFC 1928 section 7) and a memory sink: fragments are dropped.
+  if (header.frag != 0) {
+    stats.udp_dropped_fragment.inc();
+    return;
+  }
+  char ip_text[64];
+  const std::string_view host = header.target.hostText(ip_text, sizeof(ip_text));
+  const std::string_view payload = datagram.substr(header.size);
+  if (host.empty()) {
+    stats.udp_dropped_malformed.inc();
+    return;
+  }
+  if (Destination* to = findDestination(host, header.target.port)) {
+    if (to->allowed) {
+      sendTo(*to, payload);
+    } else {
+      stats.udp_dropped_denied.inc();
+    }
+    return;
+  }
+  if (pending_.size() >= config_->max_udp_pending) {
+    stats.udp_dropped_pending.inc();
+    return;
+  }
+  pending_.push_back(Pending{std::string(host), header.target.port, std::string(payload)});
+  runPending();
+}
+
+void UdpRelay::onPeerDatagram(const network::Address& from, std::string_view payload) {
+  const Socks5Stats& stats = config_->stats;
+  const Destination* match = nullptr;
+  for (const Destination& d : destinations_) {
+    if (d.allowed && d.address == from) {
+      match = &d;
+      break;
+    }
+  }
+  // Only the destinations the client wrote to may answer it.
+  if (match == nullptr || !client_port_known_) {
+    stats.udp_dropped_source.inc();
+    return;
+  }
+  const size_t header = writeUdpHeader(reinterpret_cast<uint8_t*>(t_udp_out), from);
+  if (header + payload.size() > config_->max_udp_datagram_bytes ||
+      header + payload.size() > sizeof(t_udp_out)) {
+    stats.udp_dropped_too_large.inc();
+    return;
+  }
+  memcpy(t_udp_out + header, payload.data(), payload.size());
+  const ssize_t n = ::sendto(fd_, t_udp_out, header + payload.size(), MSG_NOSIGNAL,
+                             client_.sockaddr_ptr(), client_.length());
+  if (n < 0) {
+    stats.udp_send_error.inc();
+    return;
+  }
+  stats.udp_client_tx.inc();
+  stats.udp_bytes_tx.add(payload.size());
+  idle_timer_.enable(config_->udp_idle_timeout);
+}
+
+UdpRelay::Destination* UdpRelay::findDestination(std::string_view host, uint16_t port) {
+  const event::MonotonicTime now = worker_.dispatcher().now();
+  for (size_t i = 0; i < destinations_.size(); ++i) {
+    Destination& d = destinations_[i];
+    if (d.port != port || d.host != host) continue;
+    if (d.expires <= now) {
+      destinations_.erase(destinations_.begin() + static_cast<std::ptrdiff_t>(i));
+      return nullptr;
+    }
+    return &d;
+  }
+  return nullptr;
+}
+
+void UdpRelay::sendTo(const Destination& to, std::string_view payload) {
+  const Socks5Stats& stats = config_->stats;
+  const ssize_t n = ::sendto(fd_, payload.data(), payload.size(), MSG_NOSIGNAL,
+                             to.address.sockaddr_ptr(), to.address.length());
+  if (n < 0) {
+    stats.udp_send_error.inc();
+    return;
+  }
+  stats.udp_client_rx.inc();
+  stats.udp_bytes_rx.add(payload.size());
+  idle_timer_.enable(config_->udp_idle_timeout);
+}
+
+void UdpRelay::runPending() {
+  // A check that completes synchronously (a literal address, a cached name) comes back through
+  // finishCheck while this loop is on the stack: the loop carries on instead of recursing.
+  if (in_run_pending_) return;
+  in_run_pending_ = true;
+  while (!checking_ && !pending_.empty() && fd_ >= 0) {
+    Pending& front = pending_.front();
+    if (Destination* to = findDestination(front.host, front.port)) {
+      if (to->allowed) {
+        sendTo(*to, front.payload);
+      } else {
+        config_->stats.udp_dropped_denied.inc();
+      }
+      pending_.pop_front();
+      continue;
+    }
+    checking_ = true;
+    check_host_ = front.host;
+    check_request_ = proxy::ProxyRequest();
+    check_request_.protocol = proxy::Protocol::Socks5;
+    check_request_.kind = proxy::RequestKind::Tunnel;
+    check_request_.host = check_host_;
+    check_request_.port = front.port;
+    check_request_.client = control_peer_;
+    if (!check_) {
+      // Every filter after authentication except the router: destinations are checked (and
+      // resolved, by the destination guard) but nothing connects.
+      const size_t n = config_->request_filters.size();
+      check_.emplace(*this, worker_, *config_, config_->auth_filters, n > 0 ? n - 1 : 0, true);
+    }
+    check_->start(check_request_);
+  }
+  in_run_pending_ = false;
+}
+
+void UdpRelay::onStagePassed(Stage&) {
+  network::Address chosen;
+  bool found = false;
+  for (uint32_t i = 0; i < check_request_.pinned_count && !found; ++i) {
+    found = toFamily(check_request_.pinned[i], bound_.family(), chosen);
+  }
+  if (!found && check_request_.pinned_count == 0) {
+    // No filter pinned addresses (no destination guard): a literal is taken as it is; a name
+    // cannot be, since nothing checked what it resolves to.
+    network::Address literal;
+    if (network::parseIpLiteral(check_request_.host, literal)) {
+      literal.setPort(check_request_.port);
+      found = toFamily(literal, bound_.family(), chosen);
+    }
+  }
+  finishCheck(found, chosen);
+}
+
+void UdpRelay::onStageUpstream(Stage&, network::ConnectionPtr upstream,
+                               const proxy::UpstreamInfo&) {
+  // The check stage has no router; a custom terminal filter must not hand a connection here.
+  upstream->close(network::CloseType::NoFlush);
+  worker_.dispatcher().deferredDelete(std::move(upstream));
+  finishCheck(false, network::Address());
+}
+
+void UdpRelay::onStageDenied(Stage&, proxy::Denial, std::string_view) {
+  finishCheck(false, network::Address());
+}
+
+void UdpRelay::finishCheck(bool allowed, const network::Address& address) {
+  if (check_) check_->end();
+  if (destinations_.size() >= config_->max_udp_destinations) {
+    destinations_.erase(destinations_.begin());
+  }
+  Destination d;
+  d.host = check_host_;
+  d.port = check_request_.port;
+  d.allowed = allowed;
+  d.address = address;
+  d.expires = worker_.dispatcher().now() + (allowed ? kDestinationTtl : kRefusedDestinationTtl);
+  destinations_.push_back(std::move(d));
+  checking_ = false;
+  runPending();
+}
+
+void UdpRelay::onIdle() {
+  config_->stats.udp_idle_timeout.inc();
+  parent_.onUdpIdle();
+}
+
+// ------------------------------------------------------------------------------------------
+// Socks5Filter
+
+Socks5Filter::Socks5Filter(Socks5ProxyConfigSharedPtr config)
+    : config_(std::move(config)), upstream_callbacks_(*this) {}
+
+Socks5Filter::~Socks5Filter() {
+  auth_stage_.reset();
+  request_stage_.reset();
+  releaseUpstream();
+  closeBindListener();
+  udp_.reset();
+  setState(State::Closed);
+}
+
+void Socks5Filter::setState(State state) {
+  const Socks5Stats& s = config_->stats;
+  if (state_ == State::Tunnel && state != State::Tunnel) s.tunnels_active.dec();
+  if (state_ != State::Tunnel && state == State::Tunnel) s.tunnels_active.inc();
+  if (state_ == State::Udp && state != State::Udp) s.udp_associations_active.dec();
+  if (state_ != State::Udp && state == State::Udp) s.udp_associations_active.inc();
+  state_ = state;
+}
+
+void Socks5Filter::initializeReadFilterCallbacks(network::ReadFilterCallbacks& callbacks) {
+  callbacks_ = &callbacks;
+}
+
+network::FilterStatus Socks5Filter::onNewConnection() {
+  config_->stats.cx_total.inc();
+  timer_.emplace(downstream().dispatcher(), [this] { onTimer(); });
+  // The whole handshake (greeting, authentication, request) must be in by this deadline.
+  timer_->enable(config_->handshake_timeout);
+  return network::FilterStatus::Continue;
+}
+
+void Socks5Filter::pauseReading(bool pause) {
+  if (pause == read_paused_) return;
+  read_paused_ = pause;
+  downstream().readDisable(pause);
+}
+
+network::FilterStatus Socks5Filter::onData(buffer::Buffer& data, bool end_stream) {
+  switch (state_) {
+    case State::Greeting:
+    case State::UserPass:
+    case State::Request:
+      process(data);
+      if (end_stream && !downstream_ended_) {
+        downstream_ended_ = true;
+        // The client gave up mid-handshake: nothing to answer.
+        if (state_ == State::Greeting || state_ == State::UserPass || state_ == State::Request) {
+          closeAll();
+        }
+      }
+      break;
+    case State::Authorizing:
+    case State::Filtering:
+    case State::BindWaiting:
+      // Bytes after the request wait in the buffer for the tunnel.
+      if (end_stream) downstream_ended_ = true;
+      break;
+    case State::Tunnel:
+      if (!data.empty()) {
+        config_->stats.bytes_upstream_tx.add(data.length());
+        upstream_->write(data);
+        timer_->enable(tunnel_idle_timeout_);
+      }
+      if (end_stream && !downstream_ended_) {
+        downstream_ended_ = true;
+        buffer::Buffer none;
+        upstream_->write(none, true);
+        if (upstream_ended_) closeAll();
+      }
+      break;
+    case State::Udp:
+      // The control connection carries nothing after the reply; its end ends the association.
+      data.clear();
+      if (end_stream) closeAll();
+      break;
+    case State::Closed:
+      data.clear();
+      break;
+  }
+  return network::FilterStatus::StopIteration;
+}
+
+void Socks5Filter::process(buffer::Buffer& data) {
+  while (!data.empty()) {
+    bool progressed = false;
+    switch (state_) {
+      case State::Greeting:
+        progressed = processGreeting(data);
+        break;
+      case State::UserPass:
+        progressed = processUserPass(data);
+        break;
+      case State::Request:
+        progressed = processRequest(data);
+        break;
+      default:
+        return;
+    }
+    if (!progressed) return;
+  }
+}
+
+bool Socks5Filter::processGreeting(buffer::Buffer& data) {
+  const std::string_view view = data.linearize(std::min(data.length(), kMaxGreetingBytes));
+  Greeting greeting;
+  const ParseStatus st = parseGreeting(view, greeting);
+  if (st == ParseStatus::Incomplete) return false;
+  if (st == ParseStatus::Error) {
+    // Not SOCKS5 (or no methods): there is no reply a client of another version would read.
+    config_->stats.handshake_malformed.inc();
+    closeAll();
+    return false;
+  }
+  data.drain(greeting.size);
+  uint8_t method = kMethodNoneAcceptable;
+  if (config_->require_auth) {
+    if (greeting.offers_user_pass) method = kMethodUserPass;
+  } else if (greeting.offers_no_auth) {
+    method = kMethodNoAuth;
+  } else if (greeting.offers_user_pass) {
+    method = kMethodUserPass;
+  }
+  const uint8_t answer[2] = {kVersion, method};
+  buffer::Buffer out;
+  out.add(answer, sizeof(answer));
+  downstream().write(out);
+  if (state_ == State::Closed) return false;
+  if (method == kMethodNoneAcceptable) {
+    config_->stats.no_acceptable_method.inc();
+    closeAll();
+    return false;
+  }
+  method_user_pass_ = method == kMethodUserPass;
+  if (method_user_pass_) {
+    setState(State::UserPass);
+    return true;
+  }
+  authorize();
+  return state_ == State::Request;
+}
+
+bool Socks5Filter::processUserPass(buffer::Buffer& data) {
+  const std::string_view view = data.linearize(std::min(data.length(), kMaxAuthBytes));
+  UserPass up;
+  const ParseStatus st = parseUserPass(view, up);
+  if (st == ParseStatus::Incomplete) return false;
+  if (st == ParseStatus::Error) {
+    config_->stats.handshake_malformed.inc();
+    const uint8_t answer[2] = {kAuthVersion, 0x01};
+    buffer::Buffer out;
+    out.add(answer, sizeof(answer));
+    downstream().write(out);
+    closeAll();
+    return false;
+  }
+  // The password is the API key; any user name is accepted, as with HTTP Basic.
+  memcpy(password_, up.password.data(), up.password.size());
+  request_.credential = std::string_view(password_, up.password.size());
+  request_.has_credential = true;
+  data.drain(up.size);
+  authorize();
+  return state_ == State::Request;
+}
+
+void Socks5Filter::authorize() {
+  request_.protocol = proxy::Protocol::Socks5;
+  request_.kind = proxy::RequestKind::Tunnel;
+  request_.client = downstream().peer();
+  if (config_->auth_filters == 0) {
+    onAuthorized();
+    return;
+  }
+  setState(State::Authorizing);
+  pauseReading(true);
+  if (!auth_stage_) {
+    auth_stage_.emplace(*this, callbacks_->worker(), *config_, 0, config_->auth_filters, true);
+  }
+  auth_stage_->start(request_);
+}
+
+void Socks5Filter::onAuthorized() {
+  if (auth_stage_) auth_stage_->end();
+  config_->stats.auth_ok.inc();
+  if (method_user_pass_) {
+    const uint8_t answer[2] = {kAuthVersion, 0x00};
+    buffer::Buffer out;
+    out.add(answer, sizeof(answer));
+    downstream().write(out);
+    if (state_ == State::Closed) return;
+  }
+  setState(State::Request);
+  // A request sent right behind the credentials is already buffered: resuming delivers it.
+  pauseReading(false);
+}
+
+void Socks5Filter::onStagePassed(Stage& stage) {
+  if (auth_stage_ && &stage == &*auth_stage_) {
+    onAuthorized();
+    return;
+  }
+  // The BIND check passed: the named peer is an allowed destination; its addresses are pinned.
+  if (request_stage_) request_stage_->end();
+  onBindChecked();
+}
+
+void Socks5Filter::onStageUpstream(Stage& stage, network::ConnectionPtr upstream,
+                                   const proxy::UpstreamInfo& info) {
+  stage.end();
+  if (state_ != State::Filtering || command_ != Command::Connect) {
+    // Only CONNECT runs the router; anything else handing a connection here is dropped.
+    upstream->close(network::CloseType::NoFlush);
+    downstream().dispatcher().deferredDelete(std::move(upstream));
+    sendReply(Reply::GeneralFailure, network::Address());
+    return;
+  }
+  upstream_ = std::move(upstream);
+  upstream_->setCallbacks(&upstream_callbacks_);
+  // BND.ADDR/BND.PORT: the address sluice connects from.
+  sendReply(Reply::Succeeded, socketName(upstream_->fd()));
+  if (state_ == State::Closed) return;
+  startTunnel(info.tunnel_idle_timeout);
+}
+
+void Socks5Filter::onStageDenied(Stage& stage, proxy::Denial denial, std::string_view reason) {
+  const uint32_t pinned = request_.pinned_count;
+  stage.end();
+  if (auth_stage_ && &stage == &*auth_stage_) {
+    config_->stats.auth_failed.inc();
+    if (method_user_pass_) {
+      // RFC 1929: any non-zero status, then the server closes the connection.
+      const uint8_t answer[2] = {kAuthVersion, 0x01};
+      buffer::Buffer out;
+      out.add(answer, sizeof(answer));
+      downstream().write(out);
+      closeAll();
+    } else {
+      // Without authentication there is no status to send: refuse what the client asks next.
+      sendReply(Reply::NotAllowed, network::Address());
+    }
+    return;
+  }
+  sendReply(replyForDenial(denial, reason, pinned), network::Address());
+}
+
+bool Socks5Filter::processRequest(buffer::Buffer& data) {
+  const std::string_view view = data.linearize(std::min(data.length(), kMaxRequestBytes));
+  Request request;
+  Reply error = Reply::GeneralFailure;
+  const ParseStatus st = parseRequest(view, request, error);
+  if (st == ParseStatus::Incomplete) return false;
+  if (st == ParseStatus::Error) {
+    if (error != Reply::AddressTypeNotSupported) config_->stats.handshake_malformed.inc();
+    sendReply(error, network::Address());
+    return false;
+  }
+  target_ = request.target;
+  if (target_.type == AddressType::Domain) {
+    memcpy(host_, target_.domain.data(), target_.domain.size());
+    target_.domain = std::string_view(host_, target_.domain.size());
+  }
+  data.drain(request.size);
+  timer_->disable();
+  switch (request.command) {
+    case static_cast<uint8_t>(Command::Connect):
+      command_ = Command::Connect;
+      config_->stats.rq_connect.inc();
+      startConnect();
+      break;
+    case static_cast<uint8_t>(Command::Bind):
+      command_ = Command::Bind;
+      config_->stats.rq_bind.inc();
+      if (!config_->allow_bind) {
+        sendReply(Reply::CommandNotSupported, network::Address());
+        break;
+      }
+      startBind();
+      break;
+    case static_cast<uint8_t>(Command::UdpAssociate):
+      command_ = Command::UdpAssociate;
+      config_->stats.rq_udp_associate.inc();
+      if (!config_->allow_udp_associate) {
+        sendReply(Reply::CommandNotSupported, network::Address());
+        break;
+      }
+      startUdpAssociate();
+      break;
+    default:
+      sendReply(Reply::CommandNotSupported, network::Address());
+      break;
+  }
+  return false;
+}
+
+// The host for the request filters: the domain as sent, or the literal address as text.
+void Socks5Filter::fillRequestTarget() {
+  if (target_.type == AddressType::Domain) {
+    request_.host = target_.domain;
+  } else {
+    request_.host = target_.hostText(host_, sizeof(host_));
+  }
+  request_.port = target_.port;
+  request_.pinned_count = 0;
+}
+
+void Socks5Filter::startConnect() {
+  fillRequestTarget();
+  setState(State::Filtering);
+  pauseReading(true);
+  request_stage_.emplace(*this, callbacks_->worker(), *config_, config_->auth_filters,
+                         config_->request_filters.size(), false);
+  request_stage_->start(request_);
+}
+
+void Socks5Filter::startBind() {
+  setState(State::Filtering);
+  pauseReading(true);
+  if (target_.type != AddressType::Domain && target_.unspecified()) {
+    // "Any peer": nothing to check, nothing to filter the inbound connection by.
+    request_.pinned_count = 0;
+    onBindChecked();
+    return;
+  }
+  // The peer the client expects is checked as a destination would be (address and port), and
+  // its checked addresses are the only ones the inbound connection may come from.
+  fillRequestTarget();
+  const size_t n = config_->request_filters.size();
+  request_stage_.emplace(*this, callbacks_->worker(), *config_, config_->auth_filters,
+                         n > 0 ? n - 1 : 0, true);
+  request_stage_->start(request_);
+}
+
+void Socks5Filter::onBindChecked() {
+  if (request_.pinned_count == 0 &&
+      !(target_.type != AddressType::Domain && target_.unspecified())) {
+    // No filter pinned the peer (no destination guard): a literal stands for itself; a name,
+    // unchecked, cannot be trusted to filter by.
+    network::Address literal;
+    if (target_.type == AddressType::Domain || !network::parseIpLiteral(request_.host, literal)) {
+      sendReply(Reply::NotAllowed, network::Address());
+      return;
+    }
+    request_.pinned[0] = literal;
+    request_.pinned_count = 1;
+  }
+  const network::Address local = localAddress();
+  if (!local.valid()) {
+    sendReply(Reply::GeneralFailure, network::Address());
+    return;
+  }
+  bind_fd_ = ::socket(local.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  network::Address at = local;
+  at.setPort(0);
+  if (bind_fd_ < 0 || ::bind(bind_fd_, at.sockaddr_ptr(), at.length()) != 0 ||
+      ::listen(bind_fd_, 1) != 0) {
+    SLUICE_LOG(Warn, "socks5: BIND: cannot listen on %s: %s", at.ipString(), strerror(errno));
+    closeBindListener();
+    sendReply(Reply::GeneralFailure, network::Address());
+    return;
+  }
+  bind_address_ = socketName(bind_fd_);
+  bind_event_.emplace(downstream().dispatcher(), bind_fd_, [this](uint32_t events) {
+    if (events & event::FileEvent::kRead) onBindAccept();
+  });
+  sendReply(Reply::Succeeded, bind_address_);
+  if (state_ == State::Closed) return;
+  setState(State::BindWaiting);
+  timer_->enable(config_->bind_timeout);
+}
+
+void Socks5Filter::onBindAccept() {
+  while (state_ == State::BindWaiting && bind_fd_ >= 0) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    const int fd =
+        ::accept4(bind_fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;
+    }
+    const network::Address peer =
+        network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len);
+    bool allowed = request_.pinned_count == 0;
+    for (uint32_t i = 0; i < request_.pinned_count && !allowed; ++i) {
+      network::Address expected;
+      allowed = toFamily(request_.pinned[i], peer.family(), expected) && sameIp(expected, peer);
+    }
+    if (!allowed) {
+      // RFC 1928: DST.ADDR of a BIND request is what the server filters the inbound peer by.
+      config_->stats.bind_peer_rejected.inc();
+      ::close(fd);
+      continue;
+    }
+    closeBindListener();
+    upstream_ = std::make_unique<network::Connection>(downstream().dispatcher(), fd, peer,
+                                                      network::Connection::Blocking::NonBlocking);
+    upstream_->setCallbacks(&upstream_callbacks_);
+    // The second reply names the peer that connected.
+    sendReply(Reply::Succeeded, peer);
+    if (state_ == State::Closed) return;
+    startTunnel(config_->bind_idle_timeout);
+    return;
+  }
+}
+
+void Socks5Filter::startUdpAssociate() {
+  const network::Address local = localAddress();
+  // The client's datagrams must come from the control connection's IP; DST.PORT, when given,
+  // is the port they come from (DST.ADDR is ignored: behind NAT it is not what arrives).
+  udp_ = std::make_unique<UdpRelay>(*this, callbacks_->worker(), config_, downstream().peer(),
+                                    target_.port);
+  const int err = udp_->open(local);
+  if (err != 0) {
+    SLUICE_LOG(Warn, "socks5: UDP ASSOCIATE: cannot bind a relay socket on %s: %s",
+               local.valid() ? local.ipString() : std::string("?"), strerror(err));
+    releaseUdp();
+    sendReply(Reply::GeneralFailure, network::Address());
+    return;
+  }
+  sendReply(Reply::Succeeded, udp_->bound());
+  if (state_ == State::Closed) return;
+  setState(State::Udp);
+  // Read on, to see the client close: the association ends with this connection.
+  pauseReading(false);
+}
+
+void Socks5Filter::onUdpIdle() { closeAll(); }
+
+void Socks5Filter::startTunnel(std::chrono::milliseconds idle_timeout) {
+  setState(State::Tunnel);
+  tunnel_idle_timeout_ = idle_timeout;
+  timer_->enable(tunnel_idle_timeout_);
+  if (downstream_ended_) {
+    buffer::Buffer none;
+    upstream_->write(none, true);
+  }
+  // Bytes the client sent behind its request flow on the next loop iteration.
+  pauseReading(false);
+}
+
+void Socks5Filter::onUpstreamData(buffer::Buffer& data, bool end_stream) {
+  if (state_ != State::Tunnel) {
+    data.clear();
+    return;
+  }
+  if (!data.empty()) {
+    config_->stats.bytes_upstream_rx.add(data.length());
+    downstream().write(data);
+    if (state_ != State::Tunnel) return;
+    timer_->enable(tunnel_idle_timeout_);
+  }
+  if (end_stream && !upstream_ended_) {
+    upstream_ended_ = true;
+    buffer::Buffer none;
+    downstream().write(none, true);
+    if (downstream_ended_) closeAll();
+  }
+}
+
+void Socks5Filter::onUpstreamEvent(network::ConnectionEvent event) {
+  if (event != network::ConnectionEvent::RemoteClose) return;
+  if (state_ != State::Tunnel) return;
+  config_->stats.upstream_reset.inc();
+  setState(State::Closed);
+  releaseUpstream();
+  timer_->disable();
+  downstream().close(network::CloseType::FlushWrite);
+}
+
+void Socks5Filter::onEvent(network::ConnectionEvent event) {
+  if (event == network::ConnectionEvent::Connected) return;
+  if (state_ == State::Authorizing || state_ == State::Filtering || state_ == State::BindWaiting) {
+    config_->stats.downstream_reset.inc();
+  }
+  setState(State::Closed);
+  if (auth_stage_) auth_stage_->end();
+  if (request_stage_) request_stage_->end();
+  if (timer_) timer_->disable();
+  releaseUpstream();
+  closeBindListener();
+  releaseUdp();
+}
+
+void Socks5Filter::onAboveWriteHighWatermark() {
+  if (upstream_) upstream_->readDisable(true);
+}
+
+void Socks5Filter::onBelowWriteLowWatermark() {
+  if (upstream_) upstream_->readDisable(false);
+}
+
+void Socks5Filter::onDrain() {
+  // Mid-handshake with nothing buffered: close now. Tunnels and associations run on until they
+  // end or the drain timeout passes.
+  if ((state_ == State::Greeting || state_ == State::UserPass || state_ == State::Request) &&
+      downstream().readBuffer().empty()) {
+    closeAll();
+  }
+}
+
+void Socks5Filter::onTimer() {
+  switch (state_) {
+    case State::Greeting:
+    case State::UserPass:
+    case State::Authorizing:
+    case State::Request:
+      config_->stats.handshake_timeout.inc();
+      closeAll();
+      break;
+    case State::BindWaiting:
+      config_->stats.bind_timeout.inc();
+      sendReply(Reply::TtlExpired, network::Address());
+      break;
+    case State::Tunnel:
+      config_->stats.tunnel_idle_timeout.inc();
+      closeAll();
+      break;
+    case State::Filtering:
+    case State::Udp:
+    case State::Closed:
+      break;
+  }
+}
+
+void Socks5Filter::countReply(Reply reply) {
+  const Socks5Stats& s = config_->stats;
+  switch (reply) {
+    case Reply::Succeeded:
+      s.reply_succeeded.inc();
+      break;
+    case Reply::GeneralFailure:
+      s.reply_general_failure.inc();
+      break;
+    case Reply::NotAllowed:
+      s.reply_not_allowed.inc();
+      break;
+    case Reply::NetworkUnreachable:
+      s.reply_network_unreachable.inc();
+      break;
+    case Reply::HostUnreachable:
+      s.reply_host_unreachable.inc();
+      break;
+    case Reply::ConnectionRefused:
+      s.reply_connection_refused.inc();
+      break;
+    case Reply::TtlExpired:
+      s.reply_ttl_expired.inc();
+      break;
+    case Reply::CommandNotSupported:
+      s.reply_command_not_supported.inc();
+      break;
+    case Reply::AddressTypeNotSupported:
+      s.reply_address_type_not_supported.inc();
+      break;
+  }
+}
+
+void Socks5Filter::sendReply(Reply reply, const network::Address& bound) {
+  uint8_t bytes[kMaxReplyBytes];
+  const size_t n = writeReply(bytes, reply, bound);
+  countReply(reply);
+  buffer::Buffer out;
+  out.add(bytes, n);
+  downstream().write(out);
+  if (reply != Reply::Succeeded) closeAll();
+}
+
+network::Address Socks5Filter::localAddress() const {
+  return socketName(callbacks_->connection().fd());
+}
+
+void Socks5Filter::closeBindListener() {
+  // The FileEvent object stays until the filter goes: this may run inside its callback.
+  if (bind_event_) bind_event_->remove();
+  if (bind_fd_ >= 0) {
+    ::close(bind_fd_);
+    bind_fd_ = -1;
+  }
+}
+
+void Socks5Filter::releaseUpstream() {
+  if (!upstream_) return;
+  upstream_->setCallbacks(nullptr);
+  upstream_->close(network::CloseType::NoFlush);
+  callbacks_->connection().dispatcher().deferredDelete(std::move(upstream_));
+}
+
+void Socks5Filter::releaseUdp() {
+  if (!udp_) return;
+  // The relay may be inside one of its own callbacks (its idle timer): stop it now, free it
+  // after the callback.
+  udp_->shutdown();
+  callbacks_->connection().dispatcher().deferredDelete(std::move(udp_));
+}
+
+void Socks5Filter::closeAll() {
+  if (state_ == State::Closed) return;
+  setState(State::Closed);
+  if (auth_stage_) auth_stage_->end();
+  if (request_stage_) request_stage_->end();
+  if (timer_) timer_->disable();
+  releaseUpstream();
+  closeBindListener();
+  releaseUdp();
+  downstream().close(network::CloseType::FlushWrite);
+}
+
+}  // namespace socks5
+}  // namespace filters
+}  // namespace sluice

@@ -1,0 +1,294 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "filters/network/socks5/socks5_codec.h"
+#include "source/common/event/dispatcher.h"
+#include "source/common/network/filter.h"
+#include "source/common/proxy/request_filter.h"
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace filters {
+namespace socks5 {
+
+struct Socks5Stats {
+  stats::Counter cx_total;              // connections handled
+  stats::Counter handshake_timeout;     // greeting/auth/request not in within the deadline
+  stats::Counter handshake_malformed;   // bad version, empty method list, bad subnegotiation
+  stats::Counter no_acceptable_method;  // answered 0xFF
+  stats::Counter auth_ok;               // authentication request filters passed
+  stats::Counter auth_failed;           // refused by them (RFC 1929 failure status, close)
+  stats::Counter rq_connect, rq_bind, rq_udp_associate;
+  // One per reply code sent (the first BIND reply counts once, the second not at all).
+  stats::Counter reply_succeeded, reply_general_failure, reply_not_allowed,
+      reply_network_unreachable, reply_host_unreachable, reply_connection_refused,
+      reply_ttl_expired, reply_command_not_supported, reply_address_type_not_supported;
+  stats::Gauge tunnels_active;
+  stats::Counter tunnel_idle_timeout;
+  stats::Counter upstream_reset;    // the destination (or BIND peer) closed a tunnel
+  stats::Counter downstream_reset;  // the client left while its request was being served
+  stats::Counter bytes_upstream_tx, bytes_upstream_rx;
+  stats::Counter bind_timeout;        // no inbound connection within bind_timeout
+  stats::Counter bind_peer_rejected;  // an inbound connection from another address (closed)
+  stats::Gauge udp_associations_active;
+  stats::Counter udp_idle_timeout;
+  stats::Counter udp_client_rx;               // datagrams from the client relayed on
+  stats::Counter udp_client_tx;               // datagrams to the client (replies)
+  stats::Counter udp_dropped_source;          // from an address that is neither the client nor a
+                                              // destination it sent to
+  stats::Counter udp_dropped_fragment;        // FRAG != 0
+  stats::Counter udp_dropped_malformed;       // a bad SOCKS UDP header
+  stats::Counter udp_dropped_too_large;       // over max_udp_datagram_bytes
+  stats::Counter udp_dropped_denied;          // the destination was refused by the request filters
+  stats::Counter udp_dropped_pending;         // more than max_udp_pending_datagrams awaiting checks
+  stats::Counter udp_send_error;              // sendto failed (no route, buffer full, ...)
+  stats::Counter udp_bytes_rx, udp_bytes_tx;  // payload bytes from / to the client
+};
+
+// Immutable, shared by every worker: built once from Socks5Config.
+struct Socks5ProxyConfig {
+  std::vector<proxy::RequestFilterFactoryCb> request_filters;
+  // request_filters[0, auth_filters) run when the client authenticates; the others per command.
+  size_t auth_filters = 0;
+  bool require_auth = false;
+  std::chrono::milliseconds handshake_timeout{10000};
+  std::chrono::milliseconds bind_timeout{60000};
+  std::chrono::milliseconds bind_idle_timeout{300000};
+  std::chrono::milliseconds udp_idle_timeout{120000};
+  uint32_t max_udp_datagram_bytes = 65507;
+  uint32_t max_udp_pending = 16;
+  uint32_t max_udp_destinations = 64;
+  bool allow_bind = true;
+  bool allow_udp_associate = true;
+  Socks5Stats stats;
+};
+using Socks5ProxyConfigSharedPtr = std::shared_ptr<const Socks5ProxyConfig>;
+
+// What a refusal by the request filters becomes on the wire. `pinned` is how many addresses the
+// request had when it was refused: none means the name never resolved (host unreachable);
+// otherwise the router's connect error (its text ends with strerror) picks the code.
+Reply replyForDenial(proxy::Denial denial, std::string_view reason, uint32_t pinned);
+
+class Socks5Filter;
+
+// One run of some of the request filters (a contiguous slice of the configured chain), ended by
+// the router or, for checks that must not connect, by a checkpoint filter that reports success.
+class Stage : public proxy::RequestSink {
+ public:
+  class Owner {
+   public:
+    virtual ~Owner() = default;
+    virtual void onStagePassed(Stage& stage) = 0;
+    virtual void onStageUpstream(Stage& stage, network::ConnectionPtr upstream,
+                                 const proxy::UpstreamInfo& info) = 0;
+    virtual void onStageDenied(Stage& stage, proxy::Denial denial, std::string_view reason) = 0;
+  };
+
+  Stage(Owner& owner, proxy::WorkerContext& worker, const Socks5ProxyConfig& config, size_t begin,
+        size_t end, bool checkpoint);
+  ~Stage() override;
+
+  void start(proxy::ProxyRequest& request) { chain_.start(request); }
+  void end() { chain_.end(); }
+  bool active() const { return chain_.active(); }
+
+  // proxy::RequestSink
+  void onUpstreamReady(network::ConnectionPtr upstream, const proxy::UpstreamInfo& info) override {
+    owner_.onStageUpstream(*this, std::move(upstream), info);
+  }
+  void onDenied(proxy::Denial denial, std::string_view reason) override {
+    owner_.onStageDenied(*this, denial, reason);
+  }
+
+ private:
+  Owner& owner_;
+  proxy::RequestFilterChain chain_;
+};
+
+// A UDP ASSOCIATE relay: one UDP socket, datagrams from the client (checked, unwrapped, sent on)
+// and from the destinations it wrote to (wrapped, sent back). Lives as long as the control
+// connection; tells its owner when it idles out.
+class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
+ public:
+  UdpRelay(Socks5Filter& parent, proxy::WorkerContext& worker, Socks5ProxyConfigSharedPtr config,
+           const network::Address& client, uint16_t client_port);
+  ~UdpRelay() override;
+
+  // Stops everything now (socket, timer, checks in flight); the object may be deleted later.
+  void shutdown();
+
+  // Binds the relay socket on `local`'s IP (port 0). errno on failure.
+  int open(const network::Address& local);
+  const network::Address& bound() const { return bound_; }
+
+  // Stage::Owner (the destination checks)
+  void onStagePassed(Stage& stage) override;
+  void onStageUpstream(Stage& stage, network::ConnectionPtr upstream,
+                       const proxy::UpstreamInfo& info) override;
+  void onStageDenied(Stage& stage, proxy::Denial denial, std::string_view reason) override;
+
+ private:
+  struct Destination {
+    std::string host;
+    uint16_t port = 0;
+    bool allowed = false;
+    network::Address address;  // where datagrams go (allowed only)
+    event::MonotonicTime expires;
+  };
+  struct Pending {
+    std::string host;
+    uint16_t port = 0;
+    std::string payload;
+  };
+
+  void onReadable();
+  void onClientDatagram(std::string_view datagram);
+  void onPeerDatagram(const network::Address& from, std::string_view payload);
+  Destination* findDestination(std::string_view host, uint16_t port);
+  void sendTo(const Destination& to, std::string_view payload);
+  void runPending();
+  void finishCheck(bool allowed, const network::Address& address);
+  void onIdle();
+
+  Socks5Filter& parent_;
+  proxy::WorkerContext& worker_;
+  Socks5ProxyConfigSharedPtr config_;
+  // The control connection's peer (for the request filters).
+  network::Address control_peer_;
+  network::Address client_;  // its IP from the control connection; its port once known
+  bool client_port_known_ = false;
+  network::Address bound_;
+  int fd_ = -1;
+  std::optional<event::FileEvent> file_event_;
+  event::Timer idle_timer_;
+  std::vector<Destination> destinations_;  // oldest first
+  std::deque<Pending> pending_;
+  std::optional<Stage> check_;
+  proxy::ProxyRequest check_request_;
+  std::string check_host_;  // check_request_.host points here
+  bool checking_ = false;
+  bool in_run_pending_ = false;
+};
+
+// The "sluice.socks5" codec of one client connection: method negotiation, RFC 1929
+// authentication through the auth request filters, then one command. CONNECT becomes a tunnel
+// through the router's connection, BIND a tunnel to one inbound connection, UDP ASSOCIATE a
+// UdpRelay that lives as long as this connection.
+class Socks5Filter : public network::ReadFilter, public Stage::Owner {
+ public:
+  explicit Socks5Filter(Socks5ProxyConfigSharedPtr config);
+  ~Socks5Filter() override;
+
+  // network::ReadFilter
+  void initializeReadFilterCallbacks(network::ReadFilterCallbacks& callbacks) override;
+  network::FilterStatus onNewConnection() override;
+  network::FilterStatus onData(buffer::Buffer& data, bool end_stream) override;
+  void onEvent(network::ConnectionEvent event) override;
+  void onAboveWriteHighWatermark() override;
+  void onBelowWriteLowWatermark() override;
+  void onDrain() override;
+
+  // Stage::Owner
+  void onStagePassed(Stage& stage) override;
+  void onStageUpstream(Stage& stage, network::ConnectionPtr upstream,
+                       const proxy::UpstreamInfo& info) override;
+  void onStageDenied(Stage& stage, proxy::Denial denial, std::string_view reason) override;
+
+  // The UDP relay idled out: the association (and this connection) ends.
+  void onUdpIdle();
+
+ private:
+  enum class State : uint8_t {
+    Greeting,     // waiting for VER NMETHODS METHODS
+    UserPass,     // waiting for the RFC 1929 request
+    Authorizing,  // auth request filters running; the client is not read
+    Request,      // waiting for the command
+    Filtering,    // request filters running for the command
+    BindWaiting,  // BIND: listening for the one inbound connection
+    Tunnel,       // bytes both ways (CONNECT or BIND)
+    Udp,          // UDP ASSOCIATE: the control connection only keeps the association alive
+    Closed,
+  };
+
+  class UpstreamCallbacks : public network::ConnectionCallbacks {
+   public:
+    explicit UpstreamCallbacks(Socks5Filter& parent) : parent_(parent) {}
+    void onData(buffer::Buffer& data, bool end_stream) override {
+      parent_.onUpstreamData(data, end_stream);
+    }
+    void onEvent(network::ConnectionEvent event) override { parent_.onUpstreamEvent(event); }
+    void onAboveWriteHighWatermark() override { parent_.downstream().readDisable(true); }
+    void onBelowWriteLowWatermark() override { parent_.downstream().readDisable(false); }
+
+   private:
+    Socks5Filter& parent_;
+  };
+
+  network::Connection& downstream() { return callbacks_->connection(); }
+  void setState(State state);
+  // Consumes whole handshake messages from `data` while the state allows.
+  void process(buffer::Buffer& data);
+  bool processGreeting(buffer::Buffer& data);
+  bool processUserPass(buffer::Buffer& data);
+  bool processRequest(buffer::Buffer& data);
+  void pauseReading(bool pause);
+  void authorize();
+  void onAuthorized();
+  void fillRequestTarget();
+  void startConnect();
+  void startBind();
+  void startUdpAssociate();
+  void onBindAccept();
+  void onBindChecked();
+  void startTunnel(std::chrono::milliseconds idle_timeout);
+  void onUpstreamData(buffer::Buffer& data, bool end_stream);
+  void onUpstreamEvent(network::ConnectionEvent event);
+  void onTimer();
+  // Sends a reply; a failure closes the connection after it.
+  void sendReply(Reply reply, const network::Address& bound);
+  void countReply(Reply reply);
+  network::Address localAddress() const;
+  void closeBindListener();
+  void releaseUpstream();
+  void releaseUdp();
+  void closeAll();
+
+  Socks5ProxyConfigSharedPtr config_;
+  network::ReadFilterCallbacks* callbacks_ = nullptr;
+  UpstreamCallbacks upstream_callbacks_;
+  std::optional<Stage> auth_stage_;     // request_filters[0, auth_filters) + checkpoint
+  std::optional<Stage> request_stage_;  // the rest: to the router (CONNECT) or a checkpoint
+  std::optional<event::Timer> timer_;
+  State state_ = State::Greeting;
+  bool method_user_pass_ = false;
+  bool read_paused_ = false;
+  bool downstream_ended_ = false;
+  bool upstream_ended_ = false;
+  std::chrono::milliseconds tunnel_idle_timeout_{300000};
+
+  // The request in flight; its views point into these buffers.
+  proxy::ProxyRequest request_;
+  char host_[256];
+  char password_[256];
+  Command command_ = Command::Connect;
+  Target target_;  // target_.domain points into host_
+
+  network::ConnectionPtr upstream_;
+  // BIND
+  int bind_fd_ = -1;
+  std::optional<event::FileEvent> bind_event_;
+  network::Address bind_address_;
+  // UDP ASSOCIATE
+  std::unique_ptr<UdpRelay> udp_;
+};
+
+}  // namespace socks5
+}  // namespace filters
+}  // namespace sluice

@@ -1,0 +1,306 @@
+#include "source/common/tls/context.h"
+
+#include <cstring>
+#include <ctime>
+#include <mutex>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_format.h"
+#include "openssl/err.h"
+#include "openssl/hmac.h"
+#include "openssl/pem.h"
+#include "openssl/rand.h"
+#include "openssl/x509v3.h"
+
+namespace sluice {
+namespace tls {
+
+namespace {
+
+// TLS 1.2 suites: forward secrecy and AEAD only. TLS 1.3 suites are fixed by BoringSSL (all
+// AEAD).
+constexpr const char* kCipherList =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+    "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+
+constexpr size_t kTicketNameLen = 16;
+constexpr size_t kTicketAesLen = 16;
+constexpr size_t kTicketHmacLen = 32;
+constexpr uint8_t kSessionIdContext[] = {'s', 'l', 'u', 'i', 'c', 'e'};
+
+int contextIndex() {
+  static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
+const ServerContext* fromCtx(const SSL_CTX* ctx) {
+  return static_cast<const ServerContext*>(SSL_CTX_get_ex_data(ctx, contextIndex()));
+}
+
+// The process's ticket secret: random, made once, never leaves memory. Every chain and worker
+// derives its ticket keys from it.
+const uint8_t* ticketSecret() {
+  static uint8_t secret[32];
+  static std::once_flag once;
+  std::call_once(once, [] { RAND_bytes(secret, sizeof(secret)); });
+  return secret;
+}
+
+struct TicketKeys {
+  int64_t period = -1;
+  int64_t rotation = 0;
+  uint8_t name[kTicketNameLen];
+  uint8_t aes[kTicketAesLen];
+  uint8_t hmac[kTicketHmacLen];
+};
+
+void derive(const char* label, int64_t rotation, int64_t period, uint8_t* out, size_t len) {
+  uint8_t msg[32];
+  size_t n = strlen(label);
+  memcpy(msg, label, n);
+  for (int i = 0; i < 8; ++i) msg[n + i] = static_cast<uint8_t>(uint64_t(period) >> (56 - 8 * i));
+  for (int i = 0; i < 8; ++i) {
+    msg[n + 8 + i] = static_cast<uint8_t>(uint64_t(rotation) >> (56 - 8 * i));
+  }
+  uint8_t mac[EVP_MAX_MD_SIZE];
+  unsigned mac_len = 0;
+  HMAC(EVP_sha256(), ticketSecret(), 32, msg, n + 16, mac, &mac_len);
+  memcpy(out, mac, len);
+}
+
+// Keys of one rotation period, cached per thread (two periods are in use at a time).
+const TicketKeys& keysFor(int64_t rotation, int64_t period) {
+  thread_local TicketKeys cache[4];
+  for (TicketKeys& k : cache) {
+    if (k.period == period && k.rotation == rotation) return k;
+  }
+  TicketKeys& slot = cache[static_cast<uint64_t>(period) % 4];
+  slot.period = period;
+  slot.rotation = rotation;
+  derive("name", rotation, period, slot.name, kTicketNameLen);
+  derive("aes", rotation, period, slot.aes, kTicketAesLen);
+  derive("hmac", rotation, period, slot.hmac, kTicketHmacLen);
+  return slot;
+}
+
+int onAlpn(SSL* ssl, const uint8_t** out, uint8_t* out_len, const uint8_t* in, unsigned in_len,
+           void* arg) {
+  return static_cast<const ServerContext*>(arg)->selectAlpn(out, out_len, in, in_len);
+}
+
+int onServerName(SSL* ssl, int* alert, void* arg) {
+  return static_cast<const ServerContext*>(arg)->selectCertificate(ssl);
+}
+
+int onTicketKey(SSL* ssl, uint8_t* key_name, uint8_t* iv, EVP_CIPHER_CTX* cipher, HMAC_CTX* hmac,
+                int encrypt) {
+  const ServerContext* context = fromCtx(SSL_get_SSL_CTX(ssl));
+  if (context == nullptr) return -1;
+  return context->ticketKey(key_name, iv, cipher, hmac, encrypt);
+}
+
+std::string sslError() {
+  uint32_t err = ERR_get_error();
+  ERR_clear_error();
+  if (err == 0) return "unknown error";
+  char buf[256];
+  ERR_error_string_n(err, buf, sizeof(buf));
+  return buf;
+}
+
+absl::StatusOr<std::vector<std::string>> certificateNames(const std::string& path) {
+  bssl::UniquePtr<BIO> bio(BIO_new_file(path.c_str(), "r"));
+  if (!bio) return absl::InvalidArgumentError(absl::StrFormat("cannot read %s", path));
+  bssl::UniquePtr<X509> cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  if (!cert) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: no PEM certificate (%s)", path, sslError()));
+  }
+  std::vector<std::string> names;
+  bssl::UniquePtr<GENERAL_NAMES> sans(static_cast<GENERAL_NAMES*>(
+      X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr)));
+  if (sans) {
+    for (size_t i = 0; i < sk_GENERAL_NAME_num(sans.get()); ++i) {
+      const GENERAL_NAME* gn = sk_GENERAL_NAME_value(sans.get(), i);
+      if (gn->type != GEN_DNS) continue;
+      const ASN1_STRING* s = gn->d.dNSName;
+      names.push_back(absl::AsciiStrToLower(
+          std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                      static_cast<size_t>(ASN1_STRING_length(s)))));
+    }
+  }
+  return names;
+}
+
+}  // namespace
+
+bool certificateNameMatches(std::string_view pattern, std::string_view host) {
+  if (pattern.size() == host.size()) {
+    for (size_t i = 0; i < host.size(); ++i) {
+      if (absl::ascii_tolower(static_cast<unsigned char>(host[i])) != pattern[i]) break;
+      if (i + 1 == host.size()) return true;
+    }
+  }
+  // "*.example.com" covers exactly one more label: "a.example.com", not "a.b.example.com".
+  if (pattern.size() > 2 && pattern[0] == '*' && pattern[1] == '.') {
+    size_t dot = host.find('.');
+    if (dot == std::string_view::npos || dot == 0) return false;
+    std::string_view rest = host.substr(dot);
+    std::string_view suffix = pattern.substr(1);
+    if (rest.size() != suffix.size()) return false;
+    for (size_t i = 0; i < rest.size(); ++i) {
+      if (absl::ascii_tolower(static_cast<unsigned char>(rest[i])) != suffix[i]) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+ServerContext::ServerContext(const ServerContextConfig& config) : config_(config) {
+  stats::Store& store = stats::Store::get();
+  auto c = [&](const char* name) { return store.counter(config_.stats_prefix + name); };
+  stats_.handshakes = c("handshakes");
+  stats_.handshakes_resumed = c("handshakes_resumed");
+  stats_.alpn_h2 = c("alpn_h2");
+  stats_.alpn_http11 = c("alpn_http11");
+  stats_.alpn_none = c("alpn_none");
+  stats_.fail_timeout = c("handshake_fail.timeout");
+  stats_.fail_too_large = c("handshake_fail.too_large");
+  stats_.fail_closed = c("handshake_fail.closed");
+  stats_.fail_protocol_version = c("handshake_fail.protocol_version");
+  stats_.fail_no_shared_cipher = c("handshake_fail.no_shared_cipher");
+  stats_.fail_peer_alert = c("handshake_fail.peer_alert");
+  stats_.fail_not_tls = c("handshake_fail.not_tls");
+  stats_.fail_other = c("handshake_fail.other");
+  stats_.sni_unmatched = c("sni_unmatched");
+}
+
+ServerContext::~ServerContext() = default;
+
+absl::StatusOr<std::shared_ptr<const ServerContext>> ServerContext::create(
+    const ServerContextConfig& config) {
+  std::shared_ptr<ServerContext> context(new ServerContext(config));
+  absl::Status s = context->init();
+  if (!s.ok()) return s;
+  return std::shared_ptr<const ServerContext>(std::move(context));
+}
+
+absl::Status ServerContext::init() {
+  if (config_.certificates.empty()) return absl::InvalidArgumentError("no certificate");
+  for (const std::string& p : config_.alpn) {
+    if (p.empty() || p.size() > 255) {
+      return absl::InvalidArgumentError(absl::StrFormat("bad ALPN protocol '%s'", p));
+    }
+    alpn_wire_.push_back(static_cast<char>(p.size()));
+    alpn_wire_ += p;
+  }
+  for (const CertificateConfig& cc : config_.certificates) {
+    Certificate cert;
+    cert.ctx.reset(SSL_CTX_new(TLS_method()));
+    SSL_CTX* ctx = cert.ctx.get();
+    if (ctx == nullptr) return absl::InternalError("SSL_CTX_new failed");
+    SSL_CTX_set_ex_data(ctx, contextIndex(), this);
+    SSL_CTX_set_min_proto_version(ctx, config_.tls13_only ? TLS1_3_VERSION : TLS1_2_VERSION);
+    SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
+    if (!SSL_CTX_set_strict_cipher_list(ctx, kCipherList)) {
+      return absl::InternalError(absl::StrFormat("cipher list: %s", sslError()));
+    }
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                              SSL_MODE_RELEASE_BUFFERS);
+    if (SSL_CTX_use_certificate_chain_file(ctx, cc.cert_path.c_str()) != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("certificate %s: %s", cc.cert_path, sslError()));
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, cc.key_path.c_str(), SSL_FILETYPE_PEM) != 1) {
+      return absl::InvalidArgumentError(absl::StrFormat("key %s: %s", cc.key_path, sslError()));
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "key %s does not match certificate %s", cc.key_path, cc.cert_path));
+    }
+    auto names = certificateNames(cc.cert_path);
+    if (!names.ok()) return names.status();
+    cert.names = std::move(*names);
+    if (!alpn_wire_.empty()) SSL_CTX_set_alpn_select_cb(ctx, onAlpn, this);
+    SSL_CTX_set_tlsext_servername_callback(ctx, onServerName);
+    SSL_CTX_set_tlsext_servername_arg(ctx, this);
+    SSL_CTX_set_tlsext_ticket_key_cb(ctx, onTicketKey);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+    SSL_CTX_sess_set_cache_size(ctx, config_.session_cache_size);
+    SSL_CTX_set_session_id_context(ctx, kSessionIdContext, sizeof(kSessionIdContext));
+    // A session lives for one key rotation period (and a ticket is honoured one more).
+    SSL_CTX_set_timeout(ctx, static_cast<uint32_t>(config_.ticket_key_rotation.count()));
+    certificates_.push_back(std::move(cert));
+  }
+  return absl::OkStatus();
+}
+
+bssl::UniquePtr<SSL> ServerContext::newSsl() const {
+  return bssl::UniquePtr<SSL>(SSL_new(certificates_.front().ctx.get()));
+}
+
+int ServerContext::selectAlpn(const uint8_t** out, uint8_t* out_len, const uint8_t* in,
+                              unsigned in_len) const {
+  // Our preference order: the first of ours the client offers.
+  const auto* ours = reinterpret_cast<const uint8_t*>(alpn_wire_.data());
+  for (size_t i = 0; i < alpn_wire_.size(); i += 1 + ours[i]) {
+    for (unsigned j = 0; j < in_len; j += 1 + in[j]) {
+      if (j + 1 + in[j] > in_len) break;
+      if (in[j] == ours[i] && memcmp(in + j + 1, ours + i + 1, ours[i]) == 0) {
+        *out = in + j + 1;
+        *out_len = in[j];
+        return SSL_TLSEXT_ERR_OK;
+      }
+    }
+  }
+  // Nothing in common: go on without ALPN (the client falls back to HTTP/1.1).
+  return SSL_TLSEXT_ERR_NOACK;
+}
+
+int ServerContext::selectCertificate(SSL* ssl) const {
+  if (certificates_.size() < 2) return SSL_TLSEXT_ERR_OK;
+  const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+  if (name == nullptr) return SSL_TLSEXT_ERR_OK;
+  std::string_view host(name);
+  for (const Certificate& cert : certificates_) {
+    for (const std::string& pattern : cert.names) {
+      if (certificateNameMatches(pattern, host)) {
+        if (&cert != &certificates_.front()) SSL_set_SSL_CTX(ssl, cert.ctx.get());
+        return SSL_TLSEXT_ERR_OK;
+      }
+    }
+  }
+  stats_.sni_unmatched.inc();
+  return SSL_TLSEXT_ERR_OK;
+}
+
+int ServerContext::ticketKey(uint8_t* key_name, uint8_t* iv, EVP_CIPHER_CTX* cipher,
+                             HMAC_CTX* hmac, int encrypt) const {
+  const int64_t rotation = config_.ticket_key_rotation.count();
+  const int64_t period = static_cast<int64_t>(::time(nullptr)) / rotation;
+  if (encrypt) {
+    const TicketKeys& k = keysFor(rotation, period);
+    if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) return -1;
+    memcpy(key_name, k.name, kTicketNameLen);
+    if (!EVP_EncryptInit_ex(cipher, EVP_aes_128_cbc(), nullptr, k.aes, iv) ||
+        !HMAC_Init_ex(hmac, k.hmac, kTicketHmacLen, EVP_sha256(), nullptr)) {
+      return -1;
+    }
+    return 1;
+  }
+  for (int64_t age = 0; age < 2; ++age) {
+    const TicketKeys& k = keysFor(rotation, period - age);
+    if (memcmp(key_name, k.name, kTicketNameLen) != 0) continue;
+    if (!EVP_DecryptInit_ex(cipher, EVP_aes_128_cbc(), nullptr, k.aes, iv) ||
+        !HMAC_Init_ex(hmac, k.hmac, kTicketHmacLen, EVP_sha256(), nullptr)) {
+      return -1;
+    }
+    // A ticket of the previous period is honoured once more and replaced by a fresh one.
+    return age == 0 ? 1 : 2;
+  }
+  return 0;  // unknown or expired key: a full handshake
+}
+
+}  // namespace tls
+}  // namespace sluice

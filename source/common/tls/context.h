@@ -1,0 +1,94 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "openssl/ssl.h"
+
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace tls {
+
+struct TlsStats {
+  stats::Counter handshakes;          // completed, full or resumed
+  stats::Counter handshakes_resumed;  // completed from a ticket or the session cache
+  stats::Counter alpn_h2;
+  stats::Counter alpn_http11;
+  stats::Counter alpn_none;
+  // Failed handshakes, by reason.
+  stats::Counter fail_timeout;           // not finished within handshake_timeout
+  stats::Counter fail_too_large;         // more than max_handshake_bytes from the client
+  stats::Counter fail_closed;            // the client left mid-handshake
+  stats::Counter fail_protocol_version;  // no TLS version in common (SSLv3, TLS 1.0/1.1)
+  stats::Counter fail_no_shared_cipher;  // no cipher suite or group in common
+  stats::Counter fail_peer_alert;        // the client aborted (e.g. it does not trust the cert)
+  stats::Counter fail_not_tls;           // plain HTTP or garbage on the TLS port
+  stats::Counter fail_other;
+  stats::Counter sni_unmatched;  // a server name no certificate covers (the first one served)
+};
+
+// One certificate chain and its key, with the host names it covers (from subjectAltName).
+struct CertificateConfig {
+  std::string cert_path;
+  std::string key_path;
+};
+
+struct ServerContextConfig {
+  std::vector<CertificateConfig> certificates;  // the first is the default
+  std::vector<std::string> alpn;                // server preference order
+  bool tls13_only = false;
+  std::chrono::seconds ticket_key_rotation{3600};
+  uint32_t session_cache_size = 20480;
+  std::chrono::milliseconds handshake_timeout{10000};
+  uint32_t max_handshake_bytes = 65536;
+  std::string stats_prefix;  // "tls.<chain>."
+};
+
+// The shared, immutable TLS server state of one filter chain: an SSL_CTX per certificate
+// (chosen by SNI), ALPN preferences, and session resumption that works on every worker.
+//
+// Session tickets are sealed with keys derived from one process-wide secret and the current
+// rotation period, so every worker (and every chain) computes the same keys without sharing
+// mutable state; a ticket from the previous period is still accepted (and renewed).
+class ServerContext {
+ public:
+  static absl::StatusOr<std::shared_ptr<const ServerContext>> create(
+      const ServerContextConfig& config);
+  ~ServerContext();
+
+  // A new server-side SSL for one accepted connection (null on allocation failure).
+  bssl::UniquePtr<SSL> newSsl() const;
+  const ServerContextConfig& config() const { return config_; }
+  TlsStats& stats() const { return stats_; }
+
+  // Used by the OpenSSL callbacks.
+  int selectAlpn(const uint8_t** out, uint8_t* out_len, const uint8_t* in, unsigned in_len) const;
+  int selectCertificate(SSL* ssl) const;
+  int ticketKey(uint8_t* key_name, uint8_t* iv, EVP_CIPHER_CTX* cipher, HMAC_CTX* hmac,
+                int encrypt) const;
+
+ private:
+  struct Certificate {
+    bssl::UniquePtr<SSL_CTX> ctx;
+    std::vector<std::string> names;  // lower case; "*.example.com" covers one label
+  };
+  explicit ServerContext(const ServerContextConfig& config);
+  absl::Status init();
+
+  ServerContextConfig config_;
+  std::vector<Certificate> certificates_;
+  std::string alpn_wire_;  // config_.alpn in ALPN wire format
+  mutable TlsStats stats_;
+};
+using ServerContextSharedPtr = std::shared_ptr<const ServerContext>;
+
+// True when a certificate name ("host" or "*.domain") covers the SNI host name.
+bool certificateNameMatches(std::string_view pattern, std::string_view host);
+
+}  // namespace tls
+}  // namespace sluice

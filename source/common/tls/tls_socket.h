@@ -1,0 +1,81 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "openssl/ssl.h"
+
+#include "source/common/buffer/buffer.h"
+#include "source/common/event/dispatcher.h"
+#include "source/common/network/transport_socket.h"
+#include "source/common/tls/context.h"
+
+namespace sluice {
+namespace tls {
+
+// The server side of TLS on one accepted connection. BoringSSL reads and writes through a BIO
+// over two sluice buffers, so ciphertext moves with the same readv/writev as plain TCP: one
+// readv takes in several records, and the records of one flush leave in one writev.
+class TlsSocket : public network::TransportSocket {
+ public:
+  explicit TlsSocket(ServerContextSharedPtr context);
+  ~TlsSocket() override;
+
+  // network::TransportSocket
+  void setCallbacks(network::TransportSocketCallbacks& callbacks) override;
+  network::IoResult doRead(buffer::Buffer& buffer, size_t max) override;
+  network::IoResult doWrite(buffer::Buffer& buffer, bool end_stream) override;
+  size_t pendingWireBytes() const override { return raw_out_.length(); }
+  void onClose() override;
+  std::string_view applicationProtocol() const override;
+  bool handshakeComplete() const override { return handshake_done_; }
+
+  // BIO glue.
+  int bioRead(char* out, int len);
+  int bioWrite(const char* in, int len);
+
+ private:
+  // Ciphertext queued beyond this stops encryption until the socket takes it.
+  static constexpr size_t kMaxRawOut = 64 * 1024;
+
+  bool doHandshake(network::IoResult& result);
+  void countFailure(int ssl_error);
+  // Sends raw_out_; false on a socket error. Sets `again` when the socket is full.
+  bool flushRaw(network::IoResult& result);
+  void onHandshakeTimeout();
+
+  ServerContextSharedPtr context_;
+  network::TransportSocketCallbacks* callbacks_ = nullptr;
+  bssl::UniquePtr<SSL> ssl_;
+  buffer::Buffer raw_in_;
+  buffer::Buffer raw_out_;
+  std::unique_ptr<event::Timer> handshake_timer_;
+  uint64_t handshake_bytes_ = 0;
+  bool handshake_done_ = false;
+  bool shutdown_sent_ = false;
+  bool raw_eof_ = false;
+};
+
+// Makes the TLS sockets of one filter chain. The context can be replaced at run time (new
+// certificates) without a lock on the accept path: workers compare a generation number and take
+// the mutex only once after each reload.
+class TlsSocketFactory : public network::TransportSocketFactory {
+ public:
+  TlsSocketFactory(ServerContextSharedPtr context, stats::Counter reloads,
+                   stats::Counter reload_failures);
+  network::TransportSocketPtr createTransportSocket() const override;
+  absl::Status reloadCertificates() const override;
+  ServerContextSharedPtr context() const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable ServerContextSharedPtr context_;  // guarded by mutex_
+  mutable std::atomic<uint64_t> generation_{1};
+  stats::Counter reloads_;
+  stats::Counter reload_failures_;
+};
+
+}  // namespace tls
+}  // namespace sluice
