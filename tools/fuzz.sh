@@ -8,6 +8,7 @@
 #   config_fuzz       config files (short and full form)           corpus/config, configs/*.yaml
 #   socks5_fuzz       SOCKS5 greeting, auth, request, UDP header   corpus/socks5
 #   h2_frames_fuzz    HTTP/2 frames into the sluice.http2 filter   corpus/h2_frames
+#   client_hello_fuzz TLS ClientHello parser, protocol sniffer     corpus/client_hello
 #
 # New inputs go to scratch directories, not the checked-in corpus. A crash, a leak, a sanitizer
 # report or an input that runs longer than 10 s stops that target; its input is written to
@@ -23,7 +24,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUTPUT_BASE="${SLUICE_FUZZ_OUTPUT_BASE:-/tmp/sluice-fuzz-base}"
 ARTIFACTS="${SLUICE_FUZZ_ARTIFACTS:-/tmp/sluice-fuzz-artifacts}"
 SANITIZERS="fuzzer,address,undefined"
-ALL_TARGETS=(h1_parser_fuzz h1_response_fuzz config_fuzz socks5_fuzz h2_frames_fuzz)
+ALL_TARGETS=(h1_parser_fuzz h1_response_fuzz config_fuzz socks5_fuzz h2_frames_fuzz
+  client_hello_fuzz)
 TARGETS=("$@")
 ((${#TARGETS[@]})) || TARGETS=("${ALL_TARGETS[@]}")
 
@@ -74,6 +76,10 @@ for t in "${TARGETS[@]}"; do
     h2_frames_fuzz)
       seeds=("$ROOT/test/fuzz/corpus/h2_frames")
       flags=(-max_len=16384)
+      ;;
+    client_hello_fuzz)
+      seeds=("$ROOT/test/fuzz/corpus/client_hello")
+      flags=(-max_len=16389)
       ;;
     socks5_fuzz)
       seeds=("$ROOT/test/fuzz/corpus/socks5")

@@ -10,8 +10,8 @@ namespace {
 
 constexpr std::string_view kH2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 constexpr uint8_t kSocks5Version = 0x05;
-// Enough of a request line to tell a method token from noise.
-constexpr size_t kHttpProbe = 8;
+// Longer than any registered method ("UPDATEREDIRECTREF" is 17): a longer token is noise.
+constexpr size_t kMaxMethodLength = 24;
 
 bool isTokenChar(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
@@ -26,8 +26,9 @@ Verdict classifyHttp1(std::string_view peeked) {
   size_t i = 0;
   while (i < peeked.size() && (peeked[i] == '\r' || peeked[i] == '\n')) ++i;
   size_t start = i;
-  while (i < peeked.size() && isTokenChar(peeked[i])) ++i;
-  if (i == peeked.size()) return i - start < kHttpProbe + 16 ? Verdict::NeedMore : Verdict::Unknown;
+  while (i < peeked.size() && i - start <= kMaxMethodLength && isTokenChar(peeked[i])) ++i;
+  if (i - start > kMaxMethodLength) return Verdict::Unknown;
+  if (i == peeked.size()) return Verdict::NeedMore;
   return (i > start && peeked[i] == ' ') ? Verdict::Http1 : Verdict::Unknown;
 }
 

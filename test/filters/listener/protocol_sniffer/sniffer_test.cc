@@ -107,6 +107,11 @@ TEST(ClassifyTest, Noise) {
   EXPECT_EQ(classify(std::string("\x00\x00\x00", 3), h2), Verdict::Unknown);
   EXPECT_EQ(classify(" GET / HTTP/1.1", h2), Verdict::Unknown);
   EXPECT_EQ(classify(std::string(200, 'A'), h2), Verdict::Unknown);
+  // No method is that long, whether or not the space has arrived yet (the verdict of a longer
+  // peek must not differ from a shorter one's).
+  EXPECT_EQ(classify(std::string(25, 'A'), h2), Verdict::Unknown);
+  EXPECT_EQ(classify(std::string(25, 'A') + " / HTTP/1.1", h2), Verdict::Unknown);
+  EXPECT_EQ(classify("UPDATEREDIRECTREF / HTTP/1.1", h2), Verdict::Http1);
   EXPECT_EQ(classify(std::string("\x16\x03\x01\x00\x05\x02\x00\x00\x01\x00", 10), h2),
             Verdict::Unknown);
 }
