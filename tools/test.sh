@@ -81,9 +81,9 @@ else
 fi
 
 # -- build the binary the integration tests run ------------------------------------------------
-step "build (bazel build //:sluice)"
-if ! bazel build //:sluice 2>&1 | tee "$logs/build.log"; then
-  failures+=("build //:sluice")
+step "build (bazel build //:sluice //:sluice-load //:sluice-origin)"
+if ! bazel build //:sluice //:sluice-load //:sluice-origin 2>&1 | tee "$logs/build.log"; then
+  failures+=("build //:sluice //:sluice-load //:sluice-origin")
   summary
   exit 1
 fi
@@ -97,9 +97,11 @@ fi
 
 # -- integration tests -------------------------------------------------------------------------
 # Debian's python3 on purpose: it has python3-pytest and friends; a pyenv python3 would not.
-step "integration tests (pytest test/integration)"
+# test_load.py drives sluice-load through Squid, Dante, nginx and sluice itself.
+step "integration tests (pytest test/integration test/tools/load/test_load.py)"
 SLUICE_BIN=$sluice_bin PYTHONDONTWRITEBYTECODE=1 \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider -rfE test/integration 2>&1 |
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider -rfE test/integration \
+  test/tools/load/test_load.py 2>&1 |
   tee "$logs/integration.log"
 rc=${PIPESTATUS[0]}
 last=$(grep -E '(passed|failed|error|no tests ran)' "$logs/integration.log" | tail -1)

@@ -2,10 +2,20 @@
 //
 //   GET /bytes/N  -> 200 with N bytes (N <= 1 GiB), streamed from one pre-filled block
 //   POST /echo    -> 200 echoing the request body (Content-Length or chunked), streamed
-//   GET /stats    -> {"requests": R, "bytes_sent": B, "bytes_received": C}
+//   GET /ws       -> WebSocket (RFC 6455) echo: every data frame comes back unmasked, pings
+//                    get pongs, a close is answered and the connection closed
+//   GET /stats    -> {"requests": R, "bytes_sent": B, "bytes_received": C, ...}: requests and
+//                    socket bytes of every port, and the sink/source/WebSocket/UDP payload
 //   else 404; malformed requests 400 (or the parser's 431/501/505) and close.
 //
-// One event loop per thread (-t N), each with its own SO_REUSEPORT listen socket.
+// Tunnel benchmarks (--sink, --source): the client sends a decimal count and a newline; the
+// sink then reads that many bytes and answers with the count and a newline, the source sends
+// that many bytes. Both repeat on the same connection until the client closes.
+// --udp-echo sends every datagram back to its sender. --tls-cert/--tls-key serve HTTP over TLS:
+// on --tls-listen, or on --listen when there is no --tls-listen (with a plain port next to the TLS
+// one, /stats can be read without TLS bytes of its own in the counts).
+//
+// One event loop per thread (-t N), each with its own SO_REUSEPORT listen socket per port.
 
 #include <algorithm>
 #include <cerrno>
@@ -24,7 +34,9 @@
 #include <unistd.h>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "openssl/sha.h"
 
 #include "source/common/buffer/buffer.h"
 #include "source/common/common/logger.h"
@@ -34,6 +46,8 @@
 #include "source/common/network/address.h"
 #include "source/common/network/connection.h"
 #include "source/common/stats/stats.h"
+#include "source/common/tls/context.h"
+#include "source/common/tls/tls_socket.h"
 
 namespace sluice {
 namespace origin {
@@ -57,14 +71,44 @@ struct Counters {
   stats::Counter requests;
   stats::Counter rx;
   stats::Counter tx;
+  stats::Counter sink_bytes;
+  stats::Counter source_bytes;
+  stats::Counter ws_messages;
+  stats::Counter ws_bytes;
+  stats::Counter udp_packets;
+  stats::Counter udp_bytes;
 };
+
+// What a listening socket serves.
+enum class PortKind : uint8_t { Http, HttpTls, Sink, Source };
+
+// Sec-WebSocket-Accept for a client key (RFC 6455 section 4.2.2).
+std::string websocketAccept(std::string_view key) {
+  std::string in(key);
+  in += "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+  uint8_t digest[SHA_DIGEST_LENGTH];
+  SHA1(reinterpret_cast<const uint8_t*>(in.data()), in.size(), digest);
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < sizeof(digest); i += 3) {
+    uint32_t v = digest[i] << 16;
+    if (i + 1 < sizeof(digest)) v |= digest[i + 1] << 8;
+    if (i + 2 < sizeof(digest)) v |= digest[i + 2];
+    out += kAlphabet[v >> 18];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < sizeof(digest) ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < sizeof(digest) ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
 
 class Worker;
 
 // One client connection: parses requests in order and streams each response.
 class Session : public network::ConnectionCallbacks, public event::DeferredDeletable {
  public:
-  Session(Worker& worker, network::ConnectionPtr conn);
+  Session(Worker& worker, network::ConnectionPtr conn, PortKind kind);
 
   void onData(buffer::Buffer& data, bool end_stream) override;
   void onEvent(network::ConnectionEvent event) override;
@@ -74,12 +118,26 @@ class Session : public network::ConnectionCallbacks, public event::DeferredDelet
   std::list<std::unique_ptr<Session>>::iterator position;
 
  private:
-  enum class Phase : uint8_t { Head, SendBytes, EchoLength, EchoChunked, Closing };
+  enum class Phase : uint8_t {
+    Head,
+    SendBytes,
+    EchoLength,
+    EchoChunked,
+    WebSocket,
+    SinkLine,
+    SinkData,
+    SourceLine,
+    Closing,
+  };
 
   // Handles as much of data as the current phase allows; stops when waiting for the peer or
   // for the write buffer to drain.
   void process(buffer::Buffer& data, bool end_stream);
   void onHead(const http1::RequestHead& head);
+  // Reads "N\n" for the sink and source ports; false while incomplete (or on error: closed).
+  bool readCount(buffer::Buffer& data, bool end_stream, uint64_t& n);
+  // Echoes as many WebSocket frames (or parts) as data holds; false: wait for more.
+  bool processWebSocket(buffer::Buffer& data);
   void fillBytes();
   void finishResponse();
   void sendSimple(std::string_view status_line, std::string_view content_type,
@@ -93,27 +151,55 @@ class Session : public network::ConnectionCallbacks, public event::DeferredDelet
   buffer::Buffer out_;
   http1::ChunkedDecoder decoder_;
   Phase phase_ = Phase::Head;
-  uint64_t left_ = 0;  // body bytes still to send (SendBytes) or to echo (EchoLength)
+  Phase idle_phase_ = Phase::Head;  // where a finished response returns to
+  uint64_t left_ = 0;               // body bytes still to send (SendBytes) or to echo (EchoLength)
+  uint64_t count_ = 0;              // the sink's current count
+  // WebSocket frame being echoed.
+  uint64_t ws_left_ = 0;
+  uint8_t ws_mask_[4] = {};
+  uint8_t ws_mask_pos_ = 0;
+  uint8_t ws_opcode_ = 0;
+  bool ws_in_frame_ = false;
+  bool ws_close_ = false;
   bool keep_alive_ = true;
   bool read_disabled_ = false;
 };
 
 class Worker {
  public:
-  Worker(int index, int listen_fd, const Counters& counters)
-      : index_(index), listen_fd_(listen_fd), counters_(counters) {}
+  struct Listener {
+    int fd;
+    PortKind kind;
+    std::unique_ptr<event::FileEvent> event;
+  };
+
+  Worker(int index, const Counters& counters, tls::ServerContextSharedPtr tls, int udp_fd)
+      : index_(index), counters_(counters), tls_(tls), udp_fd_(udp_fd) {}
   ~Worker() {
     sessions_.clear();
-    accept_event_.reset();
-    if (listen_fd_ >= 0) ::close(listen_fd_);
+    for (Listener& l : listeners_) {
+      l.event.reset();
+      ::close(l.fd);
+    }
+    udp_event_.reset();
+    if (udp_fd_ >= 0) ::close(udp_fd_);
   }
+
+  void addListener(int fd, PortKind kind) { listeners_.push_back(Listener{fd, kind, nullptr}); }
 
   void run() {
     logger::setThreadName(absl::StrFormat("worker%d", index_));
     stats::Store::bindThreadShard(stats::Store::get().createShard());
-    accept_event_ = std::make_unique<event::FileEvent>(dispatcher_, listen_fd_,
-                                                       [this](uint32_t) { onAcceptReady(); });
-    accept_event_->activate(event::FileEvent::kRead);
+    for (Listener& l : listeners_) {
+      l.event = std::make_unique<event::FileEvent>(dispatcher_, l.fd,
+                                                   [this, &l](uint32_t) { onAcceptReady(l); });
+      l.event->activate(event::FileEvent::kRead);
+    }
+    if (udp_fd_ >= 0) {
+      udp_event_ = std::make_unique<event::FileEvent>(dispatcher_, udp_fd_,
+                                                      [this](uint32_t) { onUdpReady(); });
+      udp_event_->activate(event::FileEvent::kRead);
+    }
     dispatcher_.run();
   }
 
@@ -128,12 +214,31 @@ class Worker {
   }
 
  private:
-  void onAcceptReady() {
+  void onUdpReady() {
+    // Edge-triggered: drain every datagram now. One buffer, reused: no allocation.
     for (int i = 0; i < kAcceptsPerEvent; ++i) {
       sockaddr_storage ss;
       socklen_t len = sizeof(ss);
-      int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+      const ssize_t n = ::recvfrom(udp_fd_, udp_buf_, sizeof(udp_buf_), 0,
+                                   reinterpret_cast<sockaddr*>(&ss), &len);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      counters_.udp_packets.inc();
+      counters_.udp_bytes.add(static_cast<uint64_t>(n));
+      ::sendto(udp_fd_, udp_buf_, static_cast<size_t>(n), MSG_DONTWAIT,
+               reinterpret_cast<sockaddr*>(&ss), len);
+    }
+    udp_event_->activate(event::FileEvent::kRead);
+  }
+
+  void onAcceptReady(Listener& l) {
+    for (int i = 0; i < kAcceptsPerEvent; ++i) {
+      sockaddr_storage ss;
+      socklen_t len = sizeof(ss);
+      int fd =
+          ::accept4(l.fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;
         if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -146,26 +251,35 @@ class Worker {
           network::Connection::Blocking::NonBlocking);
       conn->setByteCounters({counters_.rx, counters_.tx});
       conn->setHighWatermark(kHighWatermark);
-      sessions_.push_front(std::make_unique<Session>(*this, std::move(conn)));
+      if (l.kind == PortKind::HttpTls) {
+        conn->setTransportSocket(std::make_unique<tls::TlsSocket>(tls_));
+      }
+      sessions_.push_front(std::make_unique<Session>(*this, std::move(conn), l.kind));
       sessions_.front()->position = sessions_.begin();
     }
     // More may be waiting: edge-triggered readiness will not say so again.
-    accept_event_->activate(event::FileEvent::kRead);
+    l.event->activate(event::FileEvent::kRead);
   }
 
   int index_;
-  int listen_fd_;
   Counters counters_;
+  tls::ServerContextSharedPtr tls_;  // null: plain HTTP
+  int udp_fd_;
+  char udp_buf_[65536];
   event::Dispatcher dispatcher_;
-  std::unique_ptr<event::FileEvent> accept_event_;
+  std::vector<Listener> listeners_;
+  std::unique_ptr<event::FileEvent> udp_event_;
   std::list<std::unique_ptr<Session>> sessions_;
   // Parsed heads are used and dropped within one callback, so one per thread serves all.
   http1::RequestHead head_;
 };
 
-Session::Session(Worker& worker, network::ConnectionPtr conn)
+Session::Session(Worker& worker, network::ConnectionPtr conn, PortKind kind)
     : worker_(worker), conn_(std::move(conn)) {
   conn_->setCallbacks(this);
+  if (kind == PortKind::Sink) idle_phase_ = Phase::SinkLine;
+  if (kind == PortKind::Source) idle_phase_ = Phase::SourceLine;
+  phase_ = idle_phase_;
 }
 
 void Session::onEvent(network::ConnectionEvent event) {
@@ -178,13 +292,15 @@ void Session::onEvent(network::ConnectionEvent event) {
 
 void Session::onAboveWriteHighWatermark() {
   // Echo: stop reading the request body until the client reads the response.
-  if (phase_ == Phase::EchoLength || phase_ == Phase::EchoChunked) setReadDisabled(true);
+  if (phase_ == Phase::EchoLength || phase_ == Phase::EchoChunked || phase_ == Phase::WebSocket)
+    setReadDisabled(true);
 }
 
 void Session::onBelowWriteLowWatermark() {
   if (phase_ == Phase::SendBytes) {
     fillBytes();
-  } else if (phase_ == Phase::EchoLength || phase_ == Phase::EchoChunked) {
+  } else if (phase_ == Phase::EchoLength || phase_ == Phase::EchoChunked ||
+             phase_ == Phase::WebSocket) {
     setReadDisabled(false);
   }
 }
@@ -212,6 +328,46 @@ void Session::process(buffer::Buffer& data, bool end_stream) {
       case Phase::SendBytes:
         // Pipelined requests wait (reads are disabled) until this response is out.
         return;
+      case Phase::WebSocket:
+        if (!processWebSocket(data)) {
+          if (end_stream && conn_->open()) conn_->close(network::CloseType::FlushWrite);
+          return;
+        }
+        break;
+      case Phase::SinkLine: {
+        if (!readCount(data, end_stream, count_)) return;
+        left_ = count_;
+        phase_ = Phase::SinkData;
+        break;
+      }
+      case Phase::SinkData: {
+        const size_t n = std::min<uint64_t>(data.length(), left_);
+        data.drain(n);
+        left_ -= n;
+        worker_.counters().sink_bytes.add(n);
+        if (left_ > 0) {
+          if (end_stream) abort();
+          return;
+        }
+        char line[32];
+        const int len =
+            snprintf(line, sizeof(line), "%llu\n", static_cast<unsigned long long>(count_));
+        out_.add(line, static_cast<size_t>(len));
+        conn_->write(out_);
+        phase_ = Phase::SinkLine;
+        break;
+      }
+      case Phase::SourceLine: {
+        uint64_t n = 0;
+        if (!readCount(data, end_stream, n)) return;
+        worker_.counters().source_bytes.add(n);
+        left_ = n;
+        if (left_ == 0) break;
+        phase_ = Phase::SendBytes;
+        setReadDisabled(true);
+        fillBytes();
+        break;
+      }
       case Phase::Head: {
         if (data.empty()) {
           if (end_stream) conn_->close(network::CloseType::FlushWrite);
@@ -289,6 +445,123 @@ void Session::process(buffer::Buffer& data, bool end_stream) {
   }
 }
 
+bool Session::readCount(buffer::Buffer& data, bool end_stream, uint64_t& n) {
+  if (data.empty()) {
+    if (end_stream) conn_->close(network::CloseType::FlushWrite);
+    return false;
+  }
+  constexpr size_t kMaxLine = 21;  // 20 digits and the newline
+  const std::string_view bytes = data.linearize(std::min(data.length(), kMaxLine));
+  const size_t nl = bytes.find('\n');
+  if (nl == std::string_view::npos) {
+    if (bytes.size() >= kMaxLine || end_stream) abort();
+    return false;
+  }
+  n = 0;
+  bool ok = nl > 0 && nl <= 19;
+  for (size_t i = 0; ok && i < nl; ++i) {
+    const char c = bytes[i];
+    ok = c >= '0' && c <= '9';
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (!ok) {
+    abort();
+    return false;
+  }
+  data.drain(nl + 1);
+  return true;
+}
+
+bool Session::processWebSocket(buffer::Buffer& data) {
+  while (conn_->open()) {
+    if (!ws_in_frame_) {
+      if (ws_close_) {
+        data.drain(data.length());
+        return false;
+      }
+      if (data.length() < 2) return false;
+      const std::string_view h = data.linearize(std::min<size_t>(data.length(), 14));
+      const uint8_t b0 = static_cast<uint8_t>(h[0]);
+      const uint8_t b1 = static_cast<uint8_t>(h[1]);
+      // Clients must mask (RFC 6455 5.1); no extensions were negotiated, so RSV bits are errors.
+      if ((b1 & 0x80) == 0 || (b0 & 0x70) != 0) {
+        abort();
+        return false;
+      }
+      uint64_t len = b1 & 0x7f;
+      size_t hdr = 2;
+      if (len == 126) {
+        hdr = 4;
+      } else if (len == 127) {
+        hdr = 10;
+      }
+      if (h.size() < hdr + 4) return false;
+      if (len == 126) {
+        len = (uint64_t{static_cast<uint8_t>(h[2])} << 8) | static_cast<uint8_t>(h[3]);
+      } else if (len == 127) {
+        len = 0;
+        for (size_t i = 2; i < 10; ++i) len = (len << 8) | static_cast<uint8_t>(h[i]);
+        if (len > kMaxBytes) {
+          abort();
+          return false;
+        }
+      }
+      memcpy(ws_mask_, h.data() + hdr, 4);
+      ws_opcode_ = b0 & 0x0f;
+      const bool control = ws_opcode_ >= 8;
+      if (control && (len > 125 || (b0 & 0x80) == 0)) {
+        abort();
+        return false;
+      }
+      data.drain(hdr + 4);
+      ws_left_ = len;
+      ws_mask_pos_ = 0;
+      ws_in_frame_ = true;
+      // Echo the frame header unmasked: same FIN and opcode (ping -> pong), same length.
+      if (ws_opcode_ != 0xA) {
+        char out[10];
+        size_t n = 0;
+        out[n++] = static_cast<char>((b0 & 0x80) | (ws_opcode_ == 0x9 ? 0xA : ws_opcode_));
+        if (len < 126) {
+          out[n++] = static_cast<char>(len);
+        } else if (len < 65536) {
+          out[n++] = 126;
+          out[n++] = static_cast<char>(len >> 8);
+          out[n++] = static_cast<char>(len & 0xff);
+        } else {
+          out[n++] = 127;
+          for (int k = 7; k >= 0; --k) out[n++] = static_cast<char>((len >> (8 * k)) & 0xff);
+        }
+        out_.add(out, n);
+      }
+      if ((b0 & 0x80) && ws_opcode_ < 8) worker_.counters().ws_messages.inc();
+    }
+    // Unmask what is here into the output (a copy is needed anyway: the mask changes bytes).
+    char tmp[16384];
+    while (ws_left_ > 0 && !data.empty()) {
+      const std::string_view chunk = data.front();
+      const size_t n = std::min<uint64_t>({ws_left_, chunk.size(), sizeof(tmp)});
+      for (size_t i = 0; i < n; ++i) {
+        tmp[i] = static_cast<char>(chunk[i] ^ ws_mask_[ws_mask_pos_]);
+        ws_mask_pos_ = (ws_mask_pos_ + 1) & 3;
+      }
+      if (ws_opcode_ != 0xA) out_.add(tmp, n);
+      if (ws_opcode_ < 8) worker_.counters().ws_bytes.add(n);
+      data.drain(n);
+      ws_left_ -= n;
+    }
+    if (!out_.empty()) conn_->write(out_);
+    if (ws_left_ > 0) return false;
+    ws_in_frame_ = false;
+    if (ws_opcode_ == 0x8) {
+      ws_close_ = true;
+      conn_->close(network::CloseType::FlushWrite);
+      return false;
+    }
+  }
+  return false;
+}
+
 void Session::onHead(const http1::RequestHead& head) {
   keep_alive_ = head.keep_alive;
   const std::string_view path = head.path;
@@ -346,16 +619,49 @@ void Session::onHead(const http1::RequestHead& head) {
     return;
   }
 
+  if (path == "/ws" && head.method == http1::Method::Get && !has_body) {
+    std::string_view key, version;
+    for (uint32_t i = 0; i < head.header_count; ++i) {
+      const http1::HeaderField& h = head.headers[i];
+      if (absl::EqualsIgnoreCase(absl::string_view(h.name.data(), h.name.size()),
+                                 "sec-websocket-key")) {
+        key = h.value;
+      } else if (absl::EqualsIgnoreCase(absl::string_view(h.name.data(), h.name.size()),
+                                        "sec-websocket-version")) {
+        version = h.value;
+      }
+    }
+    if (!head.upgrade || key.empty() || version != "13") {
+      sendSimple("HTTP/1.1 400 Bad Request", "text/plain", "websocket upgrade expected\n", true);
+      return;
+    }
+    const std::string accept = websocketAccept(key);
+    out_.add(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Accept: ");
+    out_.add(accept);
+    out_.add("\r\n\r\n");
+    conn_->write(out_);
+    phase_ = Phase::WebSocket;
+    ws_in_frame_ = false;
+    return;
+  }
+
   if (path == "/stats" && head.method == http1::Method::Get && !has_body) {
     // Rare (a benchmark's cross-check), so the store's lock and lookups are fine here.
     const stats::Store& store = stats::Store::get();
-    char body[160];
+    char body[512];
+    const auto v = [&store](const char* name) {
+      return static_cast<unsigned long long>(store.counterValue(name));
+    };
     const int len =
         snprintf(body, sizeof(body),
-                 "{\"requests\": %llu, \"bytes_sent\": %llu, \"bytes_received\": %llu}\n",
-                 static_cast<unsigned long long>(store.counterValue("origin.requests")),
-                 static_cast<unsigned long long>(store.counterValue("origin.bytes_sent")),
-                 static_cast<unsigned long long>(store.counterValue("origin.bytes_received")));
+                 "{\"requests\": %llu, \"bytes_sent\": %llu, \"bytes_received\": %llu, "
+                 "\"sink_bytes\": %llu, \"source_bytes\": %llu, \"ws_messages\": %llu, "
+                 "\"ws_bytes\": %llu, \"udp_packets\": %llu, \"udp_bytes\": %llu}\n",
+                 v("origin.requests"), v("origin.bytes_sent"), v("origin.bytes_received"),
+                 v("origin.sink_bytes"), v("origin.source_bytes"), v("origin.ws_messages"),
+                 v("origin.ws_bytes"), v("origin.udp_packets"), v("origin.udp_bytes"));
     sendSimple("HTTP/1.1 200 OK", "application/json",
                std::string_view(body, static_cast<size_t>(len)), !keep_alive_);
     return;
@@ -405,12 +711,28 @@ void Session::finishResponse() {
     conn_->close(network::CloseType::FlushWrite);
     return;
   }
-  phase_ = Phase::Head;
+  phase_ = idle_phase_;
   setReadDisabled(false);
 }
 
 void usage() {
-  fprintf(stderr, "usage: sluice-origin --listen HOST:PORT [-t THREADS] [--log-level LEVEL]\n");
+  fprintf(stderr,
+          "usage: sluice-origin --listen HOST:PORT [-t THREADS] [--sink HOST:PORT]\n"
+          "                     [--tls-listen HOST:PORT]\n"
+          "                     [--source HOST:PORT] [--udp-echo HOST:PORT]\n"
+          "                     [--tls-cert FILE --tls-key FILE] [--log-level LEVEL]\n");
+}
+
+absl::StatusOr<network::Address> parseListen(std::string_view listen) {
+  absl::StatusOr<network::Address> address = network::Address::parseHostPort(listen);
+  // parseHostPort() refuses port 0, which tests need to get a free port from the kernel.
+  if (!address.ok() && listen.size() > 2 && listen.substr(listen.size() - 2) == ":0") {
+    std::string any(listen.substr(0, listen.size() - 1));
+    any += '1';
+    address = network::Address::parseHostPort(any);
+    if (address.ok()) address->setPort(0);
+  }
+  return address;
 }
 
 absl::StatusOr<int> createListenSocket(const network::Address& address) {
@@ -437,13 +759,25 @@ network::Address localAddress(int fd) {
 }
 
 int run(int argc, char** argv) {
-  std::string_view listen;
+  std::string_view listen, tls_listen, sink, source, udp, tls_cert, tls_key;
   int threads = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     const bool has_value = i + 1 < argc;
     if ((arg == "--listen" || arg == "-l") && has_value) {
       listen = argv[++i];
+    } else if (arg == "--tls-listen" && has_value) {
+      tls_listen = argv[++i];
+    } else if (arg == "--sink" && has_value) {
+      sink = argv[++i];
+    } else if (arg == "--source" && has_value) {
+      source = argv[++i];
+    } else if (arg == "--udp-echo" && has_value) {
+      udp = argv[++i];
+    } else if (arg == "--tls-cert" && has_value) {
+      tls_cert = argv[++i];
+    } else if (arg == "--tls-key" && has_value) {
+      tls_key = argv[++i];
     } else if ((arg == "-t" || arg == "--threads") && has_value) {
       char* end = nullptr;
       const long t = strtol(argv[++i], &end, 10);
@@ -464,22 +798,33 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
-  if (listen.empty()) {
+  if (listen.empty() || tls_cert.empty() != tls_key.empty() ||
+      (!tls_listen.empty() && tls_cert.empty())) {
     usage();
     return 2;
   }
-  absl::StatusOr<network::Address> address = network::Address::parseHostPort(listen);
-  // parseHostPort() refuses port 0, which tests need to get a free port from the kernel.
-  if (!address.ok() && listen.size() > 2 && listen.substr(listen.size() - 2) == ":0") {
-    std::string any(listen.substr(0, listen.size() - 1));
-    any += '1';
-    address = network::Address::parseHostPort(any);
-    if (address.ok()) address->setPort(0);
-  }
-  if (!address.ok()) {
-    fprintf(stderr, "sluice-origin: --listen: %s\n",
-            std::string(address.status().message()).c_str());
-    return 2;
+  struct Port {
+    const char* flag;
+    std::string_view text;
+    PortKind kind;
+    network::Address bound;
+    bool on = false;
+  };
+  const bool listen_is_tls = !tls_cert.empty() && tls_listen.empty();
+  Port ports[] = {{"--listen", listen, listen_is_tls ? PortKind::HttpTls : PortKind::Http, {}},
+                  {"--sink", sink, PortKind::Sink, {}},
+                  {"--source", source, PortKind::Source, {}},
+                  {"--tls-listen", tls_listen, PortKind::HttpTls, {}}};
+  for (Port& p : ports) {
+    if (p.text.empty()) continue;
+    absl::StatusOr<network::Address> address = parseListen(p.text);
+    if (!address.ok()) {
+      fprintf(stderr, "sluice-origin: %s: %s\n", p.flag,
+              std::string(address.status().message()).c_str());
+      return 2;
+    }
+    p.bound = *address;
+    p.on = true;
   }
 
   // Writes to a connection the peer reset must fail with EPIPE, not kill the process.
@@ -489,27 +834,76 @@ int run(int argc, char** argv) {
   for (size_t i = 0; i < sizeof(g_block); ++i) g_block[i] = kPattern[i % kPattern.size()];
 
   stats::Store& store = stats::Store::get();
-  const Counters counters{store.counter("origin.requests"), store.counter("origin.bytes_received"),
-                          store.counter("origin.bytes_sent")};
+  const Counters counters{
+      store.counter("origin.requests"),     store.counter("origin.bytes_received"),
+      store.counter("origin.bytes_sent"),   store.counter("origin.sink_bytes"),
+      store.counter("origin.source_bytes"), store.counter("origin.ws_messages"),
+      store.counter("origin.ws_bytes"),     store.counter("origin.udp_packets"),
+      store.counter("origin.udp_bytes")};
 
-  network::Address bound = *address;
-  std::vector<std::unique_ptr<Worker>> workers;
-  for (int w = 0; w < threads; ++w) {
-    absl::StatusOr<int> fd = createListenSocket(bound);
-    if (!fd.ok()) {
-      fprintf(stderr, "sluice-origin: %s\n", std::string(fd.status().message()).c_str());
+  tls::ServerContextSharedPtr tls;
+  if (!tls_cert.empty()) {
+    tls::ServerContextConfig config;
+    config.certificates.push_back({std::string(tls_cert), std::string(tls_key)});
+    config.alpn = {"http/1.1"};
+    config.stats_prefix = "origin.tls.";
+    auto context = tls::ServerContext::create(config);
+    if (!context.ok()) {
+      fprintf(stderr, "sluice-origin: TLS: %s\n", std::string(context.status().message()).c_str());
+      return 2;
+    }
+    tls = *context;
+  }
+
+  // One UDP socket, served by the first worker: echo is for reachability and counts, not speed.
+  int udp_fd = -1;
+  network::Address udp_bound;
+  if (!udp.empty()) {
+    absl::StatusOr<network::Address> address = parseListen(udp);
+    if (!address.ok()) {
+      fprintf(stderr, "sluice-origin: --udp-echo: %s\n",
+              std::string(address.status().message()).c_str());
+      return 2;
+    }
+    udp_fd = ::socket(address->family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (udp_fd < 0 || ::bind(udp_fd, address->sockaddr_ptr(), address->length()) != 0) {
+      fprintf(stderr, "sluice-origin: cannot bind UDP %s: %s\n", address->asString().c_str(),
+              strerror(errno));
       return 1;
     }
-    // With port 0 the first socket picks the port; the others join it.
-    if (w == 0) bound = localAddress(*fd);
-    workers.push_back(std::make_unique<Worker>(w, *fd, counters));
+    udp_bound = localAddress(udp_fd);
+  }
+
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int w = 0; w < threads; ++w) {
+    workers.push_back(std::make_unique<Worker>(w, counters, tls, w == 0 ? udp_fd : -1));
+    for (Port& p : ports) {
+      if (!p.on) continue;
+      absl::StatusOr<int> fd = createListenSocket(p.bound);
+      if (!fd.ok()) {
+        fprintf(stderr, "sluice-origin: %s\n", std::string(fd.status().message()).c_str());
+        return 1;
+      }
+      // With port 0 the first socket picks the port; the others join it.
+      if (w == 0) p.bound = localAddress(*fd);
+      workers.back()->addListener(*fd, p.kind);
+    }
   }
 
   std::vector<std::thread> running;
   for (auto& worker : workers) {
     running.emplace_back([&worker] { worker->run(); });
   }
-  printf("listening on %s\n", bound.asString().c_str());
+  // The first line stays "listening on" (tests read it); the other ports follow, one a line.
+  printf("listening on %s\n", ports[0].bound.asString().c_str());
+  if (ports[1].on) printf("sink listening on %s\n", ports[1].bound.asString().c_str());
+  if (ports[2].on) printf("source listening on %s\n", ports[2].bound.asString().c_str());
+  if (udp_fd >= 0) printf("udp echo on %s\n", udp_bound.asString().c_str());
+  if (ports[3].on) {
+    printf("tls listening on %s\n", ports[3].bound.asString().c_str());
+  } else if (tls) {
+    printf("tls on\n");
+  }
   fflush(stdout);
   for (auto& t : running) t.join();
   return 0;

@@ -6,9 +6,12 @@ Usage: origin_test.py PATH_TO_SLUICE_ORIGIN
 import json
 import os
 import random
+import shutil
 import socket
+import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 
@@ -22,12 +25,17 @@ def expected_bytes(n):
 
 
 class Origin:
-    def __init__(self, threads=1):
-        self.proc = subprocess.Popen([ORIGIN, "--listen", "127.0.0.1:0", "-t", str(threads)],
-                                     stdout=subprocess.PIPE)
+    def __init__(self, threads=1, extra=(), extra_lines=0):
+        self.proc = subprocess.Popen([ORIGIN, "--listen", "127.0.0.1:0", "-t", str(threads),
+                                      *extra], stdout=subprocess.PIPE)
         line = self.proc.stdout.readline().decode()
         assert line.startswith("listening on 127.0.0.1:"), line
         self.port = int(line.strip().rsplit(":", 1)[1])
+        # "sink listening on 127.0.0.1:P", "udp echo on ...": by their first word.
+        self.ports = {}
+        for _ in range(extra_lines):
+            line = self.proc.stdout.readline().decode().strip()
+            self.ports[line.split()[0]] = int(line.rsplit(":", 1)[1])
 
     def connect(self):
         s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
@@ -62,6 +70,12 @@ class Client:
             self._fill()
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
+
+    def _line_nl(self):
+        while b"\n" not in self.buf:
+            self._fill()
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
 
     def _line(self):
         while b"\r\n" not in self.buf:
@@ -316,8 +330,147 @@ class OriginTest(unittest.TestCase):
         self.assertEqual(headers["content-type"], "application/json")
         stats = json.loads(body)
         self.assertEqual(stats, {"requests": len(reqs) + 1, "bytes_sent": received,
-                                 "bytes_received": sent + len(stats_req)})
+                                 "bytes_received": sent + len(stats_req), "sink_bytes": 0,
+                                 "source_bytes": 0, "ws_messages": 0, "ws_bytes": 0,
+                                 "udp_packets": 0, "udp_bytes": 0})
         s.close()
+
+
+def ws_frame(opcode, payload, fin=True, mask=b"\x01\x02\x03\x04"):
+    n = len(payload)
+    head = bytes([(0x80 if fin else 0) | opcode])
+    if n < 126:
+        head += bytes([0x80 | n])
+    elif n < 65536:
+        head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([0x80 | 127]) + n.to_bytes(8, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def read_ws_frame(client):
+    b0, b1 = client._take(2)
+    assert b1 & 0x80 == 0, "server frames are unmasked"
+    n = b1 & 0x7F
+    if n == 126:
+        n = int.from_bytes(client._take(2), "big")
+    elif n == 127:
+        n = int.from_bytes(client._take(8), "big")
+    return b0, client._take(n)
+
+
+class ExtrasTest(unittest.TestCase):
+    """/ws, the TCP sink and source, the UDP echo and the TLS port, with their /stats counts."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="origin-test-")
+        cls.cert = os.path.join(cls.tmp, "cert.pem")
+        cls.key = os.path.join(cls.tmp, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", cls.key, "-out", cls.cert], check=True,
+                       capture_output=True)
+        cls.origin = Origin(threads=2, extra=["--sink", "127.0.0.1:0", "--source", "127.0.0.1:0",
+                                              "--udp-echo", "127.0.0.1:0", "--tls-listen",
+                                              "127.0.0.1:0", "--tls-cert", cls.cert,
+                                              "--tls-key", cls.key], extra_lines=4)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.origin.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def stats(self):
+        c = self.origin.connect()
+        c.send(get(b"/stats"))
+        out = json.loads(c.response()[2])
+        c.close()
+        return out
+
+    def test_websocket_echo(self):
+        before = self.stats()
+        c = self.origin.connect()
+        c.send(b"GET /ws HTTP/1.1\r\nHost: o\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        status, headers, _ = c.response(head_only=True)
+        self.assertEqual(status, 101)
+        # RFC 6455 section 1.3's example key and accept value.
+        self.assertEqual(headers["sec-websocket-accept"], "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
+        for size in (0, 5, 125, 126, 70000):
+            payload = bytes(random.getrandbits(8) for _ in range(size))
+            # Sent in two pieces to cross reads.
+            frame = ws_frame(0x2, payload)
+            c.send(frame[:3])
+            c.send(frame[3:])
+            self.assertEqual(read_ws_frame(c), (0x82, payload))
+        # Fragmented text message: each fragment echoed as it comes.
+        c.send(ws_frame(0x1, b"hel", fin=False) + ws_frame(0x0, b"lo"))
+        self.assertEqual(read_ws_frame(c), (0x01, b"hel"))
+        self.assertEqual(read_ws_frame(c), (0x80, b"lo"))
+        c.send(ws_frame(0x9, b"pi"))
+        self.assertEqual(read_ws_frame(c), (0x8A, b"pi"))
+        c.send(ws_frame(0x8, b"\x03\xe8"))
+        self.assertEqual(read_ws_frame(c), (0x88, b"\x03\xe8"))
+        self.assertTrue(c.closed())
+        c.close()
+        after = self.stats()
+        self.assertEqual(after["ws_messages"] - before["ws_messages"], 6)
+        self.assertEqual(after["ws_bytes"] - before["ws_bytes"], 5 + 125 + 126 + 70000 + 5)
+
+    def test_websocket_rejects_unmasked_and_bad_upgrades(self):
+        c = self.origin.connect()
+        c.send(b"GET /ws HTTP/1.1\r\nHost: o\r\n\r\n")
+        self.assertEqual(c.response()[0], 400)
+        c.close()
+        c = self.origin.connect()
+        c.send(b"GET /ws HTTP/1.1\r\nHost: o\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               b"Sec-WebSocket-Key: x\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        self.assertEqual(c.response(head_only=True)[0], 101)
+        c.send(b"\x82\x02ab")  # unmasked client frame: protocol error
+        self.assertTrue(c.closed())
+        c.close()
+
+    def test_sink_and_source(self):
+        before = self.stats()
+        s = socket.create_connection(("127.0.0.1", self.origin.ports["sink"]), timeout=10)
+        for n in (0, 1, 1 << 20):
+            s.sendall(b"%d\n" % n + b"x" * n)
+            self.assertEqual(Client(s)._line_nl(), b"%d" % n)
+        s.close()
+        src = Client(socket.create_connection(("127.0.0.1", self.origin.ports["source"]),
+                                              timeout=10))
+        for n in (5, 3 << 20):
+            src.send(b"%d\n" % n)
+            self.assertEqual(src._take(n), expected_bytes(n))
+        self.assertEqual(src.buf, b"")
+        src.send(b"nope\n")
+        self.assertTrue(src.closed())
+        src.close()
+        after = self.stats()
+        self.assertEqual(after["sink_bytes"] - before["sink_bytes"], 1 + (1 << 20))
+        self.assertEqual(after["source_bytes"] - before["source_bytes"], 5 + (3 << 20))
+
+    def test_udp_echo(self):
+        before = self.stats()
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.settimeout(5)
+        for payload in (b"a", b"hello" * 100, b"z" * 60000):
+            u.sendto(payload, ("127.0.0.1", self.origin.ports["udp"]))
+            self.assertEqual(u.recvfrom(65536)[0], payload)
+        u.close()
+        after = self.stats()
+        self.assertEqual(after["udp_packets"] - before["udp_packets"], 3)
+        self.assertEqual(after["udp_bytes"] - before["udp_bytes"], 1 + 500 + 60000)
+
+    def test_tls_port(self):
+        ctx = ssl.create_default_context(cafile=self.cert)
+        raw = socket.create_connection(("127.0.0.1", self.origin.ports["tls"]), timeout=10)
+        c = Client(ctx.wrap_socket(raw, server_hostname="127.0.0.1"))
+        for n in (10, 100000):
+            c.send(get(b"/bytes/%d" % n))
+            self.assertEqual(c.response()[2], expected_bytes(n))
+        c.close()
 
 
 class MultiThreadTest(unittest.TestCase):
@@ -343,7 +496,8 @@ class MultiThreadTest(unittest.TestCase):
 
     def test_bad_command_lines(self):
         for args in [[], ["--listen"], ["--listen", "nohost"], ["--listen", "127.0.0.1:0", "-t", "0"],
-                     ["--bogus"]]:
+                     ["--bogus"], ["--listen", "127.0.0.1:0", "--tls-cert", "x"],
+                     ["--listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0"]]:
             rc = subprocess.run([ORIGIN] + args, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, timeout=10).returncode
             self.assertEqual(rc, 2, args)
