@@ -55,8 +55,38 @@ def h2_sluice(start_sluice):
     return start_sluice(patch=use_http2())
 
 
+@pytest.fixture(params=["h2c", "tls"])
+def h2_any(request, start_sluice, certs):
+    """HTTP/2 both ways a client reaches it: cleartext prior knowledge on a port whose codec
+    is sluice.http2, and the short form's TLS port with ALPN h2."""
+    if request.param == "h2c":
+        return start_sluice(patch=use_http2())
+    import ssl
+
+    from helpers import free_port
+    tls_port = free_port()
+    d = certs["dir"]
+    s = start_sluice(extra_short=f"tls:\n  listen: 127.0.0.1:{tls_port}\n"
+                                 f"  cert: {d / 'server-chain.pem'}\n  key: {d / 'server.key'}\n")
+    ctx = ssl.create_default_context(cafile=str(certs["ca"]))
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+
+    def connect():
+        raw = socket.create_connection(("127.0.0.1", tls_port), timeout=10)
+        tls = ctx.wrap_socket(raw, server_hostname="localhost")
+        assert tls.selected_alpn_protocol() == "h2"
+        return tls
+    s.h2_socket = connect
+    s.h2_chain = "https"
+    return s
+
+
+def chain_of(s):
+    return getattr(s, "h2_chain", "http")
+
+
 def stat(s, name):
-    return s.stat(f"http2.http.{name}")
+    return s.stat(f"http2.{chain_of(s)}.{name}")
 
 
 def rss_kib(pid):
@@ -160,6 +190,8 @@ class Stream:
 class H2Client:
     def __init__(self, sluice, timeout=10, sock=None):
         self.key = sluice.key
+        if sock is None and hasattr(sluice, "h2_socket"):
+            sock = sluice.h2_socket()
         self.sock = sock or socket.create_connection(sluice.proxy_addr, timeout=timeout)
         self.conn = h2.connection.H2Connection(
             h2.config.H2Configuration(client_side=True, header_encoding="utf-8",
@@ -272,7 +304,10 @@ class H2Client:
 
 def raw_connection(sluice):
     """A socket that has sent the preface and an empty SETTINGS (no ACK of the server's)."""
-    s = socket.create_connection(sluice.proxy_addr, timeout=10)
+    if hasattr(sluice, "h2_socket"):
+        s = sluice.h2_socket()
+    else:
+        s = socket.create_connection(sluice.proxy_addr, timeout=10)
     s.sendall(PREFACE + SettingsFrame(0).serialize())
     return s
 
@@ -410,7 +445,8 @@ def test_post_without_length_is_chunked_to_origin(h2_sluice, py_origin):
     assert r.headers["x-origin-chunked"] == "yes"
 
 
-def test_many_streams_share_the_pool(h2_sluice, py_origin):
+def test_many_streams_share_the_pool(h2_any, py_origin):
+    h2_sluice = h2_any
     c = H2Client(h2_sluice)
     authority = f"127.0.0.1:{py_origin.port}"
     sids = [c.open("GET", authority, "/chunked") for _ in range(10)]
@@ -464,7 +500,8 @@ def test_request_body_limit(start_sluice, py_origin):
 # auth, per stream
 
 
-def test_auth_per_stream(h2_sluice, py_origin):
+def test_auth_per_stream(h2_any, py_origin):
+    h2_sluice = h2_any
     c = H2Client(h2_sluice)
     authority = f"127.0.0.1:{py_origin.port}"
     missing = c.open("GET", authority, "/hello", key=None)
@@ -491,7 +528,8 @@ def test_connect_without_key_gets_407(h2_sluice, echo_server):
 # CONNECT tunnels
 
 
-def test_concurrent_connect_tunnels(h2_sluice, echo_server):
+def test_concurrent_connect_tunnels(h2_any, echo_server):
+    h2_sluice = h2_any
     c = H2Client(h2_sluice)
     sids = [c.open("CONNECT", echo_server.authority, end=False) for _ in range(8)]
     assert c.wait(lambda: all(c.streams[s].status == 200 for s in sids)), \
@@ -509,11 +547,12 @@ def test_concurrent_connect_tunnels(h2_sluice, echo_server):
         c.conn.end_stream(s)
     c.send()
     assert c.wait(lambda: all(c.streams[s].ended for s in sids))
-    assert h2_sluice.wait_stat("http2.http.tunnels_active", lambda v: v == 0) == 0
+    assert h2_sluice.wait_stat(f"http2.{chain_of(h2_sluice)}.tunnels_active", lambda v: v == 0) == 0
     assert stat(h2_sluice, "rq_connect") == 8
 
 
-def test_rst_stream_closes_tunnel_upstream(h2_sluice, echo_server):
+def test_rst_stream_closes_tunnel_upstream(h2_any, echo_server):
+    h2_sluice = h2_any
     c = H2Client(h2_sluice)
     sid = c.open("CONNECT", echo_server.authority, end=False)
     assert c.wait(lambda: c.streams[sid].status == 200)
@@ -521,7 +560,7 @@ def test_rst_stream_closes_tunnel_upstream(h2_sluice, echo_server):
     assert c.wait(lambda: bytes(c.streams[sid].body) == b"ping")
     c.conn.reset_stream(sid)
     c.send()
-    assert h2_sluice.wait_stat("http2.http.tunnels_active", lambda v: v == 0) == 0
+    assert h2_sluice.wait_stat(f"http2.{chain_of(h2_sluice)}.tunnels_active", lambda v: v == 0) == 0
     # The upstream socket was closed: the echo server sees EOF.
     conn = echo_server.conns[0]
     conn.settimeout(5)
@@ -538,9 +577,10 @@ def test_rst_stream_closes_tunnel_upstream(h2_sluice, echo_server):
     assert closed
 
 
-def test_slow_tunnel_reader_is_bounded(h2_sluice, py_origin):
+def test_slow_tunnel_reader_is_bounded(h2_any, py_origin):
     """A client that never opens its window on one tunnel: sluice stops reading that upstream
     (bounded buffering) while other streams on the connection keep flowing."""
+    h2_sluice = h2_any
     source = SourceServer(total=200 << 20)
     try:
         c = H2Client(h2_sluice)
@@ -605,7 +645,8 @@ def test_slow_upstream_holds_client_window(h2_sluice):
 # protections
 
 
-def test_rapid_reset_gets_goaway(h2_sluice, py_origin):
+def test_rapid_reset_gets_goaway(h2_any, py_origin):
+    h2_sluice = h2_any
     s = raw_connection(h2_sluice)
     enc = hpack.Encoder()
     out = bytearray()
@@ -831,7 +872,7 @@ def test_websocket_over_extended_connect(h2_sluice, ws_origin):
     assert stat(h2_sluice, "tunnels_active") == 1
     c.conn.reset_stream(sid)
     c.send()
-    assert h2_sluice.wait_stat("http2.http.tunnels_active", lambda v: v == 0) == 0
+    assert h2_sluice.wait_stat(f"http2.{chain_of(h2_sluice)}.tunnels_active", lambda v: v == 0) == 0
 
 
 def test_websocket_refused_by_origin_is_relayed(h2_sluice, ws_origin):
