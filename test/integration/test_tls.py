@@ -263,3 +263,24 @@ def test_alpn_picks_the_codec(tls_sluice, certs, nginx):
     assert s.stat("tls.https.alpn_none") == 1
     assert s.stat("http2.https.rq_forward") == 1
     assert s.stat("http1.https.rq_forward") == 2
+
+
+def test_a_peek_that_never_completes_hits_the_deadline(tls_sluice, certs):
+    """The start of a TLS record, then nothing: the sniffer's wait ends at the listener's
+    listener_filters_timeout, before any TLS object exists."""
+    def patch(full):
+        for listener in full["listeners"]:
+            if listener["name"] == "https":
+                listener["listener_filters_timeout"] = "1s"
+    s = tls_sluice(patch=patch)
+    with socket.create_connection(("127.0.0.1", s.tls_port), timeout=10) as c:
+        c.sendall(b"\x16\x03\x01\x02")
+        start = time.monotonic()
+        try:
+            assert c.recv(100) == b""
+        except ConnectionResetError:
+            pass
+        elapsed = time.monotonic() - start
+    assert 0.5 < elapsed < 5, elapsed
+    assert s.stat("listener.https.downstream_listener_filter_timeout") == 1
+    assert s.stat("tls.https.handshakes") == 0

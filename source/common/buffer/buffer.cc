@@ -210,8 +210,13 @@ void Buffer::commit(const Reservation& reservation, size_t n) {
 }
 
 ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked) {
-  iovec iov[2];
+  // The tail's free space, then up to kMaxFreshBlocks fresh blocks: a bulk transfer moves up to
+  // 64 KiB per system call, and blocks the read did not fill go straight back to the free list.
+  constexpr int kMaxFreshBlocks = 4;
+  iovec iov[1 + kMaxFreshBlocks];
+  Block* fresh[kMaxFreshBlocks];
   int iovcnt = 0;
+  int nfresh = 0;
   size_t room = 0;
   const bool use_tail = tail_ != nullptr && tail_->writable() > 0;
   if (use_tail) {
@@ -220,15 +225,15 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked) {
     room = iov[0].iov_len;
     iovcnt = 1;
   }
-  Block* fresh = nullptr;
-  if (room < max) {
-    fresh = BlockPool::acquire(kBlockSize);
-    iov[iovcnt].iov_base = fresh->data();
-    iov[iovcnt].iov_len = std::min<size_t>(fresh->capacity, max - room);
+  while (room < max && nfresh < kMaxFreshBlocks) {
+    Block* b = BlockPool::acquire(kBlockSize);
+    fresh[nfresh++] = b;
+    iov[iovcnt].iov_base = b->data();
+    iov[iovcnt].iov_len = std::min<size_t>(b->capacity, max - room);
+    room += iov[iovcnt].iov_len;
     ++iovcnt;
   }
-  asked = 0;
-  for (int i = 0; i < iovcnt; ++i) asked += iov[i].iov_len;
+  asked = room;
   ssize_t rc = ::readv(fd, iov, iovcnt);
   if (rc < 0) err = errno;
   size_t got = rc > 0 ? static_cast<size_t>(rc) : 0;
@@ -238,12 +243,14 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked) {
     length_ += in_tail;
     got -= in_tail;
   }
-  if (fresh != nullptr) {
-    if (got > 0) {
-      fresh->end = static_cast<uint32_t>(got);
-      append(fresh);
+  for (int i = 0; i < nfresh; ++i) {
+    size_t in_block = std::min<size_t>(got, fresh[i]->capacity);
+    if (in_block > 0) {
+      fresh[i]->end = static_cast<uint32_t>(in_block);
+      append(fresh[i]);
+      got -= in_block;
     } else {
-      BlockPool::release(fresh);
+      BlockPool::release(fresh[i]);
     }
   }
   return rc;

@@ -76,7 +76,8 @@ class Buffer {
   Reservation reserve();
   void commit(const Reservation& reservation, size_t n);
 
-  // One readv(2) into the tail's free space and a fresh block; returns bytes read, 0 on EOF,
+  // One readv(2) into the tail's free space and up to four fresh blocks (at most `max` bytes);
+  // blocks left empty go back to the free list. Returns bytes read, 0 on EOF,
   // -1 with err = errno on error (EAGAIN included). `asked` is how many bytes were asked for:
   // a read that returns fewer has emptied the socket.
   ssize_t readFrom(int fd, size_t max, int& err, size_t& asked);

@@ -450,10 +450,22 @@ TEST_F(BufferSocketTest, ReadRespectsMax) {
   EXPECT_EQ(50, b.readFrom(fds_[0], 50, err, asked));
   EXPECT_EQ(50u, asked);
   EXPECT_EQ(1, held());
-  // A large max: the tail's free space plus one fresh block.
+  // A large max: the tail's free space plus up to four fresh blocks (64 KiB a call).
   EXPECT_EQ(350, b.readFrom(fds_[0], 100000, err, asked));
-  EXPECT_EQ(size_t{kBlockSize} - 150 + kBlockSize, asked);
-  EXPECT_EQ(1, held());  // all 350 fitted the tail: the fresh block went back
+  EXPECT_EQ(size_t{kBlockSize} - 150 + 4 * kBlockSize, asked);
+  EXPECT_EQ(1, held());  // all 350 fitted the tail: the fresh blocks went back
+  EXPECT_EQ(data, contents(b));
+}
+
+TEST_F(BufferSocketTest, OneReadFillsSeveralBlocks) {
+  const std::string data = pattern(3 * kBlockSize + 10, 2);
+  ASSERT_EQ(static_cast<ssize_t>(data.size()), ::write(fds_[1], data.data(), data.size()));
+  Buffer b;
+  int err = 0;
+  size_t asked = 0;
+  EXPECT_EQ(static_cast<ssize_t>(data.size()), b.readFrom(fds_[0], 1 << 20, err, asked));
+  EXPECT_EQ(size_t{4} * kBlockSize, asked);  // short: the socket is empty
+  EXPECT_EQ(4, held());                      // the fourth block holds the last 10 bytes
   EXPECT_EQ(data, contents(b));
 }
 
