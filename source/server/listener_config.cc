@@ -166,6 +166,9 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
   }
   config->drain_timeout =
       durationOr(bootstrap.has_drain_timeout(), bootstrap.drain_timeout(), config->drain_timeout);
+  config->memory_release_interval =
+      durationOr(bootstrap.has_memory_release_interval(), bootstrap.memory_release_interval(),
+                 config->memory_release_interval);
   if (bootstrap.upstream_pool().max_idle_per_destination() != 0) {
     config->pool_max_idle = bootstrap.upstream_pool().max_idle_per_destination();
   }

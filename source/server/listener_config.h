@@ -65,6 +65,8 @@ struct ServerConfig {
   uint32_t workers = 1;
   std::vector<ListenerConfigSharedPtr> listeners;
   std::chrono::milliseconds drain_timeout{10000};
+  // 0: never hand free heap memory back to the system.
+  std::chrono::milliseconds memory_release_interval{10000};
   uint32_t pool_max_idle = 256;
   std::chrono::milliseconds pool_idle_timeout{60000};
   network::Address admin_address;  // invalid when the admin endpoint is off

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <netinet/in.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -165,6 +166,15 @@ absl::Status Server::start() {
   }
   for (auto& w : workers_) w->start();
   running_ = true;
+  if (config_->memory_release_interval.count() > 0) {
+    // Workers allocate per connection, never per request: the arena locks malloc_trim takes
+    // are met only by connections opening or closing at that moment.
+    memory_release_timer_ = std::make_unique<event::Timer>(dispatcher_, [this] {
+      if (malloc_trim(0) != 0) memory_released_.inc();
+      memory_release_timer_->enable(config_->memory_release_interval);
+    });
+    memory_release_timer_->enable(config_->memory_release_interval);
+  }
   for (size_t i = 0; i < config_->listeners.size(); ++i) {
     SLUICE_LOG(Info, "listener '%s' on %s (%d workers)", config_->listeners[i]->name,
                bound_[i].asString(), n);

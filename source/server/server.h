@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 
 #include "source/common/event/dispatcher.h"
+#include "source/common/stats/stats.h"
 #include "source/server/admin.h"
 #include "source/server/listener_config.h"
 #include "source/server/worker.h"
@@ -49,10 +50,13 @@ class Server {
   struct event* sigterm_ = nullptr;
   struct event* sighup_ = nullptr;
   std::unique_ptr<event::Timer> drain_timer_;
+  std::unique_ptr<event::Timer> memory_release_timer_;
   std::chrono::steady_clock::time_point started_at_;
   uint32_t workers_exited_ = 0;
   bool running_ = false;
   bool draining_ = false;
+  // Trims that handed memory back (malloc_trim returned 1).
+  stats::Counter memory_released_ = stats::Store::get().counter("server.memory_released");
 };
 
 // A listening TCP socket with SO_REUSEPORT (several per address: one per worker).

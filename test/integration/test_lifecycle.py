@@ -5,6 +5,8 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 from helpers import CLEAN_ENV, curl
 
 
@@ -84,3 +86,48 @@ def test_admin_post_drain_stops_and_exits_zero(start_sluice, nginx):
     assert r.status == 200, f"POST /drain: {r}"
     code = s.wait(15)
     assert code == 0, f"exit code after POST /drain: {code}"
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def burst(s, n=1500):
+    """n connections, each holding an unfinished 8 KiB request head in sluice's buffers, then
+    all closed: the heap grows, then holds mostly free memory."""
+    conns = []
+    for _ in range(n):
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        c.sendall(f"GET http://127.0.0.1/ HTTP/1.1\r\nX-Pad: {'p' * 8000}\r\n".encode())
+        conns.append(c)
+    s.wait_stat("listener.http.downstream_cx_active", lambda v: v == n, timeout=10)
+    time.sleep(0.5)
+    peak = rss_kib(s.proc.pid)
+    for c in conns:
+        c.close()
+    s.wait_stat("listener.http.downstream_cx_active", lambda v: v == 0, timeout=10)
+    return peak
+
+
+@pytest.mark.parametrize("interval", ["1s", "0s"])
+def test_free_memory_goes_back_after_a_burst(start_sluice, interval):
+    def patch(full):
+        full["memory_release_interval"] = interval
+        for listener in full["listeners"]:
+            listener["connection_limits"]["max_connections_per_client"] = 5000
+    s = start_sluice(patch=patch)
+    peak = burst(s)
+    time.sleep(2.5)
+    after = rss_kib(s.proc.pid)
+    released = s.stat("server.memory_released")
+    if interval == "0s":
+        # Nothing trims: the burst's memory stays with the process (glibc keeps freed chunks).
+        assert released == 0
+        assert after > peak - 4096, (peak, after)
+    else:
+        assert released >= 1
+        assert after < peak - 4096, (peak, after)  # at least 4 MiB of the burst handed back

@@ -8,6 +8,8 @@
 #include "absl/strings/str_format.h"
 
 #include "source/common/common/logger.h"
+#include "source/common/http/head_scan.h"
+#include "source/common/http/status.h"
 #include "source/common/http/upgrade.h"
 #include "source/common/proxy/worker_context.h"
 #include "source/common/upstream/pool.h"
@@ -45,57 +47,6 @@ class PendingPool {
 thread_local PendingPool t_pending_pool;
 // Response heads are parsed and re-serialized within one callback: one scratch per worker.
 thread_local http1::ResponseHead t_response_head;
-
-const char* statusText(uint16_t status) {
-  switch (status) {
-    case 101:
-      return "Switching Protocols";
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 403:
-      return "Forbidden";
-    case 407:
-      return "Proxy Authentication Required";
-    case 408:
-      return "Request Timeout";
-    case 413:
-      return "Content Too Large";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 501:
-      return "Not Implemented";
-    case 502:
-      return "Bad Gateway";
-    case 503:
-      return "Service Unavailable";
-    case 504:
-      return "Gateway Timeout";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return "Error";
-  }
-}
-
-uint16_t denialStatus(proxy::Denial denial) {
-  switch (denial) {
-    case proxy::Denial::BadRequest:
-      return 400;
-    case proxy::Denial::Unauthorized:
-      return 407;
-    case proxy::Denial::Forbidden:
-      return 403;
-    case proxy::Denial::BadGateway:
-      return 502;
-    case proxy::Denial::GatewayTimeout:
-      return 504;
-    case proxy::Denial::ServiceUnavailable:
-      return 503;
-  }
-  return 500;
-}
 
 bool idempotent(http1::Method m) {
   return m == http1::Method::Get || m == http1::Method::Head || m == http1::Method::Options ||
@@ -240,11 +191,8 @@ network::FilterStatus Http1ProxyFilter::onData(buffer::Buffer& data, bool end_st
         upstream_->write(data);
         timer_->enable(upstream_info_.tunnel_idle_timeout);
       }
-      if (end_stream && !downstream_ended_) {
-        downstream_ended_ = true;
-        buffer::Buffer none;
-        upstream_->write(none, true);
-        if (upstream_ended_) closeAll();
+      if (end_stream && proxy::passTunnelEnd(*upstream_, downstream_ended_, upstream_ended_)) {
+        closeAll();
       }
       break;
     case State::Closed:
@@ -264,17 +212,9 @@ void Http1ProxyFilter::armHeadTimer() {
 void Http1ProxyFilter::processHead(buffer::Buffer& data) {
   if (data.empty()) return;
   armHeadTimer();
-  const uint32_t max = config_->request_limits.max_head_bytes;
-  std::string_view view =
-      data.linearize(std::min<size_t>(data.length(), size_t{max} + 1), size_t{max} + 1);
-  // The parser starts over on each call: only call it when a line ended in the new bytes (or
-  // the limit is reached), so a client sending one byte at a time cannot make it quadratic.
-  size_t scanned = std::min<size_t>(head_scanned_, view.size());
-  head_scanned_ = view.size();
-  if (scanned > 0 && view.size() <= max &&
-      memchr(view.data() + scanned, '\n', view.size() - scanned) == nullptr) {
-    return;
-  }
+  const std::string_view view =
+      http::headToParse(data, config_->request_limits.max_head_bytes, head_scanned_);
+  if (view.empty()) return;
   if (pending_ == nullptr) pending_ = t_pending_pool.acquire();
   http1::ParseError err;
   http1::ParseStatus status =
@@ -386,7 +326,7 @@ void Http1ProxyFilter::startRequest() {
 }
 
 void Http1ProxyFilter::onDenied(proxy::Denial denial, std::string_view reason) {
-  uint16_t status = denialStatus(denial);
+  uint16_t status = http::denialStatus(denial);
   // A body we did not read would be taken for the next request: close instead of skipping it.
   bool close = !client_keep_alive_ || request_framing_ != http1::BodyFraming::None ||
                downstream_ended_ || pending_->request.close_connection;
@@ -413,7 +353,7 @@ void Http1ProxyFilter::onUpstreamReady(network::ConnectionPtr upstream,
     buffer::Buffer out;
     out.add(std::string_view("HTTP/1.1 200 Connection Established\r\n\r\n"));
     downstream().write(out);
-    countStatus(200);
+    config_->stats.countStatus(200);
     downstream().readBuffer().drain(head_size_);
     head_in_buffer_ = false;
     releaseHead();
@@ -567,11 +507,8 @@ void Http1ProxyFilter::onUpstreamData(buffer::Buffer& data, bool end_stream) {
       downstream().write(data);
       timer_->enable(upstream_info_.tunnel_idle_timeout);
     }
-    if (end_stream && !upstream_ended_) {
-      upstream_ended_ = true;
-      buffer::Buffer none;
-      downstream().write(none, true);
-      if (downstream_ended_) closeAll();
+    if (end_stream && proxy::passTunnelEnd(downstream(), upstream_ended_, downstream_ended_)) {
+      closeAll();
     }
     return;
   }
@@ -601,17 +538,9 @@ void Http1ProxyFilter::onUpstreamData(buffer::Buffer& data, bool end_stream) {
 bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer& out) {
   http1::ResponseHead& rh = t_response_head;
   while (true) {
-    const uint32_t max = config_->response_limits.max_head_bytes;
-    std::string_view view =
-        data.linearize(std::min<size_t>(data.length(), size_t{max} + 1), size_t{max} + 1);
+    const std::string_view view =
+        http::headToParse(data, config_->response_limits.max_head_bytes, response_scanned_);
     if (view.empty()) return false;
-    // As for requests: re-parse only when a line ended in the new bytes.
-    size_t scanned = std::min<size_t>(response_scanned_, view.size());
-    response_scanned_ = view.size();
-    if (scanned > 0 && view.size() <= max &&
-        memchr(view.data() + scanned, '\n', view.size() - scanned) == nullptr) {
-      return false;
-    }
     http1::ParseError err;
     http1::ParseStatus st =
         http1::parseResponseHead(view, config_->response_limits, method_, rh, err);
@@ -633,7 +562,7 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer&
         if (upgrade_ && http::acceptsUpgrade(rh)) {
           // The 101 goes out with the fields the origin sent (Sec-WebSocket-Accept, -Protocol,
           // -Extensions), minus the hop-by-hop and framing ones, which are the proxy's to write.
-          addStatusLine(out, 101, rh.reason.empty() ? statusText(101) : rh.reason);
+          addStatusLine(out, 101, rh.reason.empty() ? http::statusText(101) : rh.reason);
           constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
           for (uint32_t i = 0; i < rh.header_count; ++i) {
             const http1::HeaderField& h = rh.headers[i];
@@ -645,7 +574,7 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer&
           addHeaderLine(out, "Connection", "Upgrade");
           out.add("\r\n", 2);
           data.drain(rh.head_size);
-          countStatus(101);
+          config_->stats.countStatus(101);
           config_->stats.upgrade_switched.inc();
           upgraded_ = true;
           setState(State::Tunnel);
@@ -663,7 +592,7 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer&
         addStatusLine(out, rh.status, rh.reason);
         addForwardedHeaders(out, rh.headers.data(), rh.header_count, rh.content_length);
         out.add("\r\n", 2);
-        countStatus(rh.status);
+        config_->stats.countStatus(rh.status);
       }
       data.drain(rh.head_size);
       continue;
@@ -686,7 +615,7 @@ bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer&
     }
     out.add("\r\n", 2);
     data.drain(rh.head_size);
-    countStatus(rh.status);
+    config_->stats.countStatus(rh.status);
     response_started_ = true;
     return true;
   }
@@ -817,13 +746,9 @@ void Http1ProxyFilter::onEvent(network::ConnectionEvent event) {
   releaseHead();
 }
 
-void Http1ProxyFilter::onAboveWriteHighWatermark() {
-  if (upstream_) upstream_->readDisable(true);
-}
+void Http1ProxyFilter::onAboveWriteHighWatermark() { proxy::pauseUpstreamReading(upstream_, true); }
 
-void Http1ProxyFilter::onBelowWriteLowWatermark() {
-  if (upstream_) upstream_->readDisable(false);
-}
+void Http1ProxyFilter::onBelowWriteLowWatermark() { proxy::pauseUpstreamReading(upstream_, false); }
 
 void Http1ProxyFilter::onDrain() {
   draining_ = true;
@@ -872,27 +797,12 @@ void Http1ProxyFilter::onTimer() {
   }
 }
 
-void Http1ProxyFilter::countStatus(uint16_t status) {
-  const Http1Stats& s = config_->stats;
-  if (status < 200) {
-    s.rs_1xx.inc();
-  } else if (status < 300) {
-    s.rs_2xx.inc();
-  } else if (status < 400) {
-    s.rs_3xx.inc();
-  } else if (status < 500) {
-    s.rs_4xx.inc();
-  } else {
-    s.rs_5xx.inc();
-  }
-}
-
 void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, bool close,
                                       bool auth_challenge) {
-  std::string body = absl::StrFormat("%d %s: %s\n", status, statusText(status), detail);
+  std::string body = http::localReplyBody(status, detail);
   std::string head = absl::StrFormat(
       "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n", status,
-      statusText(status), body.size());
+      http::statusText(status), body.size());
   if (auth_challenge) {
     head +=
         absl::StrFormat("Proxy-Authenticate: Basic realm=\"%s\"\r\n", pending_->request.auth_realm);
@@ -901,7 +811,7 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, 
   buffer::Buffer out;
   out.add(head);
   if (method_ != http1::Method::Head || state_ == State::ReadingHead) out.add(body);
-  countStatus(status);
+  config_->stats.countStatus(status);
   downstream().write(out);
   if (!close) return;
   setState(State::Closed);

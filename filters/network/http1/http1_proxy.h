@@ -8,33 +8,19 @@
 #include "source/common/event/dispatcher.h"
 #include "source/common/http/chunked.h"
 #include "source/common/http/h1_parser.h"
+#include "source/common/http/proxy_stats.h"
 #include "source/common/network/filter.h"
 #include "source/common/proxy/request_filter.h"
+#include "source/common/proxy/tunnel.h"
 #include "source/common/stats/stats.h"
 
 namespace sluice {
 namespace filters {
 namespace http1proxy {
 
-struct Http1Stats {
-  stats::Counter rq_total;           // every request head parsed
-  stats::Counter rq_forward;         // absolute-form requests relayed
-  stats::Counter rq_connect;         // CONNECT tunnels requested
-  stats::Counter rq_rejected;        // malformed heads (400/431/501/505)
-  stats::Counter rq_head_timeout;    // heads that did not arrive in time (408)
-  stats::Counter rq_body_too_large;  // bodies over max_request_body_bytes (413 or close)
-  stats::Counter rq_body_timeout;    // uploads the client stalled before any response (408)
-  stats::Counter rq_retry;           // retried on a fresh connection after a pooled one failed
-  stats::Counter rs_1xx, rs_2xx, rs_3xx, rs_4xx, rs_5xx;
-  stats::Counter upstream_rs_bad;      // malformed origin responses (502)
-  stats::Counter upstream_rs_timeout;  // origins that did not answer in time (504)
-  stats::Counter upstream_reset;       // origins that closed mid-exchange
-  stats::Counter downstream_idle_timeout;
-  stats::Counter downstream_reset;  // clients that left mid-exchange
-  stats::Counter tunnel_idle_timeout;
-  stats::Gauge tunnels_active;
-  stats::Counter bytes_upstream_tx;  // request bytes written to origins (head and body)
-  stats::Counter bytes_upstream_rx;  // response bytes read from origins
+// The shared HTTP proxy stats (http/proxy_stats.h) and the HTTP/1.1 codec's own.
+struct Http1Stats : http::ProxyStats {
+  stats::Counter rq_total;  // every request head parsed
   // WebSocket upgrades (HTTP/1.1 Upgrade relayed to the origin).
   stats::Counter rq_upgrade;        // websocket upgrade requests relayed to an origin
   stats::Counter upgrade_rejected;  // refused by the proxy (400): body, not GET, wss://, ...
@@ -110,21 +96,7 @@ class Http1ProxyFilter : public network::ReadFilter,
     Closed,
   };
 
-  // Forwards origin connection events to the codec (the codec cannot be both a network
-  // filter and the origin connection's callbacks: the onData signatures clash).
-  class UpstreamCallbacks : public network::ConnectionCallbacks {
-   public:
-    explicit UpstreamCallbacks(Http1ProxyFilter& parent) : parent_(parent) {}
-    void onData(buffer::Buffer& data, bool end_stream) override {
-      parent_.onUpstreamData(data, end_stream);
-    }
-    void onEvent(network::ConnectionEvent event) override { parent_.onUpstreamEvent(event); }
-    void onAboveWriteHighWatermark() override { parent_.downstream().readDisable(true); }
-    void onBelowWriteLowWatermark() override { parent_.downstream().readDisable(false); }
-
-   private:
-    Http1ProxyFilter& parent_;
-  };
+  friend class proxy::UpstreamCallbacks<Http1ProxyFilter>;
 
   network::Connection& downstream() { return callbacks_->connection(); }
   // Every state change goes through here so the tunnel gauge stays exact.
@@ -150,7 +122,6 @@ class Http1ProxyFilter : public network::ReadFilter,
   // A reply made by the proxy itself; closes the connection after it when close is set.
   void sendLocalReply(uint16_t status, std::string_view detail, bool close,
                       bool auth_challenge = false);
-  void countStatus(uint16_t status);
   void releaseUpstream(bool reusable);
   void closeAll();
   void releaseHead();
@@ -160,7 +131,7 @@ class Http1ProxyFilter : public network::ReadFilter,
   network::ReadFilterCallbacks* callbacks_ = nullptr;
   // Built in onNewConnection (they need the worker); held in place, not on the heap.
   std::optional<proxy::RequestFilterChain> chain_;
-  UpstreamCallbacks upstream_callbacks_;
+  proxy::UpstreamCallbacks<Http1ProxyFilter> upstream_callbacks_;
   network::ConnectionPtr upstream_;
   std::optional<event::Timer> timer_;
   State state_ = State::ReadingHead;

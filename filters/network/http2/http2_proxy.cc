@@ -10,6 +10,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 
+#include "source/common/http/head_scan.h"
+#include "source/common/http/status.h"
 #include "source/common/http/upgrade.h"
 #include "source/common/proxy/worker_context.h"
 #include "source/common/upstream/pool.h"
@@ -30,51 +32,6 @@ constexpr size_t kFlushBytes = 256 * 1024;
 thread_local std::string t_names;
 thread_local std::vector<http2::ResponseHeader> t_headers;
 thread_local http1::ResponseHead t_response_head;
-
-const char* statusText(uint16_t status) {
-  switch (status) {
-    case 400:
-      return "Bad Request";
-    case 403:
-      return "Forbidden";
-    case 407:
-      return "Proxy Authentication Required";
-    case 408:
-      return "Request Timeout";
-    case 413:
-      return "Content Too Large";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 501:
-      return "Not Implemented";
-    case 502:
-      return "Bad Gateway";
-    case 503:
-      return "Service Unavailable";
-    case 504:
-      return "Gateway Timeout";
-    default:
-      return "Error";
-  }
-}
-
-uint16_t denialStatus(proxy::Denial denial) {
-  switch (denial) {
-    case proxy::Denial::BadRequest:
-      return 400;
-    case proxy::Denial::Unauthorized:
-      return 407;
-    case proxy::Denial::Forbidden:
-      return 403;
-    case proxy::Denial::BadGateway:
-      return 502;
-    case proxy::Denial::GatewayTimeout:
-      return 504;
-    case proxy::Denial::ServiceUnavailable:
-      return 503;
-  }
-  return 500;
-}
 
 // RFC 6455 4.2.2: base64(SHA-1(key + GUID)).
 std::string webSocketAccept(std::string_view key) {
@@ -396,23 +353,9 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     upstream_info_ = info;
     chain_.end();
     if (info_.kind == proxy::RequestKind::Tunnel) {
-      state_ = State::Tunnel;
-      tunnel_ = true;
-      config().stats.tunnels_active.inc();
-      response_started_ = true;
       parent_.codec_->submitResponse(id_, 200, nullptr, 0, false);
-      countStatus(200);
-      timer_.enable(upstream_info_.tunnel_idle_timeout);
-      if (!pending_body_.empty()) {
-        writeUpstream(pending_body_, false);
-        if (state_ != State::Tunnel) return;
-      }
-      if (request_ended_ && upstream_) {
-        buffer::Buffer none;
-        upstream_->write(none, true);
-      }
-      creditPending();
-      parent_.scheduleFlush();
+      config().stats.countStatus(200);
+      enterTunnel();
       return;
     }
     state_ = State::Forwarding;
@@ -427,7 +370,7 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     chain_.end();
     // The refusal goes out first, then the GOAWAY (onResponseSent).
     drain_after_reply_ = request_.close_connection;
-    localReply(denialStatus(denial), reason, denial == proxy::Denial::Unauthorized);
+    localReply(http::denialStatus(denial), reason, denial == proxy::Denial::Unauthorized);
   }
 
   // proxy::RequestHeaders
@@ -517,21 +460,6 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   static constexpr size_t kKeptHeaderFields = 32;
 
   const Http2Config& config() const { return *parent_.config_; }
-
-  void countStatus(uint16_t status) {
-    const Http2Stats& s = config().stats;
-    if (status < 200) {
-      s.rs_1xx.inc();
-    } else if (status < 300) {
-      s.rs_2xx.inc();
-    } else if (status < 400) {
-      s.rs_3xx.inc();
-    } else if (status < 500) {
-      s.rs_4xx.inc();
-    } else {
-      s.rs_5xx.inc();
-    }
-  }
 
   void writeUpstream(buffer::Buffer& out, bool end_stream) {
     if (!upstream_) {
@@ -637,10 +565,16 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
       }
     }
     parent_.codec_->submitResponse(id_, 200, t_headers.data(), t_headers.size(), false);
-    countStatus(200);
+    config().stats.countStatus(200);
     data.drain(rh.head_size);
     config().stats.websocket_switched.inc();
     websocket_pending_ = false;
+    enterTunnel();
+  }
+
+  // The 200 is submitted: the stream becomes a byte tunnel (CONNECT, or a WebSocket the origin
+  // switched to). Request bytes held while the filters ran (or the 101 was awaited) go first.
+  void enterTunnel() {
     response_started_ = true;
     state_ = State::Tunnel;
     tunnel_ = true;
@@ -677,16 +611,9 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   bool processResponseHead(buffer::Buffer& data) {
     http1::ResponseHead& rh = t_response_head;
     while (true) {
-      const uint32_t max = config().response_limits.max_head_bytes;
-      std::string_view view =
-          data.linearize(std::min<size_t>(data.length(), size_t{max} + 1), size_t{max} + 1);
+      const std::string_view view =
+          http::headToParse(data, config().response_limits.max_head_bytes, response_scanned_);
       if (view.empty()) return false;
-      size_t scanned = std::min<size_t>(response_scanned_, view.size());
-      response_scanned_ = view.size();
-      if (scanned > 0 && view.size() <= max &&
-          memchr(view.data() + scanned, '\n', view.size() - scanned) == nullptr) {
-        return false;
-      }
       http1::ParseError err;
       // A WebSocket bridge asked the origin with a GET.
       const http1::Method method = info_.websocket ? http1::Method::Get : info_.method;
@@ -712,7 +639,7 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
         // Interim responses (100 Continue, 103 Early Hints) go out as non-final HEADERS.
         buildResponseHeaders(rh);
         parent_.codec_->submitInterim(id_, rh.status, t_headers.data(), t_headers.size());
-        countStatus(rh.status);
+        config().stats.countStatus(rh.status);
         parent_.scheduleFlush();
         data.drain(rh.head_size);
         continue;
@@ -745,7 +672,7 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
           (rh.framing == http1::BodyFraming::ContentLength && rh.content_length == 0);
       parent_.codec_->submitResponse(id_, rh.status, t_headers.data(), t_headers.size(), no_body);
       data.drain(rh.head_size);
-      countStatus(rh.status);
+      config().stats.countStatus(rh.status);
       response_started_ = true;
       if (no_body) out_eof_ = true;
       timer_.enable(upstream_info_.response_timeout);
@@ -907,7 +834,7 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     }
     state_ = State::Replied;
     out_.clear();
-    std::string body = absl::StrFormat("%d %s: %s\n", status, statusText(status), detail);
+    std::string body = http::localReplyBody(status, detail);
     std::string length = absl::StrFormat("%d", body.size());
     std::string challenge;
     http2::ResponseHeader headers[3] = {
@@ -921,7 +848,7 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     if (!head) out_.add(body);
     out_eof_ = true;
     response_started_ = true;
-    countStatus(status);
+    config().stats.countStatus(status);
     parent_.codec_->submitResponse(id_, status, headers, count, head);
     // A client that stops reading cannot keep the stream (and its queued reply) forever.
     timer_.enable(parent_.config_->idle_timeout);

@@ -11,6 +11,7 @@
 #include "filters/network/http2/headers.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/http/h1_parser.h"
+#include "source/common/http/proxy_stats.h"
 #include "source/common/network/filter.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
@@ -21,35 +22,19 @@ namespace http2proxy {
 
 using http2::AddedHeader;
 
-struct Http2Stats {
+// The shared HTTP proxy stats (http/proxy_stats.h) and the HTTP/2 codec's own.
+struct Http2Stats : http::ProxyStats {
   stats::Counter cx_total;  // HTTP/2 connections served
   stats::Gauge cx_active;
   stats::Counter streams_total;  // request streams opened by clients
   stats::Gauge streams_active;
-  stats::Counter streams_refused;     // over max_concurrent_streams
-  stats::Counter rq_forward;          // http:// requests relayed as HTTP/1.1
-  stats::Counter rq_connect;          // CONNECT tunnels requested
-  stats::Counter rq_websocket;        // RFC 8441 websocket streams bridged to an HTTP/1.1 Upgrade
-  stats::Counter websocket_switched;  // the origin's 101 accepted: the stream is a tunnel
-  stats::Counter websocket_refused;   // the origin answered with a final status instead
-  stats::Counter websocket_rejected;  // a bad 101 (wrong protocol or accept key): 502
-  stats::Counter rq_rejected;         // malformed or unsupported requests (400/431/501)
+  stats::Counter streams_refused;           // over max_concurrent_streams
+  stats::Counter rq_websocket;              // RFC 8441 websocket streams bridged to an Upgrade
+  stats::Counter websocket_switched;        // the origin's 101 accepted: the stream is a tunnel
+  stats::Counter websocket_refused;         // the origin answered with a final status instead
+  stats::Counter websocket_rejected;        // a bad 101 (wrong protocol or accept key): 502
   stats::Counter rq_header_list_too_large;  // 431
-  stats::Counter rq_head_timeout;           // header blocks not finished in time (GOAWAY)
-  stats::Counter rq_body_too_large;         // over max_request_body_bytes (413 or reset)
-  stats::Counter rq_body_timeout;           // 408
-  stats::Counter rq_retry;
-  stats::Counter rs_1xx, rs_2xx, rs_3xx, rs_4xx, rs_5xx;
-  stats::Counter upstream_rs_bad;
-  stats::Counter upstream_rs_timeout;
-  stats::Counter upstream_reset;
-  stats::Counter downstream_reset;  // client RST_STREAM of a stream in flight
-  stats::Counter downstream_idle_timeout;
-  stats::Counter tunnel_idle_timeout;
-  stats::Gauge tunnels_active;
-  stats::Counter bytes_upstream_tx;
-  stats::Counter bytes_upstream_rx;
-  stats::Counter upstream_read_paused;  // an upstream was paused: client window or queue full
+  stats::Counter upstream_read_paused;      // an upstream was paused: client window or queue full
   // Protections:
   stats::Counter rapid_reset;           // GOAWAY: too many client resets per window
   stats::Counter control_flood;         // GOAWAY: SETTINGS/PING/PRIORITY flood

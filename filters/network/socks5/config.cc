@@ -5,6 +5,7 @@
 #include "extensions/registry.h"
 #include "filters/network/socks5/socks5_proxy.h"
 #include "source/common/common/duration.h"
+#include "source/common/config/filter_config.h"
 
 namespace sluice {
 namespace filters {
@@ -13,59 +14,40 @@ namespace socks5 {
 namespace {
 
 Socks5Stats makeStats(const std::string& chain) {
-  stats::Store& store = stats::Store::get();
-  std::string p = absl::StrFormat("socks5.%s.", stats::sanitizeNamePart(chain));
-  auto c = [&](const char* name) { return store.counter(p + name); };
+  const config::StatsScope scope("socks5", chain);
   Socks5Stats s;
-  s.cx_total = c("cx_total");
-  s.handshake_timeout = c("handshake_timeout");
-  s.handshake_malformed = c("handshake_malformed");
-  s.no_acceptable_method = c("no_acceptable_method");
-  s.auth_ok = c("auth_ok");
-  s.auth_failed = c("auth_failed");
-  s.rq_connect = c("rq_connect");
-  s.rq_bind = c("rq_bind");
-  s.rq_udp_associate = c("rq_udp_associate");
-  s.reply_succeeded = c("reply_succeeded");
-  s.reply_general_failure = c("reply_general_failure");
-  s.reply_not_allowed = c("reply_not_allowed");
-  s.reply_network_unreachable = c("reply_network_unreachable");
-  s.reply_host_unreachable = c("reply_host_unreachable");
-  s.reply_connection_refused = c("reply_connection_refused");
-  s.reply_ttl_expired = c("reply_ttl_expired");
-  s.reply_command_not_supported = c("reply_command_not_supported");
-  s.reply_address_type_not_supported = c("reply_address_type_not_supported");
-  s.tunnels_active = store.gauge(p + "tunnels_active");
-  s.tunnel_idle_timeout = c("tunnel_idle_timeout");
-  s.upstream_reset = c("upstream_reset");
-  s.downstream_reset = c("downstream_reset");
-  s.bytes_upstream_tx = c("upstream_bytes_tx");
-  s.bytes_upstream_rx = c("upstream_bytes_rx");
-  s.bind_timeout = c("bind_timeout");
-  s.bind_peer_rejected = c("bind_peer_rejected");
-  s.udp_associations_active = store.gauge(p + "udp_associations_active");
-  s.udp_idle_timeout = c("udp_idle_timeout");
-  s.udp_client_rx = c("udp_client_rx");
-  s.udp_client_tx = c("udp_client_tx");
-  s.udp_dropped_source = c("udp_dropped_source");
-  s.udp_dropped_fragment = c("udp_dropped_fragment");
-  s.udp_dropped_malformed = c("udp_dropped_malformed");
-  s.udp_dropped_too_large = c("udp_dropped_too_large");
-  s.udp_dropped_denied = c("udp_dropped_denied");
-  s.udp_dropped_pending = c("udp_dropped_pending");
-  s.udp_send_error = c("udp_send_error");
-  s.udp_bytes_rx = c("udp_bytes_rx");
-  s.udp_bytes_tx = c("udp_bytes_tx");
+  s.cx_total = scope.counter("cx_total");
+  s.handshake_timeout = scope.counter("handshake_timeout");
+  s.handshake_malformed = scope.counter("handshake_malformed");
+  s.no_acceptable_method = scope.counter("no_acceptable_method");
+  s.auth_ok = scope.counter("auth_ok");
+  s.auth_failed = scope.counter("auth_failed");
+  s.rq_connect = scope.counter("rq_connect");
+  s.rq_bind = scope.counter("rq_bind");
+  s.rq_udp_associate = scope.counter("rq_udp_associate");
+  for (size_t i = 0; i < kReplyCodes; ++i) s.replies[i] = scope.counter(kReplyStatNames[i]);
+  s.tunnels_active = scope.gauge("tunnels_active");
+  s.tunnel_idle_timeout = scope.counter("tunnel_idle_timeout");
+  s.upstream_reset = scope.counter("upstream_reset");
+  s.downstream_reset = scope.counter("downstream_reset");
+  s.bytes_upstream_tx = scope.counter("upstream_bytes_tx");
+  s.bytes_upstream_rx = scope.counter("upstream_bytes_rx");
+  s.bind_timeout = scope.counter("bind_timeout");
+  s.bind_peer_rejected = scope.counter("bind_peer_rejected");
+  s.udp_associations_active = scope.gauge("udp_associations_active");
+  s.udp_idle_timeout = scope.counter("udp_idle_timeout");
+  s.udp_client_rx = scope.counter("udp_client_rx");
+  s.udp_client_tx = scope.counter("udp_client_tx");
+  s.udp_dropped_source = scope.counter("udp_dropped_source");
+  s.udp_dropped_fragment = scope.counter("udp_dropped_fragment");
+  s.udp_dropped_malformed = scope.counter("udp_dropped_malformed");
+  s.udp_dropped_too_large = scope.counter("udp_dropped_too_large");
+  s.udp_dropped_denied = scope.counter("udp_dropped_denied");
+  s.udp_dropped_pending = scope.counter("udp_dropped_pending");
+  s.udp_send_error = scope.counter("udp_send_error");
+  s.udp_bytes_rx = scope.counter("udp_bytes_rx");
+  s.udp_bytes_tx = scope.counter("udp_bytes_tx");
   return s;
-}
-
-absl::Status checkLimit(const std::string& path, const char* field, uint32_t value, uint32_t min,
-                        uint32_t max) {
-  if (value != 0 && (value < min || value > max)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s.typed_config.%s: %d is out of range [%d, %d]", path, field, value, min, max));
-  }
-  return absl::OkStatus();
 }
 
 class Socks5Factory : public extensions::NetworkFilterFactory {
@@ -81,14 +63,11 @@ class Socks5Factory : public extensions::NetworkFilterFactory {
       const google::protobuf::Message& message,
       extensions::FactoryContext& context) const override {
     const auto& proto = static_cast<const sluice::filters::v1::Socks5Config&>(message);
-    for (const auto& [field, value, min, max] :
-         {std::tuple<const char*, uint32_t, uint32_t, uint32_t>{
-              "max_udp_datagram_bytes", proto.max_udp_datagram_bytes(), 512, 65507},
-          {"max_udp_pending_datagrams", proto.max_udp_pending_datagrams(), 1, 1024},
-          {"max_udp_destinations", proto.max_udp_destinations(), 1, 4096}}) {
-      absl::Status s = checkLimit(context.path, field, value, min, max);
-      if (!s.ok()) return s;
-    }
+    absl::Status limits = config::checkLimits(
+        context.path, {{"max_udp_datagram_bytes", proto.max_udp_datagram_bytes(), 512, 65507},
+                       {"max_udp_pending_datagrams", proto.max_udp_pending_datagrams(), 1, 1024},
+                       {"max_udp_destinations", proto.max_udp_destinations(), 1, 4096}});
+    if (!limits.ok()) return limits;
     auto config = std::make_shared<Socks5ProxyConfig>();
     config->require_auth = proto.require_auth();
     // Filters up to the last sluice.auth run once, when the client authenticates. With keys
@@ -112,15 +91,9 @@ class Socks5Factory : public extensions::NetworkFilterFactory {
                                            config->bind_idle_timeout);
     config->udp_idle_timeout = durationOr(proto.has_udp_idle_timeout(), proto.udp_idle_timeout(),
                                           config->udp_idle_timeout);
-    if (proto.max_udp_datagram_bytes() != 0) {
-      config->max_udp_datagram_bytes = proto.max_udp_datagram_bytes();
-    }
-    if (proto.max_udp_pending_datagrams() != 0) {
-      config->max_udp_pending = proto.max_udp_pending_datagrams();
-    }
-    if (proto.max_udp_destinations() != 0) {
-      config->max_udp_destinations = proto.max_udp_destinations();
-    }
+    config::setIfNonZero(proto.max_udp_datagram_bytes(), config->max_udp_datagram_bytes);
+    config::setIfNonZero(proto.max_udp_pending_datagrams(), config->max_udp_pending);
+    config::setIfNonZero(proto.max_udp_destinations(), config->max_udp_destinations);
     config->allow_bind = !proto.disable_bind();
     config->allow_udp_associate = !proto.disable_udp_associate();
     auto filters = extensions::createRequestFilterFactories(proto.request_filters(), context);

@@ -465,11 +465,8 @@ network::FilterStatus Socks5Filter::onData(buffer::Buffer& data, bool end_stream
         upstream_->write(data);
         timer_->enable(tunnel_idle_timeout_);
       }
-      if (end_stream && !downstream_ended_) {
-        downstream_ended_ = true;
-        buffer::Buffer none;
-        upstream_->write(none, true);
-        if (upstream_ended_) closeAll();
+      if (end_stream && proxy::passTunnelEnd(*upstream_, downstream_ended_, upstream_ended_)) {
+        closeAll();
       }
       break;
     case State::Udp:
@@ -525,9 +522,7 @@ bool Socks5Filter::processGreeting(buffer::Buffer& data) {
     method = kMethodUserPass;
   }
   const uint8_t answer[2] = {kVersion, method};
-  buffer::Buffer out;
-  out.add(answer, sizeof(answer));
-  downstream().write(out);
+  writeToClient(answer, sizeof(answer));
   if (state_ == State::Closed) return false;
   if (method == kMethodNoneAcceptable) {
     config_->stats.no_acceptable_method.inc();
@@ -550,11 +545,7 @@ bool Socks5Filter::processUserPass(buffer::Buffer& data) {
   if (st == ParseStatus::Incomplete) return false;
   if (st == ParseStatus::Error) {
     config_->stats.handshake_malformed.inc();
-    const uint8_t answer[2] = {kAuthVersion, 0x01};
-    buffer::Buffer out;
-    out.add(answer, sizeof(answer));
-    downstream().write(out);
-    closeAll();
+    sendAuthStatus(0x01);
     return false;
   }
   // The password is the API key; any user name is accepted, as with HTTP Basic.
@@ -586,10 +577,7 @@ void Socks5Filter::onAuthorized() {
   if (auth_stage_) auth_stage_->end();
   config_->stats.auth_ok.inc();
   if (method_user_pass_) {
-    const uint8_t answer[2] = {kAuthVersion, 0x00};
-    buffer::Buffer out;
-    out.add(answer, sizeof(answer));
-    downstream().write(out);
+    sendAuthStatus(0x00);
     if (state_ == State::Closed) return;
   }
   setState(State::Request);
@@ -632,11 +620,7 @@ void Socks5Filter::onStageDenied(Stage& stage, proxy::Denial denial, std::string
     config_->stats.auth_failed.inc();
     if (method_user_pass_) {
       // RFC 1929: any non-zero status, then the server closes the connection.
-      const uint8_t answer[2] = {kAuthVersion, 0x01};
-      buffer::Buffer out;
-      out.add(answer, sizeof(answer));
-      downstream().write(out);
-      closeAll();
+      sendAuthStatus(0x01);
     } else {
       // Without authentication there is no status to send: refuse what the client asks next.
       sendReply(Reply::NotAllowed, network::Address());
@@ -852,11 +836,8 @@ void Socks5Filter::onUpstreamData(buffer::Buffer& data, bool end_stream) {
     if (state_ != State::Tunnel) return;
     timer_->enable(tunnel_idle_timeout_);
   }
-  if (end_stream && !upstream_ended_) {
-    upstream_ended_ = true;
-    buffer::Buffer none;
-    downstream().write(none, true);
-    if (downstream_ended_) closeAll();
+  if (end_stream && proxy::passTunnelEnd(downstream(), upstream_ended_, downstream_ended_)) {
+    closeAll();
   }
 }
 
@@ -875,22 +856,12 @@ void Socks5Filter::onEvent(network::ConnectionEvent event) {
   if (state_ == State::Authorizing || state_ == State::Filtering || state_ == State::BindWaiting) {
     config_->stats.downstream_reset.inc();
   }
-  setState(State::Closed);
-  if (auth_stage_) auth_stage_->end();
-  if (request_stage_) request_stage_->end();
-  if (timer_) timer_->disable();
-  releaseUpstream();
-  closeBindListener();
-  releaseUdp();
+  releaseAll();
 }
 
-void Socks5Filter::onAboveWriteHighWatermark() {
-  if (upstream_) upstream_->readDisable(true);
-}
+void Socks5Filter::onAboveWriteHighWatermark() { proxy::pauseUpstreamReading(upstream_, true); }
 
-void Socks5Filter::onBelowWriteLowWatermark() {
-  if (upstream_) upstream_->readDisable(false);
-}
+void Socks5Filter::onBelowWriteLowWatermark() { proxy::pauseUpstreamReading(upstream_, false); }
 
 void Socks5Filter::onDrain() {
   // Mid-handshake with nothing buffered: close now. Tunnels and associations run on until they
@@ -925,47 +896,25 @@ void Socks5Filter::onTimer() {
   }
 }
 
-void Socks5Filter::countReply(Reply reply) {
-  const Socks5Stats& s = config_->stats;
-  switch (reply) {
-    case Reply::Succeeded:
-      s.reply_succeeded.inc();
-      break;
-    case Reply::GeneralFailure:
-      s.reply_general_failure.inc();
-      break;
-    case Reply::NotAllowed:
-      s.reply_not_allowed.inc();
-      break;
-    case Reply::NetworkUnreachable:
-      s.reply_network_unreachable.inc();
-      break;
-    case Reply::HostUnreachable:
-      s.reply_host_unreachable.inc();
-      break;
-    case Reply::ConnectionRefused:
-      s.reply_connection_refused.inc();
-      break;
-    case Reply::TtlExpired:
-      s.reply_ttl_expired.inc();
-      break;
-    case Reply::CommandNotSupported:
-      s.reply_command_not_supported.inc();
-      break;
-    case Reply::AddressTypeNotSupported:
-      s.reply_address_type_not_supported.inc();
-      break;
-  }
-}
-
 void Socks5Filter::sendReply(Reply reply, const network::Address& bound) {
   uint8_t bytes[kMaxReplyBytes];
   const size_t n = writeReply(bytes, reply, bound);
-  countReply(reply);
+  const auto code = static_cast<size_t>(reply);
+  if (code < kReplyCodes) config_->stats.replies[code].inc();
+  writeToClient(bytes, n);
+  if (reply != Reply::Succeeded) closeAll();
+}
+
+void Socks5Filter::writeToClient(const uint8_t* bytes, size_t n) {
   buffer::Buffer out;
   out.add(bytes, n);
   downstream().write(out);
-  if (reply != Reply::Succeeded) closeAll();
+}
+
+void Socks5Filter::sendAuthStatus(uint8_t status) {
+  const uint8_t answer[2] = {kAuthVersion, status};
+  writeToClient(answer, sizeof(answer));
+  if (status != 0x00) closeAll();
 }
 
 network::Address Socks5Filter::localAddress() const {
@@ -996,8 +945,7 @@ void Socks5Filter::releaseUdp() {
   callbacks_->connection().dispatcher().deferredDelete(std::move(udp_));
 }
 
-void Socks5Filter::closeAll() {
-  if (state_ == State::Closed) return;
+void Socks5Filter::releaseAll() {
   setState(State::Closed);
   if (auth_stage_) auth_stage_->end();
   if (request_stage_) request_stage_->end();
@@ -1005,6 +953,11 @@ void Socks5Filter::closeAll() {
   releaseUpstream();
   closeBindListener();
   releaseUdp();
+}
+
+void Socks5Filter::closeAll() {
+  if (state_ == State::Closed) return;
+  releaseAll();
   downstream().close(network::CloseType::FlushWrite);
 }
 

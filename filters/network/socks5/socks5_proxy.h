@@ -12,11 +12,20 @@
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/filter.h"
 #include "source/common/proxy/request_filter.h"
+#include "source/common/proxy/tunnel.h"
 #include "source/common/stats/stats.h"
 
 namespace sluice {
 namespace filters {
 namespace socks5 {
+
+// The reply_* stat of each reply code, in code order (Reply::Succeeded is 0).
+inline constexpr size_t kReplyCodes = 9;
+inline constexpr const char* kReplyStatNames[kReplyCodes] = {
+    "reply_succeeded",           "reply_general_failure",       "reply_not_allowed",
+    "reply_network_unreachable", "reply_host_unreachable",      "reply_connection_refused",
+    "reply_ttl_expired",         "reply_command_not_supported", "reply_address_type_not_supported",
+};
 
 struct Socks5Stats {
   stats::Counter cx_total;              // connections handled
@@ -26,10 +35,9 @@ struct Socks5Stats {
   stats::Counter auth_ok;               // authentication request filters passed
   stats::Counter auth_failed;           // refused by them (RFC 1929 failure status, close)
   stats::Counter rq_connect, rq_bind, rq_udp_associate;
-  // One per reply code sent (the first BIND reply counts once, the second not at all).
-  stats::Counter reply_succeeded, reply_general_failure, reply_not_allowed,
-      reply_network_unreachable, reply_host_unreachable, reply_connection_refused,
-      reply_ttl_expired, reply_command_not_supported, reply_address_type_not_supported;
+  // One per reply code sent (the first BIND reply counts once, the second not at all), indexed
+  // by the code; named by kReplyStatNames.
+  stats::Counter replies[kReplyCodes];
   stats::Gauge tunnels_active;
   stats::Counter tunnel_idle_timeout;
   stats::Counter upstream_reset;    // the destination (or BIND peer) closed a tunnel
@@ -217,19 +225,7 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner {
     Closed,
   };
 
-  class UpstreamCallbacks : public network::ConnectionCallbacks {
-   public:
-    explicit UpstreamCallbacks(Socks5Filter& parent) : parent_(parent) {}
-    void onData(buffer::Buffer& data, bool end_stream) override {
-      parent_.onUpstreamData(data, end_stream);
-    }
-    void onEvent(network::ConnectionEvent event) override { parent_.onUpstreamEvent(event); }
-    void onAboveWriteHighWatermark() override { parent_.downstream().readDisable(true); }
-    void onBelowWriteLowWatermark() override { parent_.downstream().readDisable(false); }
-
-   private:
-    Socks5Filter& parent_;
-  };
+  friend class proxy::UpstreamCallbacks<Socks5Filter>;
 
   network::Connection& downstream() { return callbacks_->connection(); }
   void setState(State state);
@@ -253,16 +249,20 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner {
   void onTimer();
   // Sends a reply; a failure closes the connection after it.
   void sendReply(Reply reply, const network::Address& bound);
-  void countReply(Reply reply);
+  void writeToClient(const uint8_t* bytes, size_t n);
+  // The RFC 1929 status (0 success); a failure closes the connection after it.
+  void sendAuthStatus(uint8_t status);
   network::Address localAddress() const;
   void closeBindListener();
   void releaseUpstream();
   void releaseUdp();
+  // Ends everything but the client connection (closed, or about to be).
+  void releaseAll();
   void closeAll();
 
   Socks5ProxyConfigSharedPtr config_;
   network::ReadFilterCallbacks* callbacks_ = nullptr;
-  UpstreamCallbacks upstream_callbacks_;
+  proxy::UpstreamCallbacks<Socks5Filter> upstream_callbacks_;
   std::optional<Stage> auth_stage_;     // request_filters[0, auth_filters) + checkpoint
   std::optional<Stage> request_stage_;  // the rest: to the router (CONNECT) or a checkpoint
   std::optional<event::Timer> timer_;

@@ -1,0 +1,30 @@
+#include "source/common/config/filter_config.h"
+
+#include "absl/strings/str_format.h"
+
+namespace sluice {
+namespace config {
+
+absl::Status checkLimits(const std::string& path, std::initializer_list<LimitRange> limits) {
+  for (const LimitRange& l : limits) {
+    if (l.value != 0 && (l.value < l.min || l.value > l.max)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.typed_config.%s: %d is out of range [%d, %d]", path, l.field, l.value, l.min, l.max));
+    }
+  }
+  return absl::OkStatus();
+}
+
+StatsScope::StatsScope(std::string_view prefix, std::string_view chain)
+    : prefix_(absl::StrFormat("%s.%s.", prefix, stats::sanitizeNamePart(chain))) {}
+
+stats::Counter StatsScope::counter(std::string_view name) const {
+  return stats::Store::get().counter(prefix_ + std::string(name));
+}
+
+stats::Gauge StatsScope::gauge(std::string_view name) const {
+  return stats::Store::get().gauge(prefix_ + std::string(name));
+}
+
+}  // namespace config
+}  // namespace sluice

@@ -1,0 +1,64 @@
+#include "source/common/http/status.h"
+
+#include "absl/strings/str_format.h"
+
+namespace sluice {
+namespace http {
+
+const char* statusText(uint16_t status) {
+  switch (status) {
+    case 101:
+      return "Switching Protocols";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 403:
+      return "Forbidden";
+    case 407:
+      return "Proxy Authentication Required";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Content Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 501:
+      return "Not Implemented";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Error";
+  }
+}
+
+uint16_t denialStatus(proxy::Denial denial) {
+  switch (denial) {
+    case proxy::Denial::BadRequest:
+      return 400;
+    case proxy::Denial::Unauthorized:
+      return 407;
+    case proxy::Denial::Forbidden:
+      return 403;
+    case proxy::Denial::BadGateway:
+      return 502;
+    case proxy::Denial::GatewayTimeout:
+      return 504;
+    case proxy::Denial::ServiceUnavailable:
+      return 503;
+  }
+  return 500;
+}
+
+std::string localReplyBody(uint16_t status, std::string_view detail) {
+  return absl::StrFormat("%d %s: %s\n", status, statusText(status), detail);
+}
+
+}  // namespace http
+}  // namespace sluice
