@@ -414,6 +414,13 @@ struct Results {
 // Shared, read-only state built at start-up
 
 struct Shared {
+  Shared() = default;
+  Shared(const Shared&) = delete;
+  Shared& operator=(const Shared&) = delete;
+  ~Shared() {
+    if (dst_ctx != nullptr) SSL_CTX_free(dst_ctx);
+    if (proxy_ctx != nullptr) SSL_CTX_free(proxy_ctx);
+  }
   const Options* opts = nullptr;
   sockaddr_storage connect_addr{};  // the proxy, or the destination when direct
   socklen_t connect_len = 0;
@@ -485,7 +492,11 @@ class Conn : public Pollable, public RawIo {
   };
 
   Conn(Worker& w, int index, H2Session* h2) : w_(w), index_(index), h2_(h2) {}
-  ~Conn() override { closeSocket(); }
+  ~Conn() override {
+    closeSocket();
+    if (proxy_session_ != nullptr) SSL_SESSION_free(proxy_session_);
+    if (dst_session_ != nullptr) SSL_SESSION_free(dst_session_);
+  }
 
   void drive();
   void onEvent(uint32_t) override { drive(); }
@@ -623,7 +634,10 @@ class Conn : public Pollable, public RawIo {
 class H2Session : public Pollable, public RawIo {
  public:
   explicit H2Session(Worker& w) : w_(w) { out_.reserve(64 * 1024); }
-  ~H2Session() override { reset(); }
+  ~H2Session() override {
+    reset();
+    if (session_ != nullptr) SSL_SESSION_free(session_);
+  }
 
   // Ready for new streams: connected, and no GOAWAY received (a draining session finishes the
   // streams it has; new ones wait for the next connection).
@@ -664,7 +678,7 @@ class H2Session : public Pollable, public RawIo {
   State state_ = State::Idle;
   int fd_ = -1;
   SSL* ssl_ = nullptr;
-  SSL_SESSION* session_ = nullptr;
+  SSL_SESSION* session_ = nullptr;  // for resuming the next connection to the proxy
   nghttp2_session* ngh_ = nullptr;
   uint32_t events_ = 0;
   bool want_write_ = false;
@@ -2423,6 +2437,7 @@ bool buildShared(const Options& o, Shared& s, std::string& error) {
   if (s.dst_tls && !(s.dst_ctx = makeCtx(o.ca, o.crt, o.key, cache, error))) return false;
   if (s.proxy_tls && !(s.proxy_ctx = makeCtx(o.proxy_ca, "", "", cache, error))) return false;
   if (s.h2_tls) {
+    if (s.proxy_ctx != nullptr) SSL_CTX_free(s.proxy_ctx);
     if (!(s.proxy_ctx = makeCtx(o.proxy_ca, "", "", false, error))) return false;
     static const char kH2[] = "\x02h2";
     SSL_CTX_set_alpn_protos(s.proxy_ctx, reinterpret_cast<const uint8_t*>(kH2), sizeof(kH2) - 1);

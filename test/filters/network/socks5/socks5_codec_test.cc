@@ -52,8 +52,9 @@ TEST(Socks5GreetingTest, IncompleteAndErrors) {
 
 TEST(Socks5UserPassTest, Parses) {
   UserPass up;
-  ASSERT_EQ(parseUserPass(bytes({1, 4}) + "user" + bytes({3}) + "key" + "rest", up),
-            ParseStatus::Ok);
+  // The parsed views point into the input: it must outlive them.
+  const std::string input = bytes({1, 4}) + "user" + bytes({3}) + "key" + "rest";
+  ASSERT_EQ(parseUserPass(input, up), ParseStatus::Ok);
   EXPECT_EQ(up.user, "user");
   EXPECT_EQ(up.password, "key");
   EXPECT_EQ(up.size, 10u);

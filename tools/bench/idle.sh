@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Memory per idle tunnel, per protocol: a fresh sluice (1 worker) per mode, N tunnels opened by
+# sluice-load --hold to sluice-origin's TCP sink and left idle; the figure is sluice's RSS growth
+# divided by N. Each tunnel holds a client connection and an origin connection in sluice.
+#
+#   tools/bench/idle.sh [N]        (default 4000; sluice needs 2N descriptors, under the limit)
+#
+# Needs a built sluice, sluice-load and sluice-origin. Prints a markdown table.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+N=${1:-4000}
+SLUICE=${SLUICE_BIN:-bazel-bin/source/exe/sluice}
+LOAD=bazel-bin/tools/load/sluice-load
+ORIGIN=bazel-bin/tools/origin/sluice-origin
+for b in "$SLUICE" "$LOAD" "$ORIGIN"; do
+  [ -x "$b" ] || { echo "build first: bazel build //:sluice //:sluice-load //:sluice-origin" >&2; exit 1; }
+done
+ulimit -n 20000
+
+WORK=$(mktemp -d /tmp/sluice-bench-idle.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 0.5
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+ORIGIN_PORT=18401 SINK_PORT=18402 SLUICE_PORT=18403 TLS_PORT=18404 SOCKS_PORT=18405
+ADMIN_PORT=18406
+KEY=$(head -c 24 /dev/urandom | base64 | tr '+/' '-_')
+tools/gen-test-certs.sh "$WORK/certs" >/dev/null
+"$ORIGIN" --listen 127.0.0.1:$ORIGIN_PORT --sink 127.0.0.1:$SINK_PORT >"$WORK/origin.log" 2>&1 &
+PIDS+=($!)
+cat >"$WORK/sluice.yaml" <<YAML
+server: {listen: "127.0.0.1:$SLUICE_PORT", workers: 1}
+admin: {listen: "127.0.0.1:$ADMIN_PORT"}
+auth: {api_keys: ["$KEY"]}
+destinations: {allow_private: true}
+limits: {max_connections_per_client: 100000, max_connections: 100000}
+tls: {listen: "127.0.0.1:$TLS_PORT", cert: "$WORK/certs/server-chain.pem", key: "$WORK/certs/server.key"}
+socks5: {listen: "127.0.0.1:$SOCKS_PORT"}
+YAML
+
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+ROWS=()
+measure() {  # name -- sluice-load proxy args...
+  local name=$1
+  shift 2
+  "$SLUICE" run -c "$WORK/sluice.yaml" >"$WORK/sluice.log" 2>&1 &
+  local sp=$!
+  sleep 1
+  # One tunnel first, so one-time allocations (TLS contexts, pools) are not counted.
+  "$LOAD" -q --hold 1 -d 2s --dst "tcp://127.0.0.1:$SINK_PORT" "$@" >/dev/null 2>&1 || true
+  local before after held
+  before=$(rss_kib $sp)
+  "$LOAD" -q --json --hold "$N" -d 8s --dst "tcp://127.0.0.1:$SINK_PORT" "$@" >"$WORK/hold.json" &
+  local lp=$!
+  sleep 6
+  after=$(rss_kib $sp)
+  wait $lp || true
+  held=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["held"])' "$WORK/hold.json")
+  kill $sp
+  wait $sp 2>/dev/null || true
+  ROWS+=("$(awk -v n="$name" -v b="$before" -v a="$after" -v h="$held" \
+    'BEGIN {printf "| %s | %d | %.2f KB |", n, h, (a - b) * 1024 / h / 1000}')")
+}
+
+measure "HTTP CONNECT (plain port)" -- --proxy "http://u:$KEY@127.0.0.1:$SLUICE_PORT"
+measure "HTTP CONNECT over TLS" -- --proxy "https://u:$KEY@127.0.0.1:$TLS_PORT" \
+  --proxy-ca "$WORK/certs/ca.pem"
+measure "HTTP/2 CONNECT streams (100 per connection)" -- \
+  --proxy "h2://u:$KEY@127.0.0.1:$TLS_PORT" --proxy-ca "$WORK/certs/ca.pem"
+measure "SOCKS5 CONNECT" -- --proxy "socks5://u:$KEY@127.0.0.1:$SOCKS_PORT"
+
+echo "| tunnel | held | sluice RSS per tunnel |"
+echo "| --- | --- | --- |"
+printf '%s\n' "${ROWS[@]}"
