@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Memory per idle tunnel, per protocol: a fresh sluice (1 worker) per mode, N tunnels opened by
 # sluice-load --hold to sluice-origin's TCP sink and left idle; the figure is sluice's RSS growth
-# divided by N. Each tunnel holds a client connection and an origin connection in sluice.
+# divided by N, right after they opened (all at once: the heap still holds what their handshakes
+# used) and after the next memory_release_interval. Each tunnel holds a client connection and an
+# origin connection in sluice.
 #
 #   tools/bench/idle.sh [N]        (default 4000; sluice needs 2N descriptors, under the limit)
 #
@@ -53,18 +55,22 @@ measure() {  # name -- sluice-load proxy args...
   sleep 1
   # One tunnel first, so one-time allocations (TLS contexts, pools) are not counted.
   "$LOAD" -q --hold 1 -d 2s --dst "tcp://127.0.0.1:$SINK_PORT" "$@" >/dev/null 2>&1 || true
-  local before after held
+  local before opened settled held
   before=$(rss_kib $sp)
-  "$LOAD" -q --json --hold "$N" -d 8s --dst "tcp://127.0.0.1:$SINK_PORT" "$@" >"$WORK/hold.json" &
+  "$LOAD" -q --json --hold "$N" -d 16s --dst "tcp://127.0.0.1:$SINK_PORT" "$@" >"$WORK/hold.json" &
   local lp=$!
-  sleep 6
-  after=$(rss_kib $sp)
+  sleep 4
+  opened=$(rss_kib $sp)
+  # After memory_release_interval (10 s): what opening them left behind has gone back.
+  sleep 9
+  settled=$(rss_kib $sp)
   wait $lp || true
   held=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["held"])' "$WORK/hold.json")
   kill $sp
   wait $sp 2>/dev/null || true
-  ROWS+=("$(awk -v n="$name" -v b="$before" -v a="$after" -v h="$held" \
-    'BEGIN {printf "| %s | %d | %.2f KB |", n, h, (a - b) * 1024 / h / 1000}')")
+  ROWS+=("$(awk -v n="$name" -v b="$before" -v o="$opened" -v a="$settled" -v h="$held" \
+    'BEGIN {printf "| %s | %d | %.2f KB | %.2f KB |", n, h, (o - b) * 1024 / h / 1000,
+            (a - b) * 1024 / h / 1000}')")
 }
 
 measure "HTTP CONNECT (plain port)" -- --proxy "http://u:$KEY@127.0.0.1:$SLUICE_PORT"
@@ -74,6 +80,6 @@ measure "HTTP/2 CONNECT streams (100 per connection)" -- \
   --proxy "h2://u:$KEY@127.0.0.1:$TLS_PORT" --proxy-ca "$WORK/certs/ca.pem"
 measure "SOCKS5 CONNECT" -- --proxy "socks5://u:$KEY@127.0.0.1:$SOCKS_PORT"
 
-echo "| tunnel | held | sluice RSS per tunnel |"
-echo "| --- | --- | --- |"
+echo "| tunnel | held | sluice RSS per tunnel, just opened | after a memory release |"
+echo "| --- | --- | --- | --- |"
 printf '%s\n' "${ROWS[@]}"
