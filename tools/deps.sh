@@ -29,7 +29,8 @@ build_pkgs=(
 # libclang-rt-14-dev holds libFuzzer and the sanitizer runtimes for the fuzz build.
 test_pkgs=(
   curl nginx-light wrk python3-pytest python3-requests python3-yaml openssl clang libclang-rt-14-dev
-  python3-prometheus-client python3-h2 python3-websocket python3-socks nghttp2-client chromium
+  python3-prometheus-client python3-h2 python3-websocket python3-socks python3-python-socks
+  nghttp2-client chromium
   libnss3-tools
   squid dante-server
 )

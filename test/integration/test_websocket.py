@@ -435,3 +435,25 @@ def test_upgrade_through_the_tls_port(start_sluice, certs, ws_origin):
     sock.close()
     assert s.wait_stat("http1.https.upgrade_switched", lambda v: v == 1) == 1
     assert s.stat("tls.https.handshakes") == 1
+
+
+@pytest.mark.parametrize("proxy_type", ["socks5", "socks5h"])
+def test_websocket_client_through_socks5(start_sluice, ws_origin, proxy_type):
+    """websocket-client's SOCKS5 mode (through PySocks): the handshake and frames inside a
+    SOCKS5 tunnel, the key as the password."""
+    from helpers import free_port
+    socks_port = free_port()
+    s = start_sluice(extra_short=f"socks5:\n  listen: 127.0.0.1:{socks_port}\n")
+    ws = websocket.create_connection(
+        ws_origin.ws_url("/echo").replace("127.0.0.1", "localhost"),
+        http_proxy_host="127.0.0.1", http_proxy_port=socks_port,
+        http_proxy_auth=("user", s.key), proxy_type=proxy_type,
+        http_no_proxy=["no-such-host.invalid"], timeout=10)
+    try:
+        for message in (b"m" * 64, os.urandom(65536)):
+            ws.send_binary(message)
+            assert ws.recv() == message
+    finally:
+        ws.close()
+    assert s.wait_stat("socks5.socks5.rq_connect", lambda v: v == 1) == 1
+    assert s.stat("socks5.socks5.auth_ok") == 1
