@@ -15,6 +15,7 @@
 #include "event2/listener.h"
 
 #include "source/common/common/logger.h"
+#include "source/common/http/status.h"
 #include "source/common/stats/stats.h"
 
 namespace sluice {
@@ -76,24 +77,7 @@ struct Reply {
 
 Reply text(int code, std::string body) { return Reply{code, std::move(body), kTextPlain}; }
 
-const char* reason(int code) {
-  switch (code) {
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 503:
-      return "Service Unavailable";
-    default:
-      return "Error";
-  }
-}
+const char* reason(int code) { return http::statusText(static_cast<uint16_t>(code)); }
 
 // Owns the parsed query so every path out of the stats handler frees it.
 class QueryParams {

@@ -15,6 +15,10 @@ const char* statusText(uint16_t status) {
       return "Bad Request";
     case 403:
       return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
     case 407:
       return "Proxy Authentication Required";
     case 408:
@@ -23,6 +27,8 @@ const char* statusText(uint16_t status) {
       return "Content Too Large";
     case 431:
       return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
     case 501:
       return "Not Implemented";
     case 502:
