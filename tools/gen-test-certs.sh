@@ -30,7 +30,13 @@ quiet openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 2 \
   -addext "basicConstraints=critical,CA:TRUE" \
   -addext "keyUsage=critical,keyCertSign,cRLSign"
 
-quiet openssl req -newkey rsa:2048 -nodes -sha256 \
+# SLUICE_TEST_CERT_KEY=ec gives the server an ECDSA P-256 key (cheaper handshakes) instead.
+case "${SLUICE_TEST_CERT_KEY:-rsa}" in
+  rsa) newkey=(-newkey rsa:2048) ;;
+  ec) newkey=(-newkey ec -pkeyopt ec_paramgen_curve:P-256) ;;
+  *) echo "gen-test-certs: SLUICE_TEST_CERT_KEY must be rsa or ec" >&2; exit 2 ;;
+esac
+quiet openssl req "${newkey[@]}" -nodes -sha256 \
   -keyout server.key -out server.csr -subj "/CN=localhost"
 
 cat >server.ext <<'EXT'

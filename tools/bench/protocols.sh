@@ -4,7 +4,9 @@
 # the proxy's own user+system time (from /proc/<pid>/stat, all of its processes) divided by
 # the requests (or messages, or bytes) sluice-load counted.
 #
-#   tools/bench/protocols.sh [--duration 10] [--connections 32] [--only NAME[,NAME...]]
+#   tools/bench/protocols.sh [--duration 10] [--connections 32] [--only NAME[,NAME...]] [--ecdsa]
+#
+# --ecdsa: the TLS port's certificate has an ECDSA P-256 key instead of RSA 2048.
 #
 # Scenarios (NAME):
 #   http       HTTP/1.1 keep-alive, absolute-form GET of 1 KiB, plain port
@@ -32,6 +34,7 @@ while [ $# -gt 0 ]; do
     --duration) DURATION=$2; shift 2 ;;
     --connections) CONNS=$2; shift 2 ;;
     --only) ONLY=",$2,"; shift 2 ;;
+    --ecdsa) export SLUICE_TEST_CERT_KEY=ec; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
