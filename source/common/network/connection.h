@@ -121,6 +121,7 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   void onTransportReadReady();
   void flushTransport();
   // TransportSocketCallbacks (fd() is public above)
+  bool peerClosed() const override { return peer_closed_; }
   Connection& connection() override { return *this; }
   void onHandshakeComplete() override;
   void onWriteReady();

@@ -35,6 +35,9 @@ class TransportSocketCallbacks {
   virtual ~TransportSocketCallbacks() = default;
   virtual int fd() const = 0;
   virtual Connection& connection() = 0;
+  // The kernel reported the peer's FIN (EPOLLRDHUP): a short read no longer means the socket
+  // is drained, since the FIN may sit behind the bytes read.
+  virtual bool peerClosed() const = 0;
   // The handshake finished: pending plaintext can now be written, and the negotiated
   // application protocol is known.
   virtual void onHandshakeComplete() = 0;

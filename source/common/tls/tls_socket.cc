@@ -186,6 +186,9 @@ network::IoResult TlsSocket::doRead(buffer::Buffer& buffer, size_t max) {
     ssize_t rc = raw_in_.readFrom(fd, kMaxRawPerRead - r.wire_read, err, asked);
     if (rc > 0) {
       r.wire_read += static_cast<uint64_t>(rc);
+      // A short read emptied the socket: edge-triggered readiness reports the next bytes, so
+      // the read that would only return EAGAIN is skipped (as on the plain path).
+      if (static_cast<size_t>(rc) < asked && !callbacks_->peerClosed()) break;
       continue;
     }
     if (rc == 0) {
