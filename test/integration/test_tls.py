@@ -284,3 +284,21 @@ def test_a_peek_that_never_completes_hits_the_deadline(tls_sluice, certs):
     assert 0.5 < elapsed < 5, elapsed
     assert s.stat("listener.https.downstream_listener_filter_timeout") == 1
     assert s.stat("tls.https.handshakes") == 0
+
+
+def test_check_names_the_bad_certificate_file(certs, tmp_path):
+    from sluice_proc import run_cli
+    d = certs["dir"]
+    cases = [
+        (tmp_path / "missing.pem", d / "server.key", "cannot read"),
+        (d / "ca.pem", d / "server.key", "does not match the certificate"),
+        (d / "server.key", d / "server.key", "not a PEM certificate chain"),
+    ]
+    for cert, key, expected in cases:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(f"auth: {{api_keys: [\"k\"]}}\n"
+                       f"tls: {{listen: \"127.0.0.1:{free_port()}\", cert: \"{cert}\", "
+                       f"key: \"{key}\"}}\n")
+        r = run_cli("check", "-c", str(cfg))
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert expected in r.stderr and "transport_socket" in r.stderr, r.stderr

@@ -72,7 +72,7 @@ class TlsFactory : public extensions::TransportSocketConfigFactory {
     }
     config.stats_prefix = absl::StrFormat("tls.%s.", stats::sanitizeNamePart(context.chain_name));
     auto server = sluice::tls::ServerContext::create(config);
-    if (!server.ok()) return bad(std::string(server.status().message()));
+    if (!server.ok()) return bad("certificates: " + std::string(server.status().message()));
     stats::Store& store = stats::Store::get();
     return network::TransportSocketFactorySharedPtr(std::make_shared<sluice::tls::TlsSocketFactory>(
         std::move(*server), store.counter(config.stats_prefix + "certificate_reloads"),

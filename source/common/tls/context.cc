@@ -1,5 +1,6 @@
 #include "source/common/tls/context.h"
 
+#include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <mutex>
@@ -11,6 +12,8 @@
 #include "openssl/pem.h"
 #include "openssl/rand.h"
 #include "openssl/x509v3.h"
+
+#include <unistd.h>
 
 namespace sluice {
 namespace tls {
@@ -208,16 +211,27 @@ absl::Status ServerContext::init() {
     }
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
                               SSL_MODE_RELEASE_BUFFERS);
+    for (const std::string* path : {&cc.cert_path, &cc.key_path}) {
+      if (::access(path->c_str(), R_OK) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("cannot read %s: %s", *path, strerror(errno)));
+      }
+    }
     if (SSL_CTX_use_certificate_chain_file(ctx, cc.cert_path.c_str()) != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("certificate %s: %s", cc.cert_path, sslError()));
-    }
-    if (SSL_CTX_use_PrivateKey_file(ctx, cc.key_path.c_str(), SSL_FILETYPE_PEM) != 1) {
-      return absl::InvalidArgumentError(absl::StrFormat("key %s: %s", cc.key_path, sslError()));
-    }
-    if (SSL_CTX_check_private_key(ctx) != 1) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "key %s does not match certificate %s", cc.key_path, cc.cert_path));
+          "%s: not a PEM certificate chain (%s)", cc.cert_path, sslError()));
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, cc.key_path.c_str(), SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(ctx) != 1) {
+      const bool mismatch = ERR_GET_REASON(ERR_peek_error()) == X509_R_KEY_VALUES_MISMATCH ||
+                            ERR_peek_error() == 0;
+      if (mismatch) {
+        ERR_clear_error();
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "the key %s does not match the certificate %s", cc.key_path, cc.cert_path));
+      }
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: not a PEM private key (%s)", cc.key_path, sslError()));
     }
     auto names = certificateNames(cc.cert_path);
     if (!names.ok()) return names.status();
