@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: installs what the tests need, runs the unit tests (bazel test //...), builds
-# sluice, runs the integration tests against the real binary with real curl, nginx and wrk, and a
-# short fuzz smoke (tools/fuzz.sh). Ends with one summary line; exits non-zero on any failure.
+# sluice, sluice-load and sluice-origin, runs the integration tests against the real binary with
+# real clients and peers (curl, nginx, wrk, Squid, Dante, headless Chromium, python3-h2, nghttp,
+# websocket-client, PySocks), and a short fuzz smoke (tools/fuzz.sh). Ends with one summary line; exits non-zero on any failure.
 # The ASan/UBSan run is separate (a second full build): tools/sanitize.sh.
 #
 #   tools/test.sh            (works from any directory; as root on a fresh Debian 12 machine)
