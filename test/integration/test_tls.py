@@ -302,3 +302,21 @@ def test_check_names_the_bad_certificate_file(certs, tmp_path):
         r = run_cli("check", "-c", str(cfg))
         assert r.returncode == 1, r.stdout + r.stderr
         assert expected in r.stderr and "transport_socket" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("ciphers", ["AES128-SHA:AES256-SHA", "ECDHE-RSA-AES128-SHA",
+                                     "AES128-GCM-SHA256"])
+def test_weak_tls12_suites_are_refused(tls_sluice, certs, ciphers):
+    """TLS 1.2 without forward secrecy (RSA key exchange) or without AEAD (CBC) is refused."""
+    s = tls_sluice()
+    ctx = client_context(certs["ca"], max_version=ssl.TLSVersion.TLSv1_2)
+    ctx.set_ciphers(ciphers)
+    with pytest.raises(ssl.SSLError):
+        tls_connect(s.tls_port, ctx)
+    assert s.wait_stat("tls.https.handshake_fail.no_shared_cipher", lambda v: v == 1) == 1
+    # The same client with a modern suite gets through.
+    ctx = client_context(certs["ca"], max_version=ssl.TLSVersion.TLSv1_2)
+    ctx.set_ciphers("ECDHE-RSA-AES128-GCM-SHA256")
+    c = tls_connect(s.tls_port, ctx)
+    assert c.version() == "TLSv1.2" and c.cipher()[0] == "ECDHE-RSA-AES128-GCM-SHA256"
+    c.close()
