@@ -320,3 +320,49 @@ def test_weak_tls12_suites_are_refused(tls_sluice, certs, ciphers):
     c = tls_connect(s.tls_port, ctx)
     assert c.version() == "TLSv1.2" and c.cipher()[0] == "ECDHE-RSA-AES128-GCM-SHA256"
     c.close()
+
+
+def test_instances_sharing_a_ticket_key_file_resume_each_others_sessions(start_sluice, certs,
+                                                                          tmp_path):
+    import os
+    d = certs["dir"]
+    key_file = tmp_path / "ticket.key"
+    key_file.write_bytes(os.urandom(48))
+
+    def start(with_file):
+        port = free_port()
+        extra = f"  session_ticket_key_file: {key_file}\n" if with_file else ""
+        s = start_sluice(extra_short=f"tls:\n  listen: 127.0.0.1:{port}\n"
+                                     f"  cert: {d / 'server-chain.pem'}\n"
+                                     f"  key: {d / 'server.key'}\n{extra}")
+        s.tls_port = port
+        return s
+
+    a, b, c = start(True), start(True), start(False)
+    ctx = client_context(certs["ca"])
+    first = tls_connect(a.tls_port, ctx)
+    assert proxied_get(first, "http://127.0.0.1:1/", "127.0.0.1:1", "x").startswith(b"HTTP/1.1")
+    session = first.session
+    first.close()
+    on_b = tls_connect(b.tls_port, ctx, session=session)
+    assert on_b.session_reused  # another process, the same key file
+    on_b.close()
+    on_c = tls_connect(c.tls_port, ctx, session=session)
+    assert not on_c.session_reused  # its own random secret
+    on_c.close()
+    assert b.stat("tls.https.handshakes_resumed") == 1
+    assert c.stat("tls.https.handshakes_resumed") == 0
+
+
+def test_a_short_ticket_key_file_is_refused(certs, tmp_path):
+    from sluice_proc import run_cli
+    d = certs["dir"]
+    key_file = tmp_path / "short.key"
+    key_file.write_bytes(b"too short")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"auth: {{api_keys: [\"k\"]}}\n"
+                   f"tls: {{listen: \"127.0.0.1:{free_port()}\", cert: \"{d / 'server-chain.pem'}\", "
+                   f"key: \"{d / 'server.key'}\", session_ticket_key_file: \"{key_file}\"}}\n")
+    r = run_cli("check", "-c", str(cfg))
+    assert r.returncode == 1
+    assert "session_ticket_key_file" in r.stderr and "at least 32" in r.stderr, r.stderr

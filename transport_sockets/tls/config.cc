@@ -60,6 +60,7 @@ class TlsFactory : public extensions::TransportSocketConfigFactory {
       return bad("session_ticket_rotation: must be between 1m and 7d");
     }
     config.ticket_key_rotation = rotation;
+    config.ticket_key_file = proto.session_ticket_key_file();
     if (proto.session_cache_size() != 0) config.session_cache_size = proto.session_cache_size();
     config.handshake_timeout = durationOr(proto.has_handshake_timeout(), proto.handshake_timeout(),
                                           config.handshake_timeout);
@@ -72,7 +73,12 @@ class TlsFactory : public extensions::TransportSocketConfigFactory {
     }
     config.stats_prefix = absl::StrFormat("tls.%s.", stats::sanitizeNamePart(context.chain_name));
     auto server = sluice::tls::ServerContext::create(config);
-    if (!server.ok()) return bad("certificates: " + std::string(server.status().message()));
+    if (!server.ok()) {
+      // Errors about the key file name it; the others are about certificates.
+      std::string message(server.status().message());
+      if (message.rfind("session_ticket_key_file:", 0) != 0) message = "certificates: " + message;
+      return bad(message);
+    }
     stats::Store& store = stats::Store::get();
     return network::TransportSocketFactorySharedPtr(std::make_shared<sluice::tls::TlsSocketFactory>(
         std::move(*server), store.counter(config.stats_prefix + "certificate_reloads"),

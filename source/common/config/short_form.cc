@@ -195,6 +195,7 @@ absl::Status addTlsListener(const v1::ShortConfig::Tls& tls, const network::Addr
     extra->set_key(in.key());
   }
   transport.set_min_version("1.2");
+  transport.set_session_ticket_key_file(tls.session_ticket_key_file());
   transport.mutable_session_ticket_rotation()->set_seconds(3600);
   transport.set_session_cache_size(20480);
   transport.mutable_handshake_timeout()->set_seconds(10);

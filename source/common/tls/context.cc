@@ -10,7 +10,9 @@
 #include "openssl/err.h"
 #include "openssl/hmac.h"
 #include "openssl/pem.h"
+#include "openssl/mem.h"
 #include "openssl/rand.h"
+#include "openssl/sha.h"
 #include "openssl/x509v3.h"
 
 #include <unistd.h>
@@ -31,6 +33,7 @@ constexpr size_t kTicketNameLen = 16;
 constexpr size_t kTicketAesLen = 16;
 constexpr size_t kTicketHmacLen = 32;
 constexpr uint8_t kSessionIdContext[] = {'s', 'l', 'u', 'i', 'c', 'e'};
+constexpr size_t kTicketSecretLen = 32;
 
 int contextIndex() {
   static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
@@ -42,15 +45,16 @@ const ServerContext* fromCtx(const SSL_CTX* ctx) {
 }
 
 // The process's ticket secret: random, made once, never leaves memory. Every chain and worker
-// derives its ticket keys from it.
-const uint8_t* ticketSecret() {
-  static uint8_t secret[32];
+// derives its ticket keys from it unless a chain names a key file.
+const uint8_t* processTicketSecret() {
+  static uint8_t secret[kTicketSecretLen];
   static std::once_flag once;
   std::call_once(once, [] { RAND_bytes(secret, sizeof(secret)); });
   return secret;
 }
 
 struct TicketKeys {
+  uint8_t secret[kTicketSecretLen] = {};  // compared by value: a reload may reuse an address
   int64_t period = -1;
   int64_t rotation = 0;
   uint8_t name[kTicketNameLen];
@@ -58,7 +62,8 @@ struct TicketKeys {
   uint8_t hmac[kTicketHmacLen];
 };
 
-void derive(const char* label, int64_t rotation, int64_t period, uint8_t* out, size_t len) {
+void derive(const uint8_t* secret, const char* label, int64_t rotation, int64_t period,
+            uint8_t* out, size_t len) {
   uint8_t msg[32];
   size_t n = strlen(label);
   memcpy(msg, label, n);
@@ -68,22 +73,26 @@ void derive(const char* label, int64_t rotation, int64_t period, uint8_t* out, s
   }
   uint8_t mac[EVP_MAX_MD_SIZE];
   unsigned mac_len = 0;
-  HMAC(EVP_sha256(), ticketSecret(), 32, msg, n + 16, mac, &mac_len);
+  HMAC(EVP_sha256(), secret, kTicketSecretLen, msg, n + 16, mac, &mac_len);
   memcpy(out, mac, len);
 }
 
 // Keys of one rotation period, cached per thread (two periods are in use at a time).
-const TicketKeys& keysFor(int64_t rotation, int64_t period) {
+const TicketKeys& keysFor(const uint8_t* secret, int64_t rotation, int64_t period) {
   thread_local TicketKeys cache[4];
   for (TicketKeys& k : cache) {
-    if (k.period == period && k.rotation == rotation) return k;
+    if (k.period == period && k.rotation == rotation &&
+        memcmp(k.secret, secret, kTicketSecretLen) == 0) {
+      return k;
+    }
   }
   TicketKeys& slot = cache[static_cast<uint64_t>(period) % 4];
+  memcpy(slot.secret, secret, kTicketSecretLen);
   slot.period = period;
   slot.rotation = rotation;
-  derive("name", rotation, period, slot.name, kTicketNameLen);
-  derive("aes", rotation, period, slot.aes, kTicketAesLen);
-  derive("hmac", rotation, period, slot.hmac, kTicketHmacLen);
+  derive(secret, "name", rotation, period, slot.name, kTicketNameLen);
+  derive(secret, "aes", rotation, period, slot.aes, kTicketAesLen);
+  derive(secret, "hmac", rotation, period, slot.hmac, kTicketHmacLen);
   return slot;
 }
 
@@ -191,6 +200,33 @@ absl::StatusOr<std::shared_ptr<const ServerContext>> ServerContext::create(
 
 absl::Status ServerContext::init() {
   if (config_.certificates.empty()) return absl::InvalidArgumentError("no certificate");
+  ticket_secret_ = processTicketSecret();
+  if (!config_.ticket_key_file.empty()) {
+    // Instances that share the file resume each other's sessions (behind one load balancer,
+    // across restarts). Its SHA-256 is the secret: any length of at least 32 random bytes.
+    std::string contents;
+    FILE* f = fopen(config_.ticket_key_file.c_str(), "rb");
+    if (f == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "session_ticket_key_file: cannot read %s: %s", config_.ticket_key_file,
+          strerror(errno)));
+    }
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0 && contents.size() < (1 << 16)) {
+      contents.append(buf, n);
+    }
+    fclose(f);
+    if (contents.size() < kTicketSecretLen) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "session_ticket_key_file: %s holds %d bytes; at least %d random bytes are needed "
+          "(openssl rand 48 > FILE)",
+          config_.ticket_key_file, contents.size(), kTicketSecretLen));
+    }
+    SHA256(reinterpret_cast<const uint8_t*>(contents.data()), contents.size(), file_secret_);
+    OPENSSL_cleanse(contents.data(), contents.size());
+    ticket_secret_ = file_secret_;
+  }
   for (const std::string& p : config_.alpn) {
     if (p.empty() || p.size() > 255) {
       return absl::InvalidArgumentError(absl::StrFormat("bad ALPN protocol '%s'", p));
@@ -294,7 +330,7 @@ int ServerContext::ticketKey(uint8_t* key_name, uint8_t* iv, EVP_CIPHER_CTX* cip
   const int64_t rotation = config_.ticket_key_rotation.count();
   const int64_t period = static_cast<int64_t>(::time(nullptr)) / rotation;
   if (encrypt) {
-    const TicketKeys& k = keysFor(rotation, period);
+    const TicketKeys& k = keysFor(ticket_secret_, rotation, period);
     if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) return -1;
     memcpy(key_name, k.name, kTicketNameLen);
     if (!EVP_EncryptInit_ex(cipher, EVP_aes_128_cbc(), nullptr, k.aes, iv) ||
@@ -304,7 +340,7 @@ int ServerContext::ticketKey(uint8_t* key_name, uint8_t* iv, EVP_CIPHER_CTX* cip
     return 1;
   }
   for (int64_t age = 0; age < 2; ++age) {
-    const TicketKeys& k = keysFor(rotation, period - age);
+    const TicketKeys& k = keysFor(ticket_secret_, rotation, period - age);
     if (memcmp(key_name, k.name, kTicketNameLen) != 0) continue;
     if (!EVP_DecryptInit_ex(cipher, EVP_aes_128_cbc(), nullptr, k.aes, iv) ||
         !HMAC_Init_ex(hmac, k.hmac, kTicketHmacLen, EVP_sha256(), nullptr)) {

@@ -43,6 +43,8 @@ struct ServerContextConfig {
   std::vector<std::string> alpn;                // server preference order
   bool tls13_only = false;
   std::chrono::seconds ticket_key_rotation{3600};
+  // Empty: the process's random secret. Else a file whose SHA-256 is the ticket secret.
+  std::string ticket_key_file;
   uint32_t session_cache_size = 20480;
   std::chrono::milliseconds handshake_timeout{10000};
   uint32_t max_handshake_bytes = 65536;
@@ -83,6 +85,8 @@ class ServerContext {
   ServerContextConfig config_;
   std::vector<Certificate> certificates_;
   std::string alpn_wire_;  // config_.alpn in ALPN wire format
+  const uint8_t* ticket_secret_ = nullptr;  // 32 bytes: the process's, or file_secret_
+  uint8_t file_secret_[32] = {};
   mutable TlsStats stats_;
 };
 using ServerContextSharedPtr = std::shared_ptr<const ServerContext>;
