@@ -12,38 +12,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 N=${1:-4000}
-SLUICE=${SLUICE_BIN:-bazel-bin/source/exe/sluice}
-LOAD=bazel-bin/tools/load/sluice-load
-ORIGIN=bazel-bin/tools/origin/sluice-origin
-for b in "$SLUICE" "$LOAD" "$ORIGIN"; do
-  [ -x "$b" ] || { echo "build first: bazel build //:sluice //:sluice-load //:sluice-origin" >&2; exit 1; }
-done
+. tools/bench/lib.sh
+bench_require_binaries
 ulimit -n 20000
-
-WORK=$(mktemp -d /tmp/sluice-bench-idle.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 0.5
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-ORIGIN_PORT=18401 SINK_PORT=18402 SLUICE_PORT=18403 TLS_PORT=18404 SOCKS_PORT=18405
-ADMIN_PORT=18406
-KEY=$(head -c 24 /dev/urandom | base64 | tr '+/' '-_')
-tools/gen-test-certs.sh "$WORK/certs" >/dev/null
+bench_workdir idle
+ORIGIN_PORT=18401 SINK_PORT=18402
+bench_sluice_config 18400
 "$ORIGIN" --listen 127.0.0.1:$ORIGIN_PORT --sink 127.0.0.1:$SINK_PORT >"$WORK/origin.log" 2>&1 &
 PIDS+=($!)
-cat >"$WORK/sluice.yaml" <<YAML
-server: {listen: "127.0.0.1:$SLUICE_PORT", workers: 1}
-admin: {listen: "127.0.0.1:$ADMIN_PORT"}
-auth: {api_keys: ["$KEY"]}
-destinations: {allow_private: true}
-limits: {max_connections_per_client: 100000, max_connections: 100000}
-tls: {listen: "127.0.0.1:$TLS_PORT", cert: "$WORK/certs/server-chain.pem", key: "$WORK/certs/server.key"}
-socks5: {listen: "127.0.0.1:$SOCKS_PORT"}
-YAML
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 ROWS=()

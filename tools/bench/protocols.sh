@@ -40,47 +40,22 @@ while [ $# -gt 0 ]; do
 done
 want() { [ -z "$ONLY" ] || [[ "$ONLY" == *",$1,"* ]]; }
 
-SLUICE=${SLUICE_BIN:-bazel-bin/source/exe/sluice}
-LOAD=bazel-bin/tools/load/sluice-load
-ORIGIN=bazel-bin/tools/origin/sluice-origin
-for b in "$SLUICE" "$LOAD" "$ORIGIN"; do
-  [ -x "$b" ] || { echo "build first: bazel build //:sluice //:sluice-load //:sluice-origin" >&2; exit 1; }
-done
-
-WORK=$(mktemp -d /tmp/sluice-bench-protocols.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 0.5
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-ORIGIN_PORT=18301 SINK_PORT=18302 SLUICE_PORT=18303 TLS_PORT=18304 SOCKS_PORT=18305
-ADMIN_PORT=18306 DANTE_PORT=18307 DANTE_NONE_PORT=18308
-KEY=$(head -c 24 /dev/urandom | base64 | tr '+/' '-_')
-tools/gen-test-certs.sh "$WORK/certs" >/dev/null
+. tools/bench/lib.sh
+bench_require_binaries
+bench_workdir protocols
+ORIGIN_PORT=18301 SINK_PORT=18302 DANTE_PORT=18307 DANTE_NONE_PORT=18308
+bench_sluice_config 18300
 
 taskset -c 1 "$ORIGIN" --listen 127.0.0.1:$ORIGIN_PORT --sink 127.0.0.1:$SINK_PORT -t 1 \
   >"$WORK/origin.log" 2>&1 &
 PIDS+=($!)
 
-cat >"$WORK/sluice.yaml" <<YAML
-server: {listen: "127.0.0.1:$SLUICE_PORT", workers: 1}
-admin: {listen: "127.0.0.1:$ADMIN_PORT"}
-auth: {api_keys: ["$KEY"]}
-destinations: {allow_private: true}
-limits: {max_connections_per_client: 100000, max_connections: 100000}
-tls: {listen: "127.0.0.1:$TLS_PORT", cert: "$WORK/certs/server-chain.pem", key: "$WORK/certs/server.key"}
-socks5: {listen: "127.0.0.1:$SOCKS_PORT"}
-YAML
 taskset -c 0 "$SLUICE" run -c "$WORK/sluice.yaml" >"$WORK/sluice.log" 2>&1 &
 SLUICE_PID=$!
 PIDS+=($SLUICE_PID)
 
 # Dante checks usernames against the system's password database: a test user is added to
 # copies of /etc/passwd and /etc/shadow bind-mounted in danted's own mount namespace only.
-DANTE_PIDS=() DANTE_NONE_PIDS=()
 start_dante() {  # method port
   local method=$1 port=$2 dir="$WORK/dante-$1"
   mkdir -p "$dir"
@@ -129,13 +104,6 @@ dante_username_pids() { dante_pids username; }
 dante_none_pids() { dante_pids none; }
 sluice_pids() { echo "$SLUICE_PID"; }
 
-cpu_ticks() {  # pids... -> utime+stime (and reaped children's) summed
-  local total=0 p
-  for p in "$@"; do
-    [ -r "/proc/$p/stat" ] && total=$((total + $(awk '{print $14+$15+$16+$17}' "/proc/$p/stat")))
-  done
-  echo $total
-}
 HZ=$(getconf CLK_TCK)
 
 ROWS=()

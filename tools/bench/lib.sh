@@ -1,0 +1,58 @@
+# Shared by tools/bench/protocols.sh and tools/bench/idle.sh (sourced, not run): the binaries,
+# a scratch directory cleaned up on exit with every process started, and a sluice config with
+# its plain, TLS and SOCKS5 ports on loopback.
+
+SLUICE=${SLUICE_BIN:-bazel-bin/source/exe/sluice}
+LOAD=bazel-bin/tools/load/sluice-load
+ORIGIN=bazel-bin/tools/origin/sluice-origin
+
+bench_require_binaries() {
+  local b
+  for b in "$SLUICE" "$LOAD" "$ORIGIN"; do
+    [ -x "$b" ] || {
+      echo "build first: bazel build //:sluice //:sluice-load //:sluice-origin" >&2
+      exit 1
+    }
+  done
+}
+
+# bench_workdir NAME: sets WORK; kills every pid in PIDS and removes WORK on exit.
+PIDS=()
+bench_workdir() {
+  WORK=$(mktemp -d "/tmp/sluice-bench-$1.XXXXXX")
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 0.5
+  rm -rf "$WORK"
+}
+
+# bench_sluice_config PORT_BASE: a fresh key (KEY), test certificates, and $WORK/sluice.yaml
+# with one worker: plain port PORT_BASE+3, TLS +4, SOCKS5 +5, admin +6 (set as *_PORT).
+bench_sluice_config() {
+  local base=$1
+  SLUICE_PORT=$((base + 3)) TLS_PORT=$((base + 4)) SOCKS_PORT=$((base + 5))
+  ADMIN_PORT=$((base + 6))
+  KEY=$(head -c 24 /dev/urandom | base64 | tr '+/' '-_')
+  tools/gen-test-certs.sh "$WORK/certs" >/dev/null
+  cat >"$WORK/sluice.yaml" <<YAML
+server: {listen: "127.0.0.1:$SLUICE_PORT", workers: 1}
+admin: {listen: "127.0.0.1:$ADMIN_PORT"}
+auth: {api_keys: ["$KEY"]}
+destinations: {allow_private: true}
+limits: {max_connections_per_client: 100000, max_connections: 100000}
+tls: {listen: "127.0.0.1:$TLS_PORT", cert: "$WORK/certs/server-chain.pem", key: "$WORK/certs/server.key"}
+socks5: {listen: "127.0.0.1:$SOCKS_PORT"}
+YAML
+}
+
+# cpu_ticks PID...: user+system clock ticks, the process's own and its reaped children's.
+cpu_ticks() {
+  local total=0 p
+  for p in "$@"; do
+    [ -r "/proc/$p/stat" ] && total=$((total + $(awk '{print $14+$15+$16+$17}' "/proc/$p/stat")))
+  done
+  echo $total
+}
