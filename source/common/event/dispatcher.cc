@@ -12,7 +12,10 @@ Dispatcher::Dispatcher() {
   event_config* cfg = event_config_new();
   // Each base is used by one thread; post() takes its own lock.
   event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
-  event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+  // No EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST: a socket is registered once for its whole life
+  // (edge-triggered, read and write), so there is nothing to batch, and a deferred change list
+  // applies the removal after the socket is closed (a failing EPOLL_CTL_DEL), then meets the
+  // next socket with the same number as a modification (a failing EPOLL_CTL_MOD before the ADD).
   base_ = event_base_new_with_config(cfg);
   event_config_free(cfg);
   SLUICE_ASSERT(base_ != nullptr, "event_base_new failed");
