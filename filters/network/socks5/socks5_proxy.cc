@@ -68,10 +68,6 @@ network::Address socketName(int fd) {
   return network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len);
 }
 
-bool endsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // Ends a stage's slice of filters: the request passed every filter of the slice.
 class Checkpoint : public proxy::RequestFilter {
  public:
@@ -88,7 +84,7 @@ class Checkpoint : public proxy::RequestFilter {
 
 }  // namespace
 
-Reply replyForDenial(proxy::Denial denial, std::string_view reason, uint32_t pinned) {
+Reply replyForDenial(proxy::Denial denial, const proxy::ProxyRequest& request) {
   switch (denial) {
     case proxy::Denial::Unauthorized:
     case proxy::Denial::Forbidden:
@@ -97,12 +93,17 @@ Reply replyForDenial(proxy::Denial denial, std::string_view reason, uint32_t pin
       return Reply::TtlExpired;
     case proxy::Denial::BadGateway:
       // Nothing pinned: the name never resolved (dest_guard and router pin what they resolve).
-      if (pinned == 0) return Reply::HostUnreachable;
-      // The router's connect failures end with strerror() of the connect error.
-      if (endsWith(reason, strerror(ECONNREFUSED))) return Reply::ConnectionRefused;
-      if (endsWith(reason, strerror(ENETUNREACH))) return Reply::NetworkUnreachable;
-      if (endsWith(reason, strerror(EHOSTUNREACH))) return Reply::HostUnreachable;
-      return Reply::GeneralFailure;
+      if (request.pinned_count == 0) return Reply::HostUnreachable;
+      switch (request.connect_errno) {
+        case ECONNREFUSED:
+          return Reply::ConnectionRefused;
+        case ENETUNREACH:
+          return Reply::NetworkUnreachable;
+        case EHOSTUNREACH:
+          return Reply::HostUnreachable;
+        default:
+          return Reply::GeneralFailure;
+      }
     case proxy::Denial::BadRequest:
     case proxy::Denial::ServiceUnavailable:
       return Reply::GeneralFailure;
@@ -614,7 +615,6 @@ void Socks5Filter::onStageUpstream(Stage& stage, network::ConnectionPtr upstream
 }
 
 void Socks5Filter::onStageDenied(Stage& stage, proxy::Denial denial, std::string_view reason) {
-  const uint32_t pinned = request_.pinned_count;
   stage.end();
   if (auth_stage_ && &stage == &*auth_stage_) {
     config_->stats.auth_failed.inc();
@@ -627,7 +627,7 @@ void Socks5Filter::onStageDenied(Stage& stage, proxy::Denial denial, std::string
     }
     return;
   }
-  sendReply(replyForDenial(denial, reason, pinned), network::Address());
+  sendReply(replyForDenial(denial, request_), network::Address());
 }
 
 bool Socks5Filter::processRequest(buffer::Buffer& data) {

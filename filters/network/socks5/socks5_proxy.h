@@ -82,7 +82,7 @@ using Socks5ProxyConfigSharedPtr = std::shared_ptr<const Socks5ProxyConfig>;
 // What a refusal by the request filters becomes on the wire. `pinned` is how many addresses the
 // request had when it was refused: none means the name never resolved (host unreachable);
 // otherwise the router's connect error (its text ends with strerror) picks the code.
-Reply replyForDenial(proxy::Denial denial, std::string_view reason, uint32_t pinned);
+Reply replyForDenial(proxy::Denial denial, const proxy::ProxyRequest& request);
 
 class Socks5Filter;
 

@@ -82,6 +82,7 @@ void RouterFilter::connectNext() {
       return;
     }
     config_->stats.cx_connect_fail.inc();
+    request_->connect_errno = errno;
     error_ = absl::StrFormat("cannot open a socket to %s: %s", to.asString(), strerror(errno));
   }
   timer_->disable();
@@ -101,6 +102,7 @@ void RouterFilter::onEvent(network::ConnectionEvent event) {
   if (event == network::ConnectionEvent::RemoteClose && connecting_) {
     config_->stats.cx_connect_fail.inc();
     int err = connecting_->connectError();
+    request_->connect_errno = err;
     error_ = absl::StrFormat("cannot connect to %s: %s", connecting_->peer().asString(),
                              err != 0 ? strerror(err) : "connection closed");
     dropConnecting();

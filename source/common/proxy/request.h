@@ -59,6 +59,9 @@ struct ProxyRequest {
   // differ from what was checked, and a retry needs no lookup.
   network::Address pinned[kMaxPinned];
   uint32_t pinned_count = 0;
+  // Set by the router: errno of the last connect that failed (0 when none did, or when it ended
+  // by a timeout or a close), so a codec can say why (SOCKS5 reply codes) without parsing text.
+  int connect_errno = 0;
 };
 
 // Why a request was refused; each codec maps it to its own answer (HTTP status, SOCKS5 reply).
