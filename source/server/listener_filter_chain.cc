@@ -68,11 +68,15 @@ void ListenerFilterChain::iterate() {
 
 bool ListenerFilterChain::peek() {
   network::ListenerFilter& filter = *filters_[next_ - 1];
-  // Peeks are rare (one per accepted socket that has a sniffing filter) and small.
-  std::vector<char> buf(filter.maxReadBytes());
+  // One scratch buffer per worker thread, grown to the largest peek (a whole TLS ClientHello
+  // record, 16 KiB): nothing is allocated or zeroed per accepted socket.
+  thread_local std::vector<char> t_peek;
+  if (t_peek.size() < filter.maxReadBytes()) t_peek.resize(filter.maxReadBytes());
+  char* const buf = t_peek.data();
+  const size_t cap = filter.maxReadBytes();
   ssize_t n;
   do {
-    n = ::recv(fd_, buf.data(), buf.size(), MSG_PEEK);
+    n = ::recv(fd_, buf, cap, MSG_PEEK);
   } while (n < 0 && errno == EINTR);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) n = -2;
   if (n == 0 || n == -1) {
@@ -83,14 +87,14 @@ bool ListenerFilterChain::peek() {
   if (n > 0) {
     peeked_ = true;
     network::FilterStatus status =
-        filter.onData(std::string_view(buf.data(), static_cast<size_t>(n)), *this);
+        filter.onData(std::string_view(buf, static_cast<size_t>(n)), *this);
     if (finished_) return false;
     if (status == network::FilterStatus::Continue) {
       waiting_data_ = false;
       readable_.reset();
       return true;
     }
-    if (static_cast<size_t>(n) == buf.size()) {
+    if (static_cast<size_t>(n) == cap) {
       // It has all it asked for and still cannot decide: refuse rather than wait forever.
       finish(false);
       return false;

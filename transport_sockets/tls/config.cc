@@ -73,12 +73,8 @@ class TlsFactory : public extensions::TransportSocketConfigFactory {
     }
     config.stats_prefix = absl::StrFormat("tls.%s.", stats::sanitizeNamePart(context.chain_name));
     auto server = sluice::tls::ServerContext::create(config);
-    if (!server.ok()) {
-      // Errors about the key file name it; the others are about certificates.
-      std::string message(server.status().message());
-      if (message.rfind("session_ticket_key_file:", 0) != 0) message = "certificates: " + message;
-      return bad(message);
-    }
+    // Its errors start with the field they concern ("certificates[0]: ...").
+    if (!server.ok()) return bad(std::string(server.status().message()));
     stats::Store& store = stats::Store::get();
     return network::TransportSocketFactorySharedPtr(std::make_shared<sluice::tls::TlsSocketFactory>(
         std::move(*server), store.counter(config.stats_prefix + "certificate_reloads"),

@@ -106,11 +106,6 @@ void Connection::setTransportSocket(TransportSocketPtr transport) {
   transport_->setCallbacks(*this);
 }
 
-void Connection::onHandshakeComplete() {
-  // Plaintext queued before the handshake finished (a codec's greeting) goes out with the
-  // next flush, which onTransportReadReady runs once the read returns.
-}
-
 void Connection::onTransportReadReady() {
   IoResult r;
   if (!read_end_) r = transport_->doRead(read_buffer_, kReadPerEvent);

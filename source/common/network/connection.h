@@ -80,7 +80,6 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   std::string_view applicationProtocol() const {
     return transport_ != nullptr ? transport_->applicationProtocol() : std::string_view();
   }
-  bool secure() const { return transport_ != nullptr; }
   ConnectionCallbacks* callbacks() const { return callbacks_; }
   event::Dispatcher& dispatcher() { return dispatcher_; }
   const Address& peer() const { return peer_; }
@@ -123,7 +122,6 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   // TransportSocketCallbacks (fd() is public above)
   bool peerClosed() const override { return peer_closed_; }
   Connection& connection() override { return *this; }
-  void onHandshakeComplete() override;
   void onWriteReady();
   void flushWrite();
   void closeNow(ConnectionEvent event);

@@ -38,9 +38,6 @@ class TransportSocketCallbacks {
   // The kernel reported the peer's FIN (EPOLLRDHUP): a short read no longer means the socket
   // is drained, since the FIN may sit behind the bytes read.
   virtual bool peerClosed() const = 0;
-  // The handshake finished: pending plaintext can now be written, and the negotiated
-  // application protocol is known.
-  virtual void onHandshakeComplete() = 0;
 };
 
 // A layer between a connection's buffers and its socket (TLS). A connection without one reads

@@ -199,7 +199,9 @@ absl::StatusOr<std::shared_ptr<const ServerContext>> ServerContext::create(
 }
 
 absl::Status ServerContext::init() {
-  if (config_.certificates.empty()) return absl::InvalidArgumentError("no certificate");
+  if (config_.certificates.empty()) {
+    return absl::InvalidArgumentError("certificates: at least one is needed");
+  }
   ticket_secret_ = processTicketSecret();
   if (!config_.ticket_key_file.empty()) {
     // Instances that share the file resume each other's sessions (behind one load balancer,
@@ -229,60 +231,68 @@ absl::Status ServerContext::init() {
   }
   for (const std::string& p : config_.alpn) {
     if (p.empty() || p.size() > 255) {
-      return absl::InvalidArgumentError(absl::StrFormat("bad ALPN protocol '%s'", p));
+      return absl::InvalidArgumentError(absl::StrFormat("alpn: bad protocol '%s'", p));
     }
     alpn_wire_.push_back(static_cast<char>(p.size()));
     alpn_wire_ += p;
   }
-  for (const CertificateConfig& cc : config_.certificates) {
-    Certificate cert;
-    cert.ctx.reset(SSL_CTX_new(TLS_method()));
-    SSL_CTX* ctx = cert.ctx.get();
-    if (ctx == nullptr) return absl::InternalError("SSL_CTX_new failed");
-    SSL_CTX_set_ex_data(ctx, contextIndex(), this);
-    SSL_CTX_set_min_proto_version(ctx, config_.tls13_only ? TLS1_3_VERSION : TLS1_2_VERSION);
-    SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
-    if (!SSL_CTX_set_strict_cipher_list(ctx, kCipherList)) {
-      return absl::InternalError(absl::StrFormat("cipher list: %s", sslError()));
+  for (size_t i = 0; i < config_.certificates.size(); ++i) {
+    absl::Status s = addCertificate(config_.certificates[i]);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrFormat("certificates[%d]: %s", i, s.message()));
     }
-    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                              SSL_MODE_RELEASE_BUFFERS);
-    for (const std::string* path : {&cc.cert_path, &cc.key_path}) {
-      if (::access(path->c_str(), R_OK) != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("cannot read %s: %s", *path, strerror(errno)));
-      }
-    }
-    if (SSL_CTX_use_certificate_chain_file(ctx, cc.cert_path.c_str()) != 1) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: not a PEM certificate chain (%s)", cc.cert_path, sslError()));
-    }
-    if (SSL_CTX_use_PrivateKey_file(ctx, cc.key_path.c_str(), SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_check_private_key(ctx) != 1) {
-      const bool mismatch = ERR_GET_REASON(ERR_peek_error()) == X509_R_KEY_VALUES_MISMATCH ||
-                            ERR_peek_error() == 0;
-      if (mismatch) {
-        ERR_clear_error();
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "the key %s does not match the certificate %s", cc.key_path, cc.cert_path));
-      }
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: not a PEM private key (%s)", cc.key_path, sslError()));
-    }
-    auto names = certificateNames(cc.cert_path);
-    if (!names.ok()) return names.status();
-    cert.names = std::move(*names);
-    if (!alpn_wire_.empty()) SSL_CTX_set_alpn_select_cb(ctx, onAlpn, this);
-    SSL_CTX_set_tlsext_servername_callback(ctx, onServerName);
-    SSL_CTX_set_tlsext_servername_arg(ctx, this);
-    SSL_CTX_set_tlsext_ticket_key_cb(ctx, onTicketKey);
-    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
-    SSL_CTX_sess_set_cache_size(ctx, config_.session_cache_size);
-    SSL_CTX_set_session_id_context(ctx, kSessionIdContext, sizeof(kSessionIdContext));
-    // A session lives for one key rotation period (and a ticket is honoured one more).
-    SSL_CTX_set_timeout(ctx, static_cast<uint32_t>(config_.ticket_key_rotation.count()));
-    certificates_.push_back(std::move(cert));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ServerContext::addCertificate(const CertificateConfig& cc) {
+  Certificate cert;
+  cert.ctx.reset(SSL_CTX_new(TLS_method()));
+  SSL_CTX* ctx = cert.ctx.get();
+  if (ctx == nullptr) return absl::InternalError("SSL_CTX_new failed");
+  SSL_CTX_set_ex_data(ctx, contextIndex(), this);
+  SSL_CTX_set_min_proto_version(ctx, config_.tls13_only ? TLS1_3_VERSION : TLS1_2_VERSION);
+  SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
+  if (!SSL_CTX_set_strict_cipher_list(ctx, kCipherList)) {
+    return absl::InternalError(absl::StrFormat("cipher list: %s", sslError()));
+  }
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                          SSL_MODE_RELEASE_BUFFERS);
+  for (const std::string* path : {&cc.cert_path, &cc.key_path}) {
+    if (::access(path->c_str(), R_OK) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cannot read %s: %s", *path, strerror(errno)));
+    }
+  }
+  if (SSL_CTX_use_certificate_chain_file(ctx, cc.cert_path.c_str()) != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: not a PEM certificate chain (%s)", cc.cert_path, sslError()));
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx, cc.key_path.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(ctx) != 1) {
+    const bool mismatch = ERR_GET_REASON(ERR_peek_error()) == X509_R_KEY_VALUES_MISMATCH ||
+                          ERR_peek_error() == 0;
+    if (mismatch) {
+      ERR_clear_error();
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the key %s does not match the certificate %s", cc.key_path, cc.cert_path));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: not a PEM private key (%s)", cc.key_path, sslError()));
+  }
+  auto names = certificateNames(cc.cert_path);
+  if (!names.ok()) return names.status();
+  cert.names = std::move(*names);
+  if (!alpn_wire_.empty()) SSL_CTX_set_alpn_select_cb(ctx, onAlpn, this);
+  SSL_CTX_set_tlsext_servername_callback(ctx, onServerName);
+  SSL_CTX_set_tlsext_servername_arg(ctx, this);
+  SSL_CTX_set_tlsext_ticket_key_cb(ctx, onTicketKey);
+  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+  SSL_CTX_sess_set_cache_size(ctx, config_.session_cache_size);
+  SSL_CTX_set_session_id_context(ctx, kSessionIdContext, sizeof(kSessionIdContext));
+  // A session lives for one key rotation period (and a ticket is honoured one more).
+  SSL_CTX_set_timeout(ctx, static_cast<uint32_t>(config_.ticket_key_rotation.count()));
+  certificates_.push_back(std::move(cert));
   return absl::OkStatus();
 }
 

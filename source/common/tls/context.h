@@ -81,6 +81,7 @@ class ServerContext {
   };
   explicit ServerContext(const ServerContextConfig& config);
   absl::Status init();
+  absl::Status addCertificate(const CertificateConfig& cc);
 
   ServerContextConfig config_;
   std::vector<Certificate> certificates_;

@@ -159,7 +159,6 @@ bool TlsSocket::doHandshake(network::IoResult& result) {
     } else {
       s.alpn_none.inc();
     }
-    callbacks_->onHandshakeComplete();
     return true;
   }
   int err = SSL_get_error(ssl_.get(), rc);
