@@ -519,6 +519,7 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   pool->set_max_idle_per_destination(256);
   pool->mutable_idle_timeout()->set_seconds(60);
   bootstrap.mutable_drain_timeout()->set_seconds(10);
+  bootstrap.mutable_memory_release_interval()->set_seconds(10);
   bootstrap.set_log_level("info");
   return bootstrap;
 }

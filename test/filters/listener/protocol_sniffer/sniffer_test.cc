@@ -76,11 +76,19 @@ TEST(ClientHelloTest, RejectsWhatIsNotAClientHello) {
   std::string hello = clientHello("a.test", kAlpnBoth);
   hello[5] = 0x02;
   EXPECT_EQ(tls::parseClientHello(hello, info), tls::ClientHelloResult::Malformed);
-  // An extension whose length runs past the message.
+  // The extensions block claiming one byte more than the message holds.
   hello = clientHello("a.test", kAlpnBoth);
-  std::string cut = hello;
-  cut[cut.size() - 1] ^= 0x7f;  // corrupting a length or a value must never crash
-  tls::parseClientHello(cut, info);
+  auto u8 = [&](size_t i) { return static_cast<size_t>(static_cast<uint8_t>(hello[i])); };
+  size_t at = 5 + 4 + 2 + 32;           // record and handshake headers, version, random
+  at += 1 + u8(at);                     // session id
+  at += 2 + (u8(at) << 8 | u8(at + 1));  // cipher suites
+  at += 1 + u8(at);                     // compression methods
+  ASSERT_EQ(tls::parseClientHello(hello, info), tls::ClientHelloResult::Parsed);
+  const size_t ext_len = u8(at) << 8 | u8(at + 1);
+  ASSERT_EQ(at + 2 + ext_len, hello.size()) << "the extensions end the record";
+  hello[at + 1] = static_cast<char>((ext_len + 1) & 0xff);
+  hello[at] = static_cast<char>((ext_len + 1) >> 8);
+  EXPECT_EQ(tls::parseClientHello(hello, info), tls::ClientHelloResult::Malformed);
 }
 
 TEST(ClassifyTest, EachProtocol) {
