@@ -259,3 +259,12 @@ def parse_stats_text(text):
             except ValueError:
                 pass
     return out
+
+
+def rss_kib(pid):
+    """Resident memory of a process, in KiB (VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")

@@ -21,7 +21,7 @@ import pytest
 from hyperframe.frame import (ContinuationFrame, DataFrame, GoAwayFrame, HeadersFrame, PingFrame,
                               RstStreamFrame, SettingsFrame, Frame)
 
-from helpers import basic_auth, closed_port_socket
+from helpers import basic_auth, closed_port_socket, rss_kib
 from origins import chunked_body
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -87,14 +87,6 @@ def chain_of(s):
 
 def stat(s, name):
     return s.stat(f"http2.{chain_of(s)}.{name}")
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 # ---------------------------------------------------------------------------------------------

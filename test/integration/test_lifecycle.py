@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from helpers import CLEAN_ENV, curl
+from helpers import CLEAN_ENV, curl, rss_kib
 
 
 def start_slow_curl(s, py_origin, seconds):
@@ -86,14 +86,6 @@ def test_admin_post_drain_stops_and_exits_zero(start_sluice, nginx):
     assert r.status == 200, f"POST /drain: {r}"
     code = s.wait(15)
     assert code == 0, f"exit code after POST /drain: {code}"
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def burst(s, n=1500):

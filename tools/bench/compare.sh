@@ -13,6 +13,7 @@
 # (bazel build //:sluice). Prints a markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tools/bench/lib.sh  # cpu_ticks
 
 SIZE=1k
 DURATION=10
@@ -98,13 +99,6 @@ cat > "$WORK/direct.lua" <<LUA
 $CONNECTION_HEADER
 LUA
 
-cpu_ticks() {  # pids... -> utime+stime summed
-  local total=0 p
-  for p in "$@"; do
-    [ -r "/proc/$p/stat" ] && total=$((total + $(awk '{print $14+$15}' "/proc/$p/stat")))
-  done
-  echo $total
-}
 
 HZ=$(getconf CLK_TCK)
 ROWS=()
