@@ -187,13 +187,7 @@ network::FilterStatus Http1ProxyFilter::onData(buffer::Buffer& data, bool end_st
       relayRequestBody(data, end_stream);
       break;
     case State::Tunnel:
-      if (!data.empty()) {
-        upstream_->write(data);
-        timer_->enable(upstream_info_.tunnel_idle_timeout);
-      }
-      if (end_stream && proxy::passTunnelEnd(*upstream_, downstream_ended_, upstream_ended_)) {
-        closeAll();
-      }
+      tunnel_->onDownstreamData(data, end_stream);
       break;
     case State::Closed:
       data.clear();
@@ -245,7 +239,6 @@ void Http1ProxyFilter::startRequest() {
   retried_ = false;
   upgrade_ = false;
   downstream_ended_ = false;
-  upstream_ended_ = false;
 
   if (head.form == http1::TargetForm::Authority) {
     if (head.framing != http1::BodyFraming::None) {
@@ -343,11 +336,11 @@ void Http1ProxyFilter::onDenied(proxy::Denial denial, std::string_view reason) {
   downstream().readDisable(false);
 }
 
-void Http1ProxyFilter::onUpstreamReady(network::ConnectionPtr upstream,
-                                       const proxy::UpstreamInfo& info) {
+void Http1ProxyFilter::onUpstreamReady(upstream::UpstreamHandle upstream) {
   upstream_ = std::move(upstream);
   upstream_->setCallbacks(&upstream_callbacks_);
-  upstream_info_ = info;
+  upstream_info_ = upstream_.info();
+  key_tunnel_stats_ = pending_->request.principal_tunnel_stats;
   chain_->end();
   if (pending_->request.kind == proxy::RequestKind::Tunnel) {
     buffer::Buffer out;
@@ -357,8 +350,8 @@ void Http1ProxyFilter::onUpstreamReady(network::ConnectionPtr upstream,
     downstream().readBuffer().drain(head_size_);
     head_in_buffer_ = false;
     releaseHead();
-    setState(State::Tunnel);
-    timer_->enable(upstream_info_.tunnel_idle_timeout);
+    buffer::Buffer none;
+    startTunnel(none, false);
     // Bytes the client sent after the CONNECT head (an eager TLS hello) flow on next turn.
     downstream().readDisable(false);
     return;
@@ -388,8 +381,7 @@ void Http1ProxyFilter::sendRequestHead() {
     out.add(head.method_text);
     out.add(" ", 1);
     out.add(head.path);
-    out.add(client_http10_ ? std::string_view(" HTTP/1.0\r\n")
-                           : std::string_view(" HTTP/1.1\r\n"));
+    out.add(client_http10_ ? std::string_view(" HTTP/1.0\r\n") : std::string_view(" HTTP/1.1\r\n"));
     addForwardedHeaders(out, head.headers.data(), head.header_count, head.content_length);
   }
   if (!upgrade_ && head.host_header < 0) {
@@ -502,16 +494,6 @@ bool Http1ProxyFilter::retryable() const {
 }
 
 void Http1ProxyFilter::onUpstreamData(buffer::Buffer& data, bool end_stream) {
-  if (state_ == State::Tunnel) {
-    if (!data.empty()) {
-      downstream().write(data);
-      timer_->enable(upstream_info_.tunnel_idle_timeout);
-    }
-    if (end_stream && proxy::passTunnelEnd(downstream(), upstream_ended_, downstream_ended_)) {
-      closeAll();
-    }
-    return;
-  }
   if (state_ != State::Forwarding) {
     data.clear();
     return;
@@ -625,32 +607,32 @@ void Http1ProxyFilter::onUpgraded(buffer::Buffer& data, bool end_stream, buffer:
   // Frames the origin sent right behind its 101 go out with it.
   out.move(data);
   downstream().write(out);
-  if (state_ != State::Tunnel) return;
-  timer_->enable(upstream_info_.tunnel_idle_timeout);
   // Bytes the client sent behind its request head were left unread in its buffer (reading was
   // off): only now, after the 101, may they reach the origin.
-  buffer::Buffer& held = downstream().readBuffer();
-  if (!held.empty()) {
-    upstream_->write(held);
-    if (state_ != State::Tunnel) return;
-  }
-  if (downstream_ended_) {
-    // The client half-closed while the handshake was in flight: pass it on now.
-    buffer::Buffer none;
-    upstream_->write(none, true);
-    if (state_ != State::Tunnel) return;
-  }
-  if (end_stream) {
-    upstream_ended_ = true;
-    buffer::Buffer none;
-    downstream().write(none, true);
-    if (state_ != State::Tunnel) return;
-  }
-  if (downstream_ended_ && upstream_ended_) {
-    closeAll();
-    return;
-  }
+  startTunnel(downstream().readBuffer(), end_stream);
   downstream().readDisable(false);
+}
+
+void Http1ProxyFilter::startTunnel(buffer::Buffer& early, bool upstream_ended) {
+  setState(State::Tunnel);
+  timer_->disable();  // the relay keeps the tunnel's idle timer
+  upstream::TunnelOptions options;
+  options.idle_timeout = upstream_info_.tunnel_idle_timeout;
+  options.splice = upstream_info_.splice;
+  options.max_pipes = upstream_info_.max_splice_pipes;
+  options.listener_stats = &config_->tunnel_stats;
+  options.key_stats = key_tunnel_stats_;
+  tunnel_ = std::make_unique<upstream::TunnelRelay>(
+      std::move(upstream_), downstream(), [this](upstream::TunnelEnd end) { onTunnelEnd(end); },
+      options);
+  tunnel_->start(early, downstream_ended_, upstream_ended);
+}
+
+void Http1ProxyFilter::onTunnelEnd(upstream::TunnelEnd end) {
+  if (end == upstream::TunnelEnd::IdleTimeout) config_->stats.tunnel_idle_timeout.inc();
+  if (end == upstream::TunnelEnd::UpstreamReset) config_->stats.upstream_reset.inc();
+  if (end == upstream::TunnelEnd::DownstreamReset) config_->stats.downstream_reset.inc();
+  closeAll();
 }
 
 void Http1ProxyFilter::relayResponseBody(buffer::Buffer& data, bool end_stream,
@@ -707,13 +689,6 @@ void Http1ProxyFilter::finishExchange() {
 
 void Http1ProxyFilter::onUpstreamEvent(network::ConnectionEvent event) {
   if (event != network::ConnectionEvent::RemoteClose) return;
-  if (state_ == State::Tunnel) {
-    config_->stats.upstream_reset.inc();
-    setState(State::Closed);
-    releaseUpstream(false);
-    downstream().close(network::CloseType::FlushWrite);
-    return;
-  }
   if (state_ != State::Forwarding) return;
   if (!response_started_ && retryable() && head_in_buffer_) {
     // A pooled connection the origin had already closed: try once more on a new one.
@@ -746,9 +721,21 @@ void Http1ProxyFilter::onEvent(network::ConnectionEvent event) {
   releaseHead();
 }
 
-void Http1ProxyFilter::onAboveWriteHighWatermark() { proxy::pauseUpstreamReading(upstream_, true); }
+void Http1ProxyFilter::onAboveWriteHighWatermark() {
+  if (tunnel_) {
+    tunnel_->onDownstreamBackedUp(true);
+  } else if (upstream_) {
+    upstream_->readDisable(true);
+  }
+}
 
-void Http1ProxyFilter::onBelowWriteLowWatermark() { proxy::pauseUpstreamReading(upstream_, false); }
+void Http1ProxyFilter::onBelowWriteLowWatermark() {
+  if (tunnel_) {
+    tunnel_->onDownstreamBackedUp(false);
+  } else if (upstream_) {
+    upstream_->readDisable(false);
+  }
+}
 
 void Http1ProxyFilter::onDrain() {
   draining_ = true;
@@ -787,10 +774,7 @@ void Http1ProxyFilter::onTimer() {
         closeAll();
       }
       break;
-    case State::Tunnel:
-      config_->stats.tunnel_idle_timeout.inc();
-      closeAll();
-      break;
+    case State::Tunnel:  // the relay keeps the tunnel's idle timer
     case State::Filtering:
     case State::Closed:
       break;
@@ -822,14 +806,8 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, 
 }
 
 void Http1ProxyFilter::releaseUpstream(bool reusable) {
-  if (!upstream_) return;
-  upstream_->setCallbacks(nullptr);
-  if (reusable && upstream_->open() && !draining_) {
-    callbacks_->worker().pool().release(std::move(upstream_));
-    return;
-  }
-  upstream_->close(network::CloseType::NoFlush);
-  callbacks_->connection().dispatcher().deferredDelete(std::move(upstream_));
+  upstream::TunnelRelay::dispose(tunnel_);
+  upstream_.release(reusable && !draining_);
 }
 
 void Http1ProxyFilter::closeAll() {

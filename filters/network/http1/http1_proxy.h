@@ -13,6 +13,7 @@
 #include "source/common/proxy/request_filter.h"
 #include "source/common/proxy/tunnel.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/tunnel_relay.h"
 
 namespace sluice {
 namespace filters {
@@ -42,6 +43,7 @@ struct Http1Config {
   bool websocket = true;
   std::vector<proxy::RequestFilterFactoryCb> request_filters;
   Http1Stats stats;
+  upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
 };
 using Http1ConfigSharedPtr = std::shared_ptr<const Http1Config>;
 
@@ -79,7 +81,7 @@ class Http1ProxyFilter : public network::ReadFilter,
   void onDrain() override;
 
   // proxy::RequestSink
-  void onUpstreamReady(network::ConnectionPtr upstream, const proxy::UpstreamInfo& info) override;
+  void onUpstreamReady(upstream::UpstreamHandle upstream) override;
   void onDenied(proxy::Denial denial, std::string_view reason) override;
 
   // proxy::RequestHeaders
@@ -112,6 +114,9 @@ class Http1ProxyFilter : public network::ReadFilter,
   // The origin accepted the upgrade (the 101 head is in `out`): relay it and what followed it,
   // release the client bytes held back behind the request head, carry on as a tunnel.
   void onUpgraded(buffer::Buffer& data, bool end_stream, buffer::Buffer& out);
+  // CONNECT answered or upgrade accepted: the relay carries the bytes from here on.
+  void startTunnel(buffer::Buffer& early, bool upstream_ended);
+  void onTunnelEnd(upstream::TunnelEnd end);
   void relayResponseBody(buffer::Buffer& data, bool end_stream, buffer::Buffer& out);
   void finishExchange();
   void onTimer();
@@ -132,7 +137,10 @@ class Http1ProxyFilter : public network::ReadFilter,
   // Built in onNewConnection (they need the worker); held in place, not on the heap.
   std::optional<proxy::RequestFilterChain> chain_;
   proxy::UpstreamCallbacks<Http1ProxyFilter> upstream_callbacks_;
-  network::ConnectionPtr upstream_;
+  upstream::UpstreamHandle upstream_;
+  // The tunnel (CONNECT, or an upgrade the origin accepted); it holds the origin connection.
+  std::unique_ptr<upstream::TunnelRelay> tunnel_;
+  const upstream::TunnelStats* key_tunnel_stats_ = nullptr;
   std::optional<event::Timer> timer_;
   State state_ = State::ReadingHead;
 
@@ -168,9 +176,8 @@ class Http1ProxyFilter : public network::ReadFilter,
   bool response_close_client_ = false;
   http1::ChunkedDecoder response_chunks_;
 
-  // Tunnel half-closes.
+  // The client half-closed (while its request was served, or before its tunnel started).
   bool downstream_ended_ = false;
-  bool upstream_ended_ = false;
 };
 
 }  // namespace http1proxy

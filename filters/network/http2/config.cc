@@ -100,6 +100,7 @@ class Http2ProxyFactory : public extensions::NetworkFilterFactory {
     if (!filters.ok()) return filters.status();
     config->request_filters = std::move(*filters);
     config->stats = makeStats(context.chain_name);
+    config->tunnel_stats = upstream::listenerTunnelStats(context.listener_name);
     Http2ConfigSharedPtr shared = std::move(config);
     return network::NetworkFilterFactoryCb([shared](network::FilterManager& manager) {
       manager.addReadFilter(std::make_unique<Http2ProxyFilter>(shared));

@@ -63,7 +63,8 @@ void addChunkHeader(buffer::Buffer& out, size_t n) {
 // for later streams of the same connection (the filter chain is built once per object).
 class Http2ProxyFilter::Stream : public proxy::RequestSink,
                                  public proxy::RequestHeaders,
-                                 public network::ConnectionCallbacks {
+                                 public network::ConnectionCallbacks,
+                                 public upstream::TunnelDownstream {
  public:
   enum class State : uint8_t {
     Idle,        // free for reuse
@@ -106,10 +107,8 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     out_eof_ = false;
     deferred_ = false;
     upstream_paused_ = false;
-    upstream_ended_ = false;
     response_sent_ = false;
     retried_ = false;
-    retry_pending_ = false;
     websocket_pending_ = false;
     drain_after_reply_ = false;
     tunnel_ = false;
@@ -223,22 +222,20 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
         out.add(data, length);
         if (chunked_request_) out.add("\r\n", 2);
         writeUpstream(out, false);
-        if (state_ != State::Forwarding) return;
         credit(length);
         if (!response_started_) timer_.enable(config().request_body_timeout);
         return;
       }
       case State::Tunnel: {
-        if (!upstream_) {
+        if (!tunnel_relay_) {
           parent_.codec_->consume(id_, length);
+          parent_.scheduleFlush();
           return;
         }
         buffer::Buffer out;
         out.add(data, length);
-        writeUpstream(out, false);
-        if (state_ != State::Tunnel) return;
+        tunnel_relay_->onDownstreamData(out, false);
         credit(length);
-        timer_.enable(upstream_info_.tunnel_idle_timeout);
         return;
       }
       case State::Idle:
@@ -259,12 +256,11 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
         buffer::Buffer out;
         out.add("0\r\n\r\n", 5);
         writeUpstream(out, false);
-        if (state_ != State::Forwarding) return;
       }
       if (!response_started_) timer_.enable(upstream_info_.response_timeout);
-    } else if (state_ == State::Tunnel && upstream_) {
+    } else if (state_ == State::Tunnel && tunnel_relay_) {
       buffer::Buffer none;
-      upstream_->write(none, true);
+      tunnel_relay_->onDownstreamData(none, true);
     }
   }
 
@@ -312,17 +308,11 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     }
     eof = out_eof_ && out_.empty();
     if (n == 0 && !eof) deferred_ = true;
-    if (upstream_paused_ && upstream_ && out_.length() <= config().stream_buffer_bytes / 2) {
+    if (upstream_paused_ && out_.length() <= config().stream_buffer_bytes / 2) {
       upstream_paused_ = false;
-      upstream_->readDisable(false);
+      pauseOrigin(false);
     }
-    if (n > 0) {
-      if (state_ == State::Tunnel) {
-        timer_.enable(upstream_info_.tunnel_idle_timeout);
-      } else if (state_ == State::Forwarding) {
-        timer_.enable(upstream_info_.response_timeout);
-      }
-    }
+    if (n > 0 && state_ == State::Forwarding) timer_.enable(upstream_info_.response_timeout);
     return n;
   }
 
@@ -347,15 +337,17 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   }
 
   // proxy::RequestSink
-  void onUpstreamReady(network::ConnectionPtr upstream, const proxy::UpstreamInfo& info) override {
+  void onUpstreamReady(upstream::UpstreamHandle upstream) override {
     upstream_ = std::move(upstream);
     upstream_->setCallbacks(this);
-    upstream_info_ = info;
+    upstream_info_ = upstream_.info();
+    key_tunnel_stats_ = request_.principal_tunnel_stats;
     chain_.end();
     if (info_.kind == proxy::RequestKind::Tunnel) {
       parent_.codec_->submitResponse(id_, 200, nullptr, 0, false);
       config().stats.countStatus(200);
-      enterTunnel();
+      buffer::Buffer none;
+      enterTunnel(none, false);
       return;
     }
     state_ = State::Forwarding;
@@ -402,19 +394,36 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     return true;
   }
 
+  // upstream::TunnelDownstream: this stream is the client side of a tunnel.
+  void writeDownstream(buffer::Buffer& data, bool end_stream) override {
+    out_.move(data);
+    if (end_stream) out_eof_ = true;
+    afterOutput();
+  }
+  // The destination is backed up: the client's window is not credited until it drains.
+  void readDisableDownstream(bool disable) override {
+    if (!disable) creditPending();
+  }
+  void onTunnelEnd(upstream::TunnelEnd end) override {
+    upstream::TunnelRelay::dispose(tunnel_relay_);
+    switch (end) {
+      case upstream::TunnelEnd::Done:
+        // Both ends passed on; the queued bytes and our END_STREAM still go out.
+        break;
+      case upstream::TunnelEnd::IdleTimeout:
+        config().stats.tunnel_idle_timeout.inc();
+        reset(ErrorCode::Cancel);
+        break;
+      case upstream::TunnelEnd::UpstreamReset:
+      case upstream::TunnelEnd::DownstreamReset:
+        config().stats.upstream_reset.inc();
+        reset(ErrorCode::ConnectError);
+        break;
+    }
+  }
+
   // network::ConnectionCallbacks of the upstream connection.
   void onData(buffer::Buffer& data, bool end_stream) override {
-    if (state_ == State::Tunnel) {
-      config().stats.bytes_upstream_rx.add(data.length());
-      if (!data.empty()) timer_.enable(upstream_info_.tunnel_idle_timeout);
-      out_.move(data);
-      if (end_stream && !upstream_ended_) {
-        upstream_ended_ = true;
-        out_eof_ = true;
-      }
-      afterOutput();
-      return;
-    }
     if (state_ != State::Forwarding) {
       data.clear();
       return;
@@ -424,7 +433,7 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
       if (!processResponseHead(data)) {
         if (state_ == State::Tunnel) {
           // Switched to WebSocket: what followed the 101 is the origin's first frames.
-          onData(data, end_stream);
+          enterTunnel(data, end_stream);
           return;
         }
         if (state_ == State::Forwarding && end_stream) onUpstreamClosed();
@@ -470,10 +479,23 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     upstream_->write(out, end_stream);
   }
 
+  bool originBackedUp() const {
+    if (tunnel_relay_) return tunnel_relay_->upstreamBackedUp();
+    return upstream_ && upstream_->aboveHighWatermark();
+  }
+  // Stops (resumes) reading the origin: the stream's queue toward the client is full (drained).
+  void pauseOrigin(bool pause) {
+    if (tunnel_relay_) {
+      tunnel_relay_->onDownstreamBackedUp(pause);
+    } else if (upstream_) {
+      upstream_->readDisable(pause);
+    }
+  }
+
   // Request bytes passed on: give their window back unless the upstream is pushing back, in
   // which case they are credited once it drains (onBelowWriteLowWatermark).
   void credit(size_t length) {
-    if (upstream_ && upstream_->aboveHighWatermark()) {
+    if (originBackedUp()) {
       unconsumed_ += length;
       return;
     }
@@ -481,7 +503,7 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     parent_.scheduleFlush();
   }
   void creditPending() {
-    if (unconsumed_ == 0 || (upstream_ && upstream_->aboveHighWatermark())) return;
+    if (unconsumed_ == 0 || originBackedUp()) return;
     if (state_ != State::Forwarding && state_ != State::Tunnel) return;
     parent_.codec_->consume(id_, unconsumed_);
     unconsumed_ = 0;
@@ -508,7 +530,6 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     }
     if (request_ended_ && chunked_request_) out.add("0\r\n\r\n", 5);
     writeUpstream(out, false);
-    if (state_ != State::Forwarding) return;
     creditPending();
     timer_.enable(request_ended_ ? upstream_info_.response_timeout : config().request_body_timeout);
   }
@@ -539,7 +560,6 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     response_started_ = false;
     response_scanned_ = 0;
     writeUpstream(out, false);
-    if (state_ != State::Forwarding) return;
     timer_.enable(upstream_info_.response_timeout);
   }
 
@@ -569,27 +589,28 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     data.drain(rh.head_size);
     config().stats.websocket_switched.inc();
     websocket_pending_ = false;
-    enterTunnel();
+    // The caller (onData) hands what followed the 101 to enterTunnel.
+    state_ = State::Tunnel;
   }
 
   // The 200 is submitted: the stream becomes a byte tunnel (CONNECT, or a WebSocket the origin
-  // switched to). Request bytes held while the filters ran (or the 101 was awaited) go first.
-  void enterTunnel() {
+  // switched to), relayed by the upstream layer. Request bytes held while the filters ran (or
+  // the 101 was awaited) go first; `from_origin` is what the origin sent behind its 101.
+  void enterTunnel(buffer::Buffer& from_origin, bool origin_ended) {
     response_started_ = true;
     state_ = State::Tunnel;
     tunnel_ = true;
     config().stats.tunnels_active.inc();
-    timer_.enable(upstream_info_.tunnel_idle_timeout);
-    if (!pending_body_.empty()) {
-      writeUpstream(pending_body_, false);
-      if (state_ != State::Tunnel) return;
-    }
-    if (request_ended_ && upstream_) {
-      buffer::Buffer none;
-      upstream_->write(none, true);
-    }
+    timer_.disable();  // the relay keeps the tunnel's idle timer
+    upstream::TunnelOptions options;
+    options.idle_timeout = upstream_info_.tunnel_idle_timeout;
+    options.listener_stats = &parent_.config_->tunnel_stats;
+    options.key_stats = key_tunnel_stats_;
+    tunnel_relay_ = std::make_unique<upstream::TunnelRelay>(std::move(upstream_), *this, options);
+    if (!from_origin.empty()) out_.move(from_origin);
+    tunnel_relay_->start(pending_body_, request_ended_, origin_ended);
     creditPending();
-    parent_.scheduleFlush();
+    afterOutput();
   }
 
   // The origin's fields for HTTP/2 into t_headers: lowercase names, without the
@@ -740,9 +761,10 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
       deferred_ = false;
       parent_.codec_->resumeBody(id_);
     }
-    if (upstream_ && !upstream_paused_ && out_.length() >= config().stream_buffer_bytes) {
+    if ((upstream_ || tunnel_relay_) && !upstream_paused_ &&
+        out_.length() >= config().stream_buffer_bytes) {
       upstream_paused_ = true;
-      upstream_->readDisable(true);
+      pauseOrigin(true);
       config().stats.upstream_read_paused.inc();
     }
     parent_.scheduleFlush();
@@ -754,28 +776,18 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   }
 
   void onUpstreamClosed() {
-    if (state_ == State::Tunnel) {
-      if (upstream_ended_) {
-        // The origin sent everything (FIN first); the queued bytes still go out.
-        releaseUpstream(false);
-        return;
-      }
-      config().stats.upstream_reset.inc();
-      reset(ErrorCode::ConnectError);
-      return;
-    }
     if (state_ != State::Forwarding) return;
     if (retryable()) {
-      // A pooled connection the origin had already closed: once more on a new one.
+      // A pooled connection the origin had already closed: once more on a new one. The close
+      // comes from the loop (a write never closes under its caller), so the chain restarts
+      // here.
       config().stats.rq_retry.inc();
       releaseUpstream(false);
       retried_ = true;
       request_.fresh_connection = true;
       state_ = State::Filtering;
-      // Restarted from the timer, not from inside this callback: the close may come from a
-      // write made while the filter chain is still on the stack.
-      retry_pending_ = true;
-      timer_.enable(std::chrono::milliseconds(0));
+      timer_.disable();
+      chain_.start(request_);
       return;
     }
     config().stats.upstream_reset.inc();
@@ -794,12 +806,6 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
         config().stats.rq_head_timeout.inc();
         parent_.terminate(ErrorCode::ProtocolError);
         break;
-      case State::Filtering:
-        if (retry_pending_) {
-          retry_pending_ = false;
-          chain_.start(request_);
-        }
-        break;
       case State::Forwarding:
         if (!request_ended_ && !response_started_ && !websocket_pending_) {
           config().stats.rq_body_timeout.inc();
@@ -811,10 +817,6 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
           if (!out_eof_) config().stats.upstream_rs_timeout.inc();
           reset(ErrorCode::Cancel);
         }
-        break;
-      case State::Tunnel:
-        config().stats.tunnel_idle_timeout.inc();
-        reset(ErrorCode::Cancel);
         break;
       case State::Replied:
         reset(ErrorCode::Cancel);
@@ -866,18 +868,9 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   }
 
   void releaseUpstream(bool reusable) {
-    if (!upstream_) return;
-    upstream_->setCallbacks(nullptr);
-    if (upstream_paused_) {
-      upstream_paused_ = false;
-      upstream_->readDisable(false);
-    }
-    if (reusable && upstream_->open() && !parent_.draining_) {
-      parent_.callbacks_->worker().pool().release(std::move(upstream_));
-      return;
-    }
-    upstream_->close(network::CloseType::NoFlush);
-    parent_.downstream().dispatcher().deferredDelete(std::move(upstream_));
+    upstream::TunnelRelay::dispose(tunnel_relay_);
+    upstream_paused_ = false;
+    upstream_.release(reusable && !parent_.draining_);
   }
 
   Http2ProxyFilter& parent_;
@@ -897,7 +890,10 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   AddedHeader added_[kMaxAddedHeaders];
   uint32_t added_count_ = 0;
 
-  network::ConnectionPtr upstream_;
+  upstream::UpstreamHandle upstream_;
+  // CONNECT streams and WebSocket streams once switched; it holds the origin connection.
+  std::unique_ptr<upstream::TunnelRelay> tunnel_relay_;
+  const upstream::TunnelStats* key_tunnel_stats_ = nullptr;
   proxy::UpstreamInfo upstream_info_;
   buffer::Buffer pending_body_;  // request bytes received while the filters ran
   size_t unconsumed_ = 0;        // request bytes not yet credited to the client's window
@@ -905,7 +901,6 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   bool request_ended_ = false;
   bool chunked_request_ = false;
   bool retried_ = false;
-  bool retry_pending_ = false;
   bool websocket_pending_ = false;  // upgrade sent, waiting for the origin's 101
   bool drain_after_reply_ = false;  // a filter asked to close the connection (a ban)
   std::string ws_key_;
@@ -920,7 +915,6 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   bool out_eof_ = false;   // out_ holds the rest of the body
   bool deferred_ = false;  // the codec is waiting for resumeBody
   bool upstream_paused_ = false;
-  bool upstream_ended_ = false;
   bool response_sent_ = false;  // our END_STREAM went out
   bool tunnel_ = false;         // counted in tunnels_active
 };

@@ -15,6 +15,7 @@
 #include "source/common/network/filter.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/tunnel_relay.h"
 
 namespace sluice {
 namespace filters {
@@ -59,6 +60,7 @@ struct Http2Config {
   std::chrono::milliseconds request_body_timeout{30000};
   std::vector<proxy::RequestFilterFactoryCb> request_filters;
   Http2Stats stats;
+  upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
 };
 using Http2ConfigSharedPtr = std::shared_ptr<const Http2Config>;
 

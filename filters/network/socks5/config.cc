@@ -30,8 +30,6 @@ Socks5Stats makeStats(const std::string& chain) {
   s.tunnel_idle_timeout = scope.counter("tunnel_idle_timeout");
   s.upstream_reset = scope.counter("upstream_reset");
   s.downstream_reset = scope.counter("downstream_reset");
-  s.bytes_upstream_tx = scope.counter("upstream_bytes_tx");
-  s.bytes_upstream_rx = scope.counter("upstream_bytes_rx");
   s.bind_timeout = scope.counter("bind_timeout");
   s.bind_peer_rejected = scope.counter("bind_peer_rejected");
   s.udp_associations_active = scope.gauge("udp_associations_active");
@@ -96,10 +94,12 @@ class Socks5Factory : public extensions::NetworkFilterFactory {
     config::setIfNonZero(proto.max_udp_destinations(), config->max_udp_destinations);
     config->allow_bind = !proto.disable_bind();
     config->allow_udp_associate = !proto.disable_udp_associate();
+    config->bind_splice = !proto.disable_splice();
     auto filters = extensions::createRequestFilterFactories(proto.request_filters(), context);
     if (!filters.ok()) return filters.status();
     config->request_filters = std::move(*filters);
     config->stats = makeStats(context.chain_name);
+    config->tunnel_stats = upstream::listenerTunnelStats(context.listener_name);
     Socks5ProxyConfigSharedPtr shared = std::move(config);
     return network::NetworkFilterFactoryCb([shared](network::FilterManager& manager) {
       manager.addReadFilter(std::make_unique<Socks5Filter>(shared));

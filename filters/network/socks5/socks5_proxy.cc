@@ -92,15 +92,17 @@ Reply replyForDenial(proxy::Denial denial, const proxy::ProxyRequest& request) {
     case proxy::Denial::GatewayTimeout:
       return Reply::TtlExpired;
     case proxy::Denial::BadGateway:
-      // Nothing pinned: the name never resolved (dest_guard and router pin what they resolve).
-      if (request.pinned_count == 0) return Reply::HostUnreachable;
-      switch (request.connect_errno) {
-        case ECONNREFUSED:
-          return Reply::ConnectionRefused;
-        case ENETUNREACH:
-          return Reply::NetworkUnreachable;
-        case EHOSTUNREACH:
+      switch (request.failure.kind) {
+        case upstream::FailureKind::DnsFailure:
           return Reply::HostUnreachable;
+        case upstream::FailureKind::Refused:
+          return Reply::ConnectionRefused;
+        case upstream::FailureKind::Unreachable:
+          return request.failure.error == ENETUNREACH || request.failure.error == ENETDOWN
+                     ? Reply::NetworkUnreachable
+                     : Reply::HostUnreachable;
+        case upstream::FailureKind::Timeout:
+          return Reply::TtlExpired;
         default:
           return Reply::GeneralFailure;
       }
@@ -365,11 +367,9 @@ void UdpRelay::onStagePassed(Stage&) {
   finishCheck(found, chosen);
 }
 
-void UdpRelay::onStageUpstream(Stage&, network::ConnectionPtr upstream,
-                               const proxy::UpstreamInfo&) {
+void UdpRelay::onStageUpstream(Stage&, upstream::UpstreamHandle upstream) {
   // The check stage has no router; a custom terminal filter must not hand a connection here.
-  upstream->close(network::CloseType::NoFlush);
-  worker_.dispatcher().deferredDelete(std::move(upstream));
+  upstream.release(false);
   finishCheck(false, network::Address());
 }
 
@@ -401,13 +401,12 @@ void UdpRelay::onIdle() {
 // ------------------------------------------------------------------------------------------
 // Socks5Filter
 
-Socks5Filter::Socks5Filter(Socks5ProxyConfigSharedPtr config)
-    : config_(std::move(config)), upstream_callbacks_(*this) {}
+Socks5Filter::Socks5Filter(Socks5ProxyConfigSharedPtr config) : config_(std::move(config)) {}
 
 Socks5Filter::~Socks5Filter() {
   auth_stage_.reset();
   request_stage_.reset();
-  releaseUpstream();
+  releaseTunnel();
   closeBindListener();
   udp_.reset();
   setState(State::Closed);
@@ -461,14 +460,7 @@ network::FilterStatus Socks5Filter::onData(buffer::Buffer& data, bool end_stream
       if (end_stream) downstream_ended_ = true;
       break;
     case State::Tunnel:
-      if (!data.empty()) {
-        config_->stats.bytes_upstream_tx.add(data.length());
-        upstream_->write(data);
-        timer_->enable(tunnel_idle_timeout_);
-      }
-      if (end_stream && proxy::passTunnelEnd(*upstream_, downstream_ended_, upstream_ended_)) {
-        closeAll();
-      }
+      tunnel_->onDownstreamData(data, end_stream);
       break;
     case State::Udp:
       // The control connection carries nothing after the reply; its end ends the association.
@@ -596,22 +588,17 @@ void Socks5Filter::onStagePassed(Stage& stage) {
   onBindChecked();
 }
 
-void Socks5Filter::onStageUpstream(Stage& stage, network::ConnectionPtr upstream,
-                                   const proxy::UpstreamInfo& info) {
+void Socks5Filter::onStageUpstream(Stage& stage, upstream::UpstreamHandle upstream) {
   stage.end();
   if (state_ != State::Filtering || command_ != Command::Connect) {
     // Only CONNECT runs the router; anything else handing a connection here is dropped.
-    upstream->close(network::CloseType::NoFlush);
-    downstream().dispatcher().deferredDelete(std::move(upstream));
+    upstream.release(false);
     sendReply(Reply::GeneralFailure, network::Address());
     return;
   }
-  upstream_ = std::move(upstream);
-  upstream_->setCallbacks(&upstream_callbacks_);
   // BND.ADDR/BND.PORT: the address sluice connects from.
-  sendReply(Reply::Succeeded, socketName(upstream_->fd()));
-  if (state_ == State::Closed) return;
-  startTunnel(info.tunnel_idle_timeout);
+  sendReply(Reply::Succeeded, socketName(upstream->fd()));
+  startTunnel(std::move(upstream));
 }
 
 void Socks5Filter::onStageDenied(Stage& stage, proxy::Denial denial, std::string_view reason) {
@@ -779,13 +766,16 @@ void Socks5Filter::onBindAccept() {
       continue;
     }
     closeBindListener();
-    upstream_ = std::make_unique<network::Connection>(downstream().dispatcher(), fd, peer,
-                                                      network::Connection::Blocking::NonBlocking);
-    upstream_->setCallbacks(&upstream_callbacks_);
+    upstream::UpstreamInfo info;
+    info.tunnel_idle_timeout = config_->bind_idle_timeout;
+    info.splice = config_->bind_splice;
+    upstream::UpstreamHandle inbound(
+        std::make_unique<network::Connection>(downstream().dispatcher(), fd, peer,
+                                              network::Connection::Blocking::NonBlocking),
+        nullptr, info);
     // The second reply names the peer that connected.
     sendReply(Reply::Succeeded, peer);
-    if (state_ == State::Closed) return;
-    startTunnel(config_->bind_idle_timeout);
+    startTunnel(std::move(inbound));
     return;
   }
 }
@@ -813,42 +803,31 @@ void Socks5Filter::startUdpAssociate() {
 
 void Socks5Filter::onUdpIdle() { closeAll(); }
 
-void Socks5Filter::startTunnel(std::chrono::milliseconds idle_timeout) {
+void Socks5Filter::startTunnel(upstream::UpstreamHandle upstream) {
+  if (state_ == State::Closed) return;
   setState(State::Tunnel);
-  tunnel_idle_timeout_ = idle_timeout;
-  timer_->enable(tunnel_idle_timeout_);
-  if (downstream_ended_) {
-    buffer::Buffer none;
-    upstream_->write(none, true);
-  }
-  // Bytes the client sent behind its request flow on the next loop iteration.
+  timer_->disable();  // the relay keeps the tunnel's idle timer
+  upstream::TunnelOptions options;
+  options.idle_timeout = upstream.info().tunnel_idle_timeout;
+  options.splice = upstream.info().splice;
+  options.max_pipes = upstream.info().max_splice_pipes;
+  options.listener_stats = &config_->tunnel_stats;
+  options.key_stats = request_.principal_tunnel_stats;
+  tunnel_ = std::make_unique<upstream::TunnelRelay>(
+      std::move(upstream), downstream(), [this](upstream::TunnelEnd end) { onTunnelEnd(end); },
+      options);
+  // Bytes the client sent behind its request stay in its buffer and flow on the next loop
+  // iteration, through onData.
+  buffer::Buffer none;
+  tunnel_->start(none, downstream_ended_);
   pauseReading(false);
 }
 
-void Socks5Filter::onUpstreamData(buffer::Buffer& data, bool end_stream) {
-  if (state_ != State::Tunnel) {
-    data.clear();
-    return;
-  }
-  if (!data.empty()) {
-    config_->stats.bytes_upstream_rx.add(data.length());
-    downstream().write(data);
-    if (state_ != State::Tunnel) return;
-    timer_->enable(tunnel_idle_timeout_);
-  }
-  if (end_stream && proxy::passTunnelEnd(downstream(), upstream_ended_, downstream_ended_)) {
-    closeAll();
-  }
-}
-
-void Socks5Filter::onUpstreamEvent(network::ConnectionEvent event) {
-  if (event != network::ConnectionEvent::RemoteClose) return;
-  if (state_ != State::Tunnel) return;
-  config_->stats.upstream_reset.inc();
-  setState(State::Closed);
-  releaseUpstream();
-  timer_->disable();
-  downstream().close(network::CloseType::FlushWrite);
+void Socks5Filter::onTunnelEnd(upstream::TunnelEnd end) {
+  if (end == upstream::TunnelEnd::IdleTimeout) config_->stats.tunnel_idle_timeout.inc();
+  if (end == upstream::TunnelEnd::UpstreamReset) config_->stats.upstream_reset.inc();
+  if (end == upstream::TunnelEnd::DownstreamReset) config_->stats.downstream_reset.inc();
+  closeAll();
 }
 
 void Socks5Filter::onEvent(network::ConnectionEvent event) {
@@ -859,9 +838,13 @@ void Socks5Filter::onEvent(network::ConnectionEvent event) {
   releaseAll();
 }
 
-void Socks5Filter::onAboveWriteHighWatermark() { proxy::pauseUpstreamReading(upstream_, true); }
+void Socks5Filter::onAboveWriteHighWatermark() {
+  if (tunnel_) tunnel_->onDownstreamBackedUp(true);
+}
 
-void Socks5Filter::onBelowWriteLowWatermark() { proxy::pauseUpstreamReading(upstream_, false); }
+void Socks5Filter::onBelowWriteLowWatermark() {
+  if (tunnel_) tunnel_->onDownstreamBackedUp(false);
+}
 
 void Socks5Filter::onDrain() {
   // Mid-handshake with nothing buffered: close now. Tunnels and associations run on until they
@@ -885,11 +868,8 @@ void Socks5Filter::onTimer() {
       config_->stats.bind_timeout.inc();
       sendReply(Reply::TtlExpired, network::Address());
       break;
-    case State::Tunnel:
-      config_->stats.tunnel_idle_timeout.inc();
-      closeAll();
-      break;
     case State::Filtering:
+    case State::Tunnel:
     case State::Udp:
     case State::Closed:
       break;
@@ -930,12 +910,7 @@ void Socks5Filter::closeBindListener() {
   }
 }
 
-void Socks5Filter::releaseUpstream() {
-  if (!upstream_) return;
-  upstream_->setCallbacks(nullptr);
-  upstream_->close(network::CloseType::NoFlush);
-  callbacks_->connection().dispatcher().deferredDelete(std::move(upstream_));
-}
+void Socks5Filter::releaseTunnel() { upstream::TunnelRelay::dispose(tunnel_); }
 
 void Socks5Filter::releaseUdp() {
   if (!udp_) return;
@@ -950,7 +925,7 @@ void Socks5Filter::releaseAll() {
   if (auth_stage_) auth_stage_->end();
   if (request_stage_) request_stage_->end();
   if (timer_) timer_->disable();
-  releaseUpstream();
+  releaseTunnel();
   closeBindListener();
   releaseUdp();
 }

@@ -12,8 +12,8 @@
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/filter.h"
 #include "source/common/proxy/request_filter.h"
-#include "source/common/proxy/tunnel.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/tunnel_relay.h"
 
 namespace sluice {
 namespace filters {
@@ -40,9 +40,8 @@ struct Socks5Stats {
   stats::Counter replies[kReplyCodes];
   stats::Gauge tunnels_active;
   stats::Counter tunnel_idle_timeout;
-  stats::Counter upstream_reset;    // the destination (or BIND peer) closed a tunnel
-  stats::Counter downstream_reset;  // the client left while its request was being served
-  stats::Counter bytes_upstream_tx, bytes_upstream_rx;
+  stats::Counter upstream_reset;      // the destination (or BIND peer) closed a tunnel
+  stats::Counter downstream_reset;    // the client left while its request was being served
   stats::Counter bind_timeout;        // no inbound connection within bind_timeout
   stats::Counter bind_peer_rejected;  // an inbound connection from another address (closed)
   stats::Gauge udp_associations_active;
@@ -75,13 +74,15 @@ struct Socks5ProxyConfig {
   uint32_t max_udp_destinations = 64;
   bool allow_bind = true;
   bool allow_udp_associate = true;
+  bool bind_splice = true;
   Socks5Stats stats;
+  upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
 };
 using Socks5ProxyConfigSharedPtr = std::shared_ptr<const Socks5ProxyConfig>;
 
-// What a refusal by the request filters becomes on the wire. `pinned` is how many addresses the
-// request had when it was refused: none means the name never resolved (host unreachable);
-// otherwise the router's connect error (its text ends with strerror) picks the code.
+// What a refusal by the request filters becomes on the wire: a policy refusal is "not allowed",
+// a destination that could not be reached says why (request.failure, set by the filter that
+// found out).
 Reply replyForDenial(proxy::Denial denial, const proxy::ProxyRequest& request);
 
 class Socks5Filter;
@@ -94,8 +95,7 @@ class Stage : public proxy::RequestSink {
    public:
     virtual ~Owner() = default;
     virtual void onStagePassed(Stage& stage) = 0;
-    virtual void onStageUpstream(Stage& stage, network::ConnectionPtr upstream,
-                                 const proxy::UpstreamInfo& info) = 0;
+    virtual void onStageUpstream(Stage& stage, upstream::UpstreamHandle upstream) = 0;
     virtual void onStageDenied(Stage& stage, proxy::Denial denial, std::string_view reason) = 0;
   };
 
@@ -108,8 +108,8 @@ class Stage : public proxy::RequestSink {
   bool active() const { return chain_.active(); }
 
   // proxy::RequestSink
-  void onUpstreamReady(network::ConnectionPtr upstream, const proxy::UpstreamInfo& info) override {
-    owner_.onStageUpstream(*this, std::move(upstream), info);
+  void onUpstreamReady(upstream::UpstreamHandle upstream) override {
+    owner_.onStageUpstream(*this, std::move(upstream));
   }
   void onDenied(proxy::Denial denial, std::string_view reason) override {
     owner_.onStageDenied(*this, denial, reason);
@@ -138,8 +138,7 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
 
   // Stage::Owner (the destination checks)
   void onStagePassed(Stage& stage) override;
-  void onStageUpstream(Stage& stage, network::ConnectionPtr upstream,
-                       const proxy::UpstreamInfo& info) override;
+  void onStageUpstream(Stage& stage, upstream::UpstreamHandle upstream) override;
   void onStageDenied(Stage& stage, proxy::Denial denial, std::string_view reason) override;
 
  private:
@@ -205,8 +204,7 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner {
 
   // Stage::Owner
   void onStagePassed(Stage& stage) override;
-  void onStageUpstream(Stage& stage, network::ConnectionPtr upstream,
-                       const proxy::UpstreamInfo& info) override;
+  void onStageUpstream(Stage& stage, upstream::UpstreamHandle upstream) override;
   void onStageDenied(Stage& stage, proxy::Denial denial, std::string_view reason) override;
 
   // The UDP relay idled out: the association (and this connection) ends.
@@ -225,8 +223,6 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner {
     Closed,
   };
 
-  friend class proxy::UpstreamCallbacks<Socks5Filter>;
-
   network::Connection& downstream() { return callbacks_->connection(); }
   void setState(State state);
   // Consumes whole handshake messages from `data` while the state allows.
@@ -243,9 +239,8 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner {
   void startUdpAssociate();
   void onBindAccept();
   void onBindChecked();
-  void startTunnel(std::chrono::milliseconds idle_timeout);
-  void onUpstreamData(buffer::Buffer& data, bool end_stream);
-  void onUpstreamEvent(network::ConnectionEvent event);
+  void startTunnel(upstream::UpstreamHandle upstream);
+  void onTunnelEnd(upstream::TunnelEnd end);
   void onTimer();
   // Sends a reply; a failure closes the connection after it.
   void sendReply(Reply reply, const network::Address& bound);
@@ -254,7 +249,7 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner {
   void sendAuthStatus(uint8_t status);
   network::Address localAddress() const;
   void closeBindListener();
-  void releaseUpstream();
+  void releaseTunnel();
   void releaseUdp();
   // Ends everything but the client connection (closed, or about to be).
   void releaseAll();
@@ -262,7 +257,6 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner {
 
   Socks5ProxyConfigSharedPtr config_;
   network::ReadFilterCallbacks* callbacks_ = nullptr;
-  proxy::UpstreamCallbacks<Socks5Filter> upstream_callbacks_;
   std::optional<Stage> auth_stage_;     // request_filters[0, auth_filters) + checkpoint
   std::optional<Stage> request_stage_;  // the rest: to the router (CONNECT) or a checkpoint
   std::optional<event::Timer> timer_;
@@ -270,8 +264,6 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner {
   bool method_user_pass_ = false;
   bool read_paused_ = false;
   bool downstream_ended_ = false;
-  bool upstream_ended_ = false;
-  std::chrono::milliseconds tunnel_idle_timeout_{300000};
 
   // The request in flight; its views point into these buffers.
   proxy::ProxyRequest request_;
@@ -280,7 +272,8 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner {
   Command command_ = Command::Connect;
   Target target_;  // target_.domain points into host_
 
-  network::ConnectionPtr upstream_;
+  // CONNECT and BIND, once the reply went out.
+  std::unique_ptr<upstream::TunnelRelay> tunnel_;
   // BIND
   int bind_fd_ = -1;
   std::optional<event::FileEvent> bind_event_;

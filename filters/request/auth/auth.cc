@@ -129,6 +129,7 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   }
   const ApiKey& matched = config_->keys[static_cast<size_t>(index)];
   request.principal = matched.name;
+  request.principal_tunnel_stats = &matched.tunnel_stats;
   config_->allowed.inc();
   matched.allowed.inc();
   return proxy::RequestFilterStatus::Continue;

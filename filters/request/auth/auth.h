@@ -11,6 +11,7 @@
 #include "source/common/ban/ban_table.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/tunnel_stats.h"
 
 namespace sluice {
 namespace filters {
@@ -20,6 +21,7 @@ struct ApiKey {
   std::string name;
   Digest digest;  // SHA-256 of the key: presented keys are hashed once, then compared
   stats::Counter allowed;
+  upstream::TunnelStats tunnel_stats;  // tunnel.key.<name>.*
 };
 
 struct AuthConfig {

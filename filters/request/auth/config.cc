@@ -57,6 +57,7 @@ class AuthFactory : public extensions::RequestFilterFactory {
       entry.digest = *digest;
       entry.allowed = store.counter(
           absl::StrFormat("auth.key.%s.allowed", stats::sanitizeNamePart(entry.name)));
+      entry.tunnel_stats = upstream::keyTunnelStats(entry.name);
       config->keys.push_back(std::move(entry));
       return absl::OkStatus();
     };

@@ -248,6 +248,7 @@ void DestGuardFilter::onResolved(const absl::Status& status,
     config_->stats.resolve_failed.inc();
     error_ = status.ok() ? absl::StrFormat("%s: no addresses", request_->host)
                          : std::string(status.message());
+    request_->failure = {upstream::FailureKind::DnsFailure, 0};
     callbacks_->deny(proxy::Denial::BadGateway, error_);
   } else {
     admitted = admit(addresses.data(), addresses.size());
@@ -311,6 +312,7 @@ bool DestGuardFilter::applyZone(std::string_view zone, network::Address& address
   }
   if (index == 0) {
     config_->stats.resolve_failed.inc();
+    request_->failure = {upstream::FailureKind::Unreachable, 0};
     callbacks_->deny(proxy::Denial::BadGateway, "no such interface in the address's zone id");
     return false;
   }

@@ -2,6 +2,7 @@
 #include "extensions/registry.h"
 #include "filters/request/router/router.h"
 #include "source/common/common/duration.h"
+#include "source/common/config/filter_config.h"
 
 namespace sluice {
 namespace filters {
@@ -19,8 +20,12 @@ class RouterFactory : public extensions::RequestFilterFactory {
   }
 
   absl::StatusOr<proxy::RequestFilterFactoryCb> createFilterFactory(
-      const google::protobuf::Message& message, extensions::FactoryContext&) const override {
+      const google::protobuf::Message& message,
+      extensions::FactoryContext& context) const override {
     const auto& proto = static_cast<const sluice::filters::v1::RouterConfig&>(message);
+    absl::Status limits = config::checkLimits(
+        context.path, {{"max_splice_pipes", proto.max_splice_pipes(), 1, 65536}});
+    if (!limits.ok()) return limits;
     auto config = std::make_shared<RouterConfig>();
     config->connect_timeout =
         durationOr(proto.has_connect_timeout(), proto.connect_timeout(), config->connect_timeout);
@@ -29,6 +34,8 @@ class RouterFactory : public extensions::RequestFilterFactory {
     config->upstream.tunnel_idle_timeout =
         durationOr(proto.has_tunnel_idle_timeout(), proto.tunnel_idle_timeout(),
                    config->upstream.tunnel_idle_timeout);
+    config->upstream.splice = !proto.disable_splice();
+    config::setIfNonZero(proto.max_splice_pipes(), config->upstream.max_splice_pipes);
     stats::Store& store = stats::Store::get();
     config->stats.cx_connect_total = store.counter("upstream.cx_connect_total");
     config->stats.cx_connect_fail = store.counter("upstream.cx_connect_fail");

@@ -34,6 +34,7 @@ void RouterFilter::onResolved(const absl::Status& status,
                               const std::vector<network::Address>& addresses) {
   if (!status.ok() || addresses.empty()) {
     config_->stats.dns_fail.inc();
+    request_->failure = {upstream::FailureKind::DnsFailure, 0};
     error_ = status.ok() ? absl::StrFormat("%s: no addresses", request_->host)
                          : std::string(status.message());
     callbacks_->deny(proxy::Denial::BadGateway, error_);
@@ -57,7 +58,8 @@ void RouterFilter::route() {
         config_->stats.pool_reuse.inc();
         proxy::UpstreamInfo info = config_->upstream;
         info.reused = true;
-        callbacks_->upstreamReady(std::move(pooled), info);
+        callbacks_->upstreamReady(
+            upstream::UpstreamHandle(std::move(pooled), &callbacks_->worker().pool(), info));
         return;
       }
     }
@@ -82,7 +84,7 @@ void RouterFilter::connectNext() {
       return;
     }
     config_->stats.cx_connect_fail.inc();
-    request_->connect_errno = errno;
+    request_->failure = {upstream::kindForConnectError(errno), errno};
     error_ = absl::StrFormat("cannot open a socket to %s: %s", to.asString(), strerror(errno));
   }
   timer_->disable();
@@ -96,13 +98,15 @@ void RouterFilter::onEvent(network::ConnectionEvent event) {
     conn->setCallbacks(nullptr);
     proxy::UpstreamInfo info = config_->upstream;
     info.reused = false;
-    callbacks_->upstreamReady(std::move(conn), info);
+    callbacks_->upstreamReady(
+        upstream::UpstreamHandle(std::move(conn), &callbacks_->worker().pool(), info));
     return;
   }
   if (event == network::ConnectionEvent::RemoteClose && connecting_) {
     config_->stats.cx_connect_fail.inc();
     int err = connecting_->connectError();
-    request_->connect_errno = err;
+    request_->failure = {
+        err != 0 ? upstream::kindForConnectError(err) : upstream::FailureKind::Reset, err};
     error_ = absl::StrFormat("cannot connect to %s: %s", connecting_->peer().asString(),
                              err != 0 ? strerror(err) : "connection closed");
     dropConnecting();
@@ -113,6 +117,7 @@ void RouterFilter::onEvent(network::ConnectionEvent event) {
 void RouterFilter::onConnectTimeout() {
   if (!connecting_) return;
   config_->stats.cx_connect_timeout.inc();
+  request_->failure = {upstream::FailureKind::Timeout, 0};
   dropConnecting();
   error_ = absl::StrFormat("connect to %s:%d timed out", request_->host, request_->port);
   callbacks_->deny(proxy::Denial::GatewayTimeout, error_);

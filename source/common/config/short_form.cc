@@ -187,8 +187,8 @@ absl::Status addTlsListener(const v1::ShortConfig::Tls& tls, const network::Addr
   for (int i = 0; i < tls.sni_certificates_size(); ++i) {
     const auto& in = tls.sni_certificates(i);
     if (in.cert().empty() || in.key().empty()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "tls.sni_certificates[%d]: both cert and key are required", i));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tls.sni_certificates[%d]: both cert and key are required", i));
     }
     auto* extra = transport.add_certificates();
     extra->set_cert(in.cert());
@@ -262,7 +262,6 @@ absl::Status validatePortRange(std::string_view text) {
 }
 
 absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
-
   const std::string listen =
       config.server().listen().empty() ? kDefaultListen : config.server().listen();
   absl::StatusOr<network::Address> listen_address = network::Address::parseHostPort(listen);
@@ -420,6 +419,7 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   router.mutable_response_timeout()->set_seconds(60);
   setDuration(limits.has_tunnel_idle_timeout(), limits.tunnel_idle_timeout(), 300,
               *router.mutable_tunnel_idle_timeout());
+  router.set_disable_splice(limits.disable_splice());
 
   filters::v1::Http1ProxyConfig http1;
   http1.set_max_request_head_bytes(head_bytes);
@@ -495,6 +495,7 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
     socks5.mutable_handshake_timeout()->set_seconds(10);
     socks5.mutable_bind_timeout()->set_seconds(60);
     *socks5.mutable_bind_idle_timeout() = router.tunnel_idle_timeout();
+    socks5.set_disable_splice(router.disable_splice());
     socks5.mutable_udp_idle_timeout()->set_seconds(120);
     socks5.set_max_udp_datagram_bytes(65507);
     socks5.set_max_udp_pending_datagrams(16);

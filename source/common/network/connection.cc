@@ -69,6 +69,11 @@ Connection::~Connection() {
 
 void Connection::onFileEvent(uint32_t events) {
   if (state_ == State::Closed) return;
+  if (close_deferred_) {
+    close_deferred_ = false;
+    closeNow(deferred_event_);
+    return;
+  }
   if (state_ == State::Connecting) {
     if ((events & (event::FileEvent::kWrite | event::FileEvent::kClosed)) == 0 &&
         connect_error_ == 0) {
@@ -88,6 +93,15 @@ void Connection::onFileEvent(uint32_t events) {
     callbacks_->onEvent(ConnectionEvent::Connected);
     if (state_ == State::Closed) return;
     events |= event::FileEvent::kWrite;
+  }
+  if (raw_ != nullptr) {
+    RawIoHandler* raw = raw_;
+    if (events & event::FileEvent::kWrite) {
+      raw->onRawWritable(*this);
+      if (state_ == State::Closed || raw_ != raw) return;
+    }
+    if (events & event::FileEvent::kRead) raw->onRawReadable(*this);
+    return;
   }
   if (events & event::FileEvent::kWrite) {
     write_blocked_ = false;
@@ -216,15 +230,17 @@ void Connection::write(buffer::Buffer& data, bool end_stream) {
 }
 
 void Connection::writeDirect(buffer::Buffer& data, bool end_stream) {
-  if (state_ == State::Closed || write_shut_) {
+  if (state_ == State::Closed || write_shut_ || close_deferred_) {
     data.clear();
     return;
   }
   write_buffer_.move(data);
   if (end_stream) write_end_pending_ = true;
   if (state_ == State::Open && !write_blocked_) {
+    in_write_ = true;
     flushWrite();
-    if (state_ == State::Closed) return;
+    in_write_ = false;
+    if (close_deferred_) return;
   }
   if (!above_high_ && write_buffer_.length() > high_watermark_) {
     above_high_ = true;
@@ -278,10 +294,31 @@ void Connection::checkLowWatermark() {
   }
 }
 
+bool Connection::rawCapable() const {
+  return transport_ == nullptr && interceptor_ == nullptr && state_ == State::Open &&
+         read_buffer_.empty() && write_buffer_.empty() && !close_after_flush_ && !close_deferred_ &&
+         !write_end_pending_ && !read_end_;
+}
+
+void Connection::setRawIoHandler(RawIoHandler* handler, bool resume) {
+  raw_ = handler;
+  if (handler == nullptr && resume && state_ == State::Open) {
+    // The raw owner may have left bytes unread: look again, as after a readiness edge.
+    read_pending_ = true;
+    file_event_.activate(event::FileEvent::kRead | event::FileEvent::kWrite);
+  }
+}
+
 void Connection::close(CloseType type) {
   if (state_ == State::Closed) return;
-  const bool unsent = !write_buffer_.empty() ||
-                      (transport_ != nullptr && transport_->pendingWireBytes() > 0);
+  if (close_deferred_) {
+    // The socket already failed (or finished a flushed close): nothing more can leave.
+    close_deferred_ = false;
+    closeNow(ConnectionEvent::LocalClose);
+    return;
+  }
+  const bool unsent =
+      !write_buffer_.empty() || (transport_ != nullptr && transport_->pendingWireBytes() > 0);
   if (type == CloseType::FlushWrite && state_ == State::Open && unsent) {
     if (close_after_flush_) return;
     close_after_flush_ = true;
@@ -296,6 +333,16 @@ void Connection::close(CloseType type) {
 
 void Connection::closeNow(ConnectionEvent event) {
   if (state_ == State::Closed) return;
+  if (in_write_) {
+    // Found while the owner was writing: delivered from the loop, so no owner sees its
+    // connection close under its own write.
+    if (!close_deferred_) {
+      close_deferred_ = true;
+      deferred_event_ = event;
+      file_event_.activate(event::FileEvent::kWrite);
+    }
+    return;
+  }
   state_ = State::Closed;
   file_event_.remove();
   if (transport_ != nullptr && event == ConnectionEvent::LocalClose) transport_->onClose();

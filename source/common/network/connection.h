@@ -26,6 +26,15 @@ enum class CloseType : uint8_t {
 
 class Connection;
 
+// Takes a plain TCP connection's readiness while its owner moves the bytes itself (a tunnel
+// splicing socket to socket). The connection's buffers stay empty meanwhile.
+class RawIoHandler {
+ public:
+  virtual ~RawIoHandler() = default;
+  virtual void onRawReadable(Connection& connection) = 0;
+  virtual void onRawWritable(Connection& connection) = 0;
+};
+
 // The owner of a connection (a network filter manager, a codec's upstream side, the pool).
 class ConnectionCallbacks {
  public:
@@ -91,7 +100,9 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   int connectError() const { return connect_error_; }
 
   // Queues data (taking its blocks) and writes as much as the socket takes now. With
-  // end_stream the write side is shut down once everything is written (half-close).
+  // end_stream the write side is shut down once everything is written (half-close). A write
+  // never closes the connection on the caller's stack: a failure found while writing (or the
+  // end of a flushed close) is delivered from the loop, on the connection's next event.
   void write(buffer::Buffer& data, bool end_stream = false);
   // Queues data without passing it to the write interceptor (a write filter's own output).
   void writeDirect(buffer::Buffer& data, bool end_stream = false);
@@ -107,6 +118,18 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   void setByteCounters(ConnectionByteCounters counters) { counters_ = counters; }
   // The whole-connection data delivered to the callbacks but not yet drained stays here.
   buffer::Buffer& readBuffer() { return read_buffer_; }
+  // True when the socket can be handed to a RawIoHandler: plain TCP (no transport), no write
+  // filter that must see the bytes, open, nothing buffered either way, no close or half-close
+  // pending.
+  bool rawCapable() const;
+  // Routes readiness to `handler` instead of the buffered path. Null gives it back; with
+  // `resume` the next loop iteration reads as if the socket had just become readable.
+  void setRawIoHandler(RawIoHandler* handler, bool resume = true);
+  // Bytes a raw handler moved through this socket, for the connection's byte counters.
+  void countRawBytes(uint64_t rx, uint64_t tx) {
+    counters_.rx.add(rx);
+    counters_.tx.add(tx);
+  }
   // Gives the bytes in the read buffer to the callbacks again on the next loop iteration
   // (used after the owner switches state, e.g. an upgrade to a tunnel, or after readDisable).
   void scheduleRead();
@@ -135,6 +158,7 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   ConnectionCallbacks* callbacks_ = nullptr;
   WriteInterceptor* interceptor_ = nullptr;
   TransportSocketPtr transport_;
+  RawIoHandler* raw_ = nullptr;
   buffer::Buffer read_buffer_;
   buffer::Buffer write_buffer_;
   event::FileEvent file_event_;
@@ -150,7 +174,10 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   bool read_pending_ = false;  // edge-triggered readiness not yet consumed
   bool peer_closed_ = false;   // the kernel reported the peer's FIN (EPOLLRDHUP)
   bool write_blocked_ = false;
-  bool force_deliver_ = false;  // hand buffered bytes to the callbacks on the next read event
+  bool force_deliver_ = false;   // hand buffered bytes to the callbacks on the next read event
+  bool in_write_ = false;        // inside write(): a close waits for the loop
+  bool close_deferred_ = false;  // deferred_event_ is delivered on the next event
+  ConnectionEvent deferred_event_ = ConnectionEvent::RemoteClose;
   int connect_error_ = 0;
 };
 

@@ -4,8 +4,12 @@
 #include <string_view>
 
 #include "source/common/network/address.h"
+#include "source/common/upstream/failure.h"
 
 namespace sluice {
+namespace upstream {
+struct TunnelStats;
+}
 namespace proxy {
 
 enum class Protocol : uint8_t { Http1, Http2, Socks5 };
@@ -50,8 +54,9 @@ struct ProxyRequest {
   bool close_connection = false;
 
   // Set by filters:
-  // The authenticated key's name (never the key itself).
+  // The authenticated key's name (never the key itself), and its tunnel counters.
   std::string_view principal;
+  const upstream::TunnelStats* principal_tunnel_stats = nullptr;
   // Realm for a 407 challenge.
   std::string_view auth_realm = "sluice";
   // Destination addresses (ports set): checked ones pinned by the destination guard, or those
@@ -59,9 +64,11 @@ struct ProxyRequest {
   // differ from what was checked, and a retry needs no lookup.
   network::Address pinned[kMaxPinned];
   uint32_t pinned_count = 0;
-  // Set by the router: errno of the last connect that failed (0 when none did, or when it ended
-  // by a timeout or a close), so a codec can say why (SOCKS5 reply codes) without parsing text.
-  int connect_errno = 0;
+  // Why the destination could not be reached (set with a BadGateway or GatewayTimeout denial
+  // by the filter that found out: a failed lookup, a refused or timed-out connect), so each
+  // codec can answer in its own terms (an HTTP status, a SOCKS5 reply code) without parsing
+  // text.
+  upstream::Failure failure;
 };
 
 // Why a request was refused; each codec maps it to its own answer (HTTP status, SOCKS5 reply).

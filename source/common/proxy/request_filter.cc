@@ -48,10 +48,10 @@ void RequestFilterChain::deny(Denial denial, std::string_view reason) {
   sink_.onDenied(denial, reason);
 }
 
-void RequestFilterChain::upstreamReady(network::ConnectionPtr upstream, const UpstreamInfo& info) {
+void RequestFilterChain::upstreamReady(UpstreamHandle upstream) {
   if (state_ != State::Running && state_ != State::Paused) return;
   state_ = State::Finished;
-  sink_.onUpstreamReady(std::move(upstream), info);
+  sink_.onUpstreamReady(std::move(upstream));
 }
 
 void RequestFilterChain::end() {

@@ -9,23 +9,20 @@
 #include "source/common/network/connection.h"
 #include "source/common/proxy/request.h"
 #include "source/common/proxy/worker_context.h"
+#include "source/common/upstream/upstream_handle.h"
 
 namespace sluice {
 namespace proxy {
 
-// What the router hands to the codec with an upstream connection.
-struct UpstreamInfo {
-  bool reused = false;  // came from the keep-alive pool
-  std::chrono::milliseconds response_timeout{60000};
-  std::chrono::milliseconds tunnel_idle_timeout{300000};
-};
+using upstream::UpstreamHandle;
+using upstream::UpstreamInfo;
 
 // A codec's side of a request: where the filter chain's outcome goes.
 class RequestSink {
  public:
   virtual ~RequestSink() = default;
-  // The router connected (or took a pooled connection): the codec now owns it.
-  virtual void onUpstreamReady(network::ConnectionPtr upstream, const UpstreamInfo& info) = 0;
+  // The router connected (or took a pooled connection): the codec now holds it.
+  virtual void onUpstreamReady(UpstreamHandle upstream) = 0;
   // A filter refused the request; reason is short, static or config-owned.
   virtual void onDenied(Denial denial, std::string_view reason) = 0;
 };
@@ -39,7 +36,7 @@ class RequestFilterCallbacks {
   // End the request with a refusal. After this the filter must not touch the request.
   virtual void deny(Denial denial, std::string_view reason) = 0;
   // For the terminal filter (router): the request's upstream connection is ready.
-  virtual void upstreamReady(network::ConnectionPtr upstream, const UpstreamInfo& info) = 0;
+  virtual void upstreamReady(UpstreamHandle upstream) = 0;
 };
 
 enum class RequestFilterStatus : uint8_t {
@@ -80,7 +77,7 @@ class RequestFilterChain : public RequestFilterCallbacks {
   WorkerContext& worker() override { return worker_; }
   void continueRequest() override;
   void deny(Denial denial, std::string_view reason) override;
-  void upstreamReady(network::ConnectionPtr upstream, const UpstreamInfo& info) override;
+  void upstreamReady(UpstreamHandle upstream) override;
 
  private:
   enum class State : uint8_t { Idle, Running, Paused, Finished };

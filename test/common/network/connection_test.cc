@@ -356,6 +356,25 @@ TEST_F(ConnectionTest, WritingToAClosedPeerEndsInRemoteClose) {
   EXPECT_EQ(1, client_cb_.count(ConnectionEvent::RemoteClose));
 }
 
+TEST_F(ConnectionTest, AWriteNeverClosesUnderItsCaller) {
+  connectPair();
+  server_->close(CloseType::NoFlush);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.end_stream_calls == 1; }));
+  // Write until the socket fails; each write returns with the connection still open and no
+  // event delivered: the failure arrives from the loop.
+  bool failed = false;
+  for (int i = 0; i < 200 && !failed; ++i) {
+    const size_t events = client_cb_.events.size();
+    send(*client_, "anyone there?");
+    ASSERT_TRUE(client_->open());
+    ASSERT_EQ(events, client_cb_.events.size());
+    runFor(dispatcher_, milliseconds(2));
+    failed = !client_->open();
+  }
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(1, client_cb_.count(ConnectionEvent::RemoteClose));
+}
+
 TEST_F(ConnectionTest, DestroyingAnOpenConnectionClosesTheSocket) {
   connectPair();
   client_.reset();

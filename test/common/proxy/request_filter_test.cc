@@ -24,10 +24,10 @@ class AbortingWorker : public WorkerContext {
 
 class RecordingSink : public RequestSink {
  public:
-  void onUpstreamReady(network::ConnectionPtr upstream, const UpstreamInfo& info) override {
+  void onUpstreamReady(UpstreamHandle upstream) override {
     ++upstreams;
-    last_info = info;
-    got_connection = upstream != nullptr;
+    last_info = upstream.info();
+    got_connection = static_cast<bool>(upstream);
     if (on_outcome) on_outcome();
   }
   void onDenied(Denial denial, std::string_view reason) override {
@@ -74,7 +74,7 @@ RequestFilterStatus route(RequestFilterCallbacks& cb, ProxyRequest&) {
   UpstreamInfo info;
   info.reused = true;
   info.response_timeout = std::chrono::milliseconds(1234);
-  cb.upstreamReady(nullptr, info);
+  cb.upstreamReady(UpstreamHandle(nullptr, nullptr, info));
   return RequestFilterStatus::StopIteration;
 }
 
@@ -206,7 +206,7 @@ TEST_F(RequestFilterChainTest, DenyWhilePausedEndsTheRequest) {
   // Late completions of the async work change nothing.
   dns->callbacks().continueRequest();
   dns->callbacks().deny(Denial::GatewayTimeout, "late");
-  dns->callbacks().upstreamReady(nullptr, UpstreamInfo{});
+  dns->callbacks().upstreamReady(UpstreamHandle());
   EXPECT_EQ((Log{"dns"}), takeLog());
   EXPECT_EQ(1, sink_.outcomes());
 }
@@ -214,7 +214,7 @@ TEST_F(RequestFilterChainTest, DenyWhilePausedEndsTheRequest) {
 TEST_F(RequestFilterChainTest, DenyBeforeStartIsIgnored) {
   ScriptedFilter* a = add("a");
   a->callbacks().deny(Denial::Forbidden, "nothing running");
-  a->callbacks().upstreamReady(nullptr, UpstreamInfo{});
+  a->callbacks().upstreamReady(UpstreamHandle());
   EXPECT_EQ(0, sink_.outcomes());
 }
 

@@ -77,7 +77,7 @@ class FakeCallbacks : public proxy::RequestFilterCallbacks {
   proxy::WorkerContext& worker() override { abort(); }
   void continueRequest() override {}
   void deny(proxy::Denial denial, std::string_view) override { denials.push_back(denial); }
-  void upstreamReady(network::ConnectionPtr, const proxy::UpstreamInfo&) override {}
+  void upstreamReady(upstream::UpstreamHandle) override {}
   std::vector<proxy::Denial> denials;
 };
 
@@ -261,7 +261,7 @@ class NullWorker : public proxy::WorkerContext {
 
 class NullSink : public proxy::RequestSink {
  public:
-  void onUpstreamReady(network::ConnectionPtr, const proxy::UpstreamInfo&) override {}
+  void onUpstreamReady(upstream::UpstreamHandle) override {}
   void onDenied(proxy::Denial, std::string_view) override { ++denied; }
   int denied = 0;
 };

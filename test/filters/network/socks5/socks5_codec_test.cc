@@ -184,32 +184,49 @@ TEST(Socks5WriteTest, ReplyAndUdpHeader) {
   EXPECT_EQ(h.target.address().asString(), "10.1.2.3:53");
 }
 
-proxy::ProxyRequest requestWith(uint32_t pinned, int connect_errno = 0) {
+proxy::ProxyRequest failedWith(upstream::FailureKind kind, int error = 0) {
   proxy::ProxyRequest request;
-  request.pinned_count = pinned;
-  request.connect_errno = connect_errno;
+  request.failure = {kind, error};
   return request;
 }
 
-TEST(Socks5DenialTest, ReplyCodes) {
-  EXPECT_EQ(replyForDenial(proxy::Denial::Forbidden, requestWith(0)), Reply::NotAllowed);
-  EXPECT_EQ(replyForDenial(proxy::Denial::Unauthorized, requestWith(0)), Reply::NotAllowed);
-  EXPECT_EQ(replyForDenial(proxy::Denial::GatewayTimeout, requestWith(1)), Reply::TtlExpired);
-  // Nothing pinned: the name did not resolve.
-  EXPECT_EQ(replyForDenial(proxy::Denial::BadGateway, requestWith(0)), Reply::HostUnreachable);
-  EXPECT_EQ(replyForDenial(proxy::Denial::BadGateway, requestWith(1, ECONNREFUSED)),
-            Reply::ConnectionRefused);
-  EXPECT_EQ(replyForDenial(proxy::Denial::BadGateway, requestWith(2, ENETUNREACH)),
-            Reply::NetworkUnreachable);
-  EXPECT_EQ(replyForDenial(proxy::Denial::BadGateway, requestWith(1, EHOSTUNREACH)),
+TEST(Socks5DenialTest, ReplyCodesFromTypedFailures) {
+  using upstream::FailureKind;
+  EXPECT_EQ(replyForDenial(proxy::Denial::Forbidden, proxy::ProxyRequest()), Reply::NotAllowed);
+  EXPECT_EQ(replyForDenial(proxy::Denial::Unauthorized, proxy::ProxyRequest()), Reply::NotAllowed);
+  EXPECT_EQ(replyForDenial(proxy::Denial::GatewayTimeout, failedWith(FailureKind::Timeout)),
+            Reply::TtlExpired);
+  EXPECT_EQ(replyForDenial(proxy::Denial::BadGateway, failedWith(FailureKind::DnsFailure)),
             Reply::HostUnreachable);
-  // Closed during the connect (no errno), or another error: a general failure.
-  EXPECT_EQ(replyForDenial(proxy::Denial::BadGateway, requestWith(1)), Reply::GeneralFailure);
-  EXPECT_EQ(replyForDenial(proxy::Denial::BadGateway, requestWith(1, EMFILE)),
+  EXPECT_EQ(
+      replyForDenial(proxy::Denial::BadGateway, failedWith(FailureKind::Refused, ECONNREFUSED)),
+      Reply::ConnectionRefused);
+  EXPECT_EQ(
+      replyForDenial(proxy::Denial::BadGateway, failedWith(FailureKind::Unreachable, ENETUNREACH)),
+      Reply::NetworkUnreachable);
+  EXPECT_EQ(
+      replyForDenial(proxy::Denial::BadGateway, failedWith(FailureKind::Unreachable, EHOSTUNREACH)),
+      Reply::HostUnreachable);
+  // A connection closed during the connect, or sluice out of descriptors: a general failure.
+  EXPECT_EQ(replyForDenial(proxy::Denial::BadGateway, failedWith(FailureKind::Reset)),
             Reply::GeneralFailure);
-  EXPECT_EQ(replyForDenial(proxy::Denial::ServiceUnavailable, requestWith(0)),
+  EXPECT_EQ(replyForDenial(proxy::Denial::BadGateway, failedWith(FailureKind::Local, EMFILE)),
             Reply::GeneralFailure);
-  EXPECT_EQ(replyForDenial(proxy::Denial::BadRequest, requestWith(0)), Reply::GeneralFailure);
+  EXPECT_EQ(replyForDenial(proxy::Denial::ServiceUnavailable, proxy::ProxyRequest()),
+            Reply::GeneralFailure);
+  EXPECT_EQ(replyForDenial(proxy::Denial::BadRequest, proxy::ProxyRequest()),
+            Reply::GeneralFailure);
+}
+
+TEST(UpstreamFailureTest, ConnectErrorsByKind) {
+  using upstream::FailureKind;
+  EXPECT_EQ(upstream::kindForConnectError(ECONNREFUSED), FailureKind::Refused);
+  EXPECT_EQ(upstream::kindForConnectError(ENETUNREACH), FailureKind::Unreachable);
+  EXPECT_EQ(upstream::kindForConnectError(EHOSTUNREACH), FailureKind::Unreachable);
+  EXPECT_EQ(upstream::kindForConnectError(ETIMEDOUT), FailureKind::Timeout);
+  EXPECT_EQ(upstream::kindForConnectError(EMFILE), FailureKind::Local);
+  EXPECT_EQ(upstream::kindForConnectError(ECONNRESET), FailureKind::Reset);
+  EXPECT_STREQ(upstream::failureName(FailureKind::DnsFailure), "dns_failure");
 }
 
 }  // namespace

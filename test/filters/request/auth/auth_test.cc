@@ -181,7 +181,7 @@ class FakeCallbacks : public proxy::RequestFilterCallbacks {
     denials.push_back(denial);
     last_reason = std::string(reason);
   }
-  void upstreamReady(network::ConnectionPtr, const proxy::UpstreamInfo&) override { ++upstreams; }
+  void upstreamReady(upstream::UpstreamHandle) override { ++upstreams; }
 
   int continues = 0;
   int upstreams = 0;

@@ -504,7 +504,7 @@ class FakeWorker : public proxy::WorkerContext {
 
 class RecordingSink : public proxy::RequestSink {
  public:
-  void onUpstreamReady(network::ConnectionPtr, const proxy::UpstreamInfo&) override { ++ready; }
+  void onUpstreamReady(upstream::UpstreamHandle) override { ++ready; }
   void onDenied(proxy::Denial d, std::string_view r) override {
     ++denials;
     denial = d;
@@ -526,7 +526,7 @@ class TerminalFilter : public proxy::RequestFilter {
       seen_.push_back(request.pinned[i].asString());
     }
     ++reached;
-    callbacks_->upstreamReady(nullptr, proxy::UpstreamInfo());
+    callbacks_->upstreamReady(upstream::UpstreamHandle());
     return proxy::RequestFilterStatus::StopIteration;
   }
   int reached = 0;

@@ -1,0 +1,53 @@
+#include "source/common/upstream/failure.h"
+
+#include <cerrno>
+
+namespace sluice {
+namespace upstream {
+
+FailureKind kindForConnectError(int error) {
+  switch (error) {
+    case ECONNREFUSED:
+      return FailureKind::Refused;
+    case ENETUNREACH:
+    case EHOSTUNREACH:
+    case ENETDOWN:
+    case EHOSTDOWN:
+    case EADDRNOTAVAIL:
+      return FailureKind::Unreachable;
+    case ETIMEDOUT:
+      return FailureKind::Timeout;
+    case EMFILE:
+    case ENFILE:
+    case ENOBUFS:
+    case ENOMEM:
+      return FailureKind::Local;
+    default:
+      return FailureKind::Reset;
+  }
+}
+
+const char* failureName(FailureKind kind) {
+  switch (kind) {
+    case FailureKind::None:
+      return "none";
+    case FailureKind::DnsFailure:
+      return "dns_failure";
+    case FailureKind::Refused:
+      return "refused";
+    case FailureKind::Unreachable:
+      return "unreachable";
+    case FailureKind::Timeout:
+      return "timeout";
+    case FailureKind::Reset:
+      return "reset";
+    case FailureKind::ProtocolError:
+      return "protocol_error";
+    case FailureKind::Local:
+      return "local";
+  }
+  return "none";
+}
+
+}  // namespace upstream
+}  // namespace sluice

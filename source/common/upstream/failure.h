@@ -1,0 +1,33 @@
+#pragma once
+
+#include <cstdint>
+
+namespace sluice {
+namespace upstream {
+
+// Why the way to a destination failed, in the upstream layer's words. Each codec maps it to
+// its own answer (an HTTP status, a SOCKS5 reply code, an HTTP/2 stream reset).
+enum class FailureKind : uint8_t {
+  None,
+  DnsFailure,     // the name did not resolve (or resolved to nothing usable)
+  Refused,        // the destination refused the connection (RST to our SYN)
+  Unreachable,    // no route to the network or host
+  Timeout,        // the connect (or the origin's answer) did not come in time
+  Reset,          // the connection closed or reset under an exchange or a tunnel
+  ProtocolError,  // the origin answered something that is not HTTP, or not what was asked
+  Local,          // sluice could not open a socket (out of descriptors, ...)
+};
+
+struct Failure {
+  FailureKind kind = FailureKind::None;
+  int error = 0;  // errno where one applies (a failed connect), else 0
+  explicit operator bool() const { return kind != FailureKind::None; }
+};
+
+// The kind of a failed connect's errno.
+FailureKind kindForConnectError(int error);
+// Its stable lower-case name ("dns_failure", "refused", ...), for logs and records.
+const char* failureName(FailureKind kind);
+
+}  // namespace upstream
+}  // namespace sluice

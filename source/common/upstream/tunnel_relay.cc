@@ -1,0 +1,412 @@
+#include "source/common/upstream/tunnel_relay.h"
+
+#include <cerrno>
+
+#include <fcntl.h>
+
+namespace sluice {
+namespace upstream {
+
+namespace {
+// Bytes one direction moves per readiness event while spliced before it yields the loop.
+constexpr size_t kSpliceBudget = 1024 * 1024;
+constexpr unsigned kSpliceFlags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
+}  // namespace
+
+const char* tunnelEndName(TunnelEnd end) {
+  switch (end) {
+    case TunnelEnd::Done:
+      return "done";
+    case TunnelEnd::IdleTimeout:
+      return "idle_timeout";
+    case TunnelEnd::UpstreamReset:
+      return "upstream_reset";
+    case TunnelEnd::DownstreamReset:
+      return "downstream_reset";
+  }
+  return "done";
+}
+
+network::Connection* ConnectionDownstream::spliceableConnection() { return &connection_; }
+
+TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream,
+                         const TunnelOptions& options)
+    : dispatcher_(upstream->dispatcher()),
+      upstream_(std::move(upstream)),
+      downstream_(downstream),
+      options_(options),
+      timer_(dispatcher_, [this] { onTimer(); }) {
+  upstream_->setCallbacks(this);
+}
+
+TunnelRelay::TunnelRelay(UpstreamHandle upstream, network::Connection& client,
+                         std::function<void(TunnelEnd)> on_end, const TunnelOptions& options)
+    : dispatcher_(upstream->dispatcher()),
+      upstream_(std::move(upstream)),
+      connection_downstream_(std::in_place, client, std::move(on_end)),
+      downstream_(*connection_downstream_),
+      options_(options),
+      timer_(dispatcher_, [this] { onTimer(); }) {
+  upstream_->setCallbacks(this);
+}
+
+// Touches only what the relay owns: the client side may be gone by the time a deferred delete
+// runs (abort() has let go of it).
+TunnelRelay::~TunnelRelay() { stop(); }
+
+void TunnelRelay::dispose(std::unique_ptr<TunnelRelay>& relay) {
+  if (!relay) return;
+  relay->abort();
+  event::Dispatcher& dispatcher = relay->dispatcher_;
+  dispatcher.deferredDelete(std::move(relay));
+}
+
+void TunnelRelay::start(buffer::Buffer& early, bool downstream_ended, bool upstream_ended) {
+  started_ = true;
+  for (const TunnelStats* s : {options_.listener_stats, options_.key_stats}) {
+    if (s == nullptr) continue;
+    s->tunnels_total.inc();
+    s->tunnels_active.inc();
+  }
+  touch();
+  timer_.enable(options_.idle_timeout);
+  if (!early.empty()) {
+    countToUpstream(early.length());
+    upstream_->write(early);
+  }
+  if (downstream_ended) {
+    downstream_ended_ = true;
+    buffer::Buffer none;
+    upstream_->write(none, true);
+  }
+  if (upstream_ended) {
+    upstream_ended_ = true;
+    buffer::Buffer none;
+    downstream_.writeDownstream(none, true);
+  }
+  maybeDone();
+}
+
+void TunnelRelay::countToUpstream(size_t n) {
+  bytes_to_upstream_ += n;
+  if (options_.listener_stats != nullptr) options_.listener_stats->bytes_to_upstream.add(n);
+  if (options_.key_stats != nullptr) options_.key_stats->bytes_to_upstream.add(n);
+}
+
+void TunnelRelay::countToDownstream(size_t n) {
+  bytes_to_downstream_ += n;
+  if (options_.listener_stats != nullptr) options_.listener_stats->bytes_to_downstream.add(n);
+  if (options_.key_stats != nullptr) options_.key_stats->bytes_to_downstream.add(n);
+}
+
+void TunnelRelay::onDownstreamData(buffer::Buffer& data, bool end_stream) {
+  if (finished_ || closing_) {
+    data.clear();
+    return;
+  }
+  const size_t n = data.length();
+  if (n > 0) {
+    countToUpstream(n);
+    touch();
+    upstream_->write(data);
+  }
+  if (end_stream && !downstream_ended_) {
+    downstream_ended_ = true;
+    buffer::Buffer none;
+    upstream_->write(none, true);
+    maybeDone();
+    return;
+  }
+  maybeSplice(n);
+}
+
+void TunnelRelay::onData(buffer::Buffer& data, bool end_stream) {
+  if (finished_) {
+    data.clear();
+    return;
+  }
+  const size_t n = data.length();
+  if (n > 0) {
+    countToDownstream(n);
+    touch();
+  }
+  const bool end = end_stream && !upstream_ended_;
+  if (end) upstream_ended_ = true;
+  if (n > 0 || end) downstream_.writeDownstream(data, end);
+  if (end) {
+    maybeDone();
+    return;
+  }
+  maybeSplice(n);
+}
+
+void TunnelRelay::onEvent(network::ConnectionEvent event) {
+  if (finished_ || event == network::ConnectionEvent::Connected) return;
+  if (closing_ && event == network::ConnectionEvent::LocalClose) {
+    finish(TunnelEnd::Done);
+    return;
+  }
+  // The destination is gone. After its FIN that is only the end of what was left to write.
+  finish(upstream_ended_ ? TunnelEnd::Done : TunnelEnd::UpstreamReset);
+}
+
+void TunnelRelay::onAboveWriteHighWatermark() {
+  if (mode_ == Mode::Buffered) downstream_.readDisableDownstream(true);
+}
+
+void TunnelRelay::onBelowWriteLowWatermark() {
+  if (mode_ == Mode::Buffered) downstream_.readDisableDownstream(false);
+}
+
+void TunnelRelay::onDownstreamBackedUp(bool backed_up) {
+  if (finished_ || mode_ != Mode::Buffered) return;
+  upstream_->readDisable(backed_up);
+}
+
+bool TunnelRelay::upstreamBackedUp() const { return upstream_ && upstream_->aboveHighWatermark(); }
+
+void TunnelRelay::onTimer() {
+  if (end_pending_) {
+    end_pending_ = false;
+    // Clears the raw handler without a read: the codec is about to end the client side.
+    if (network::Connection* c = downstream_.spliceableConnection(); c != nullptr) {
+      if (mode_ == Mode::Spliced) c->setRawIoHandler(nullptr, false);
+    }
+    mode_ = Mode::Buffered;
+    downstream_.onTunnelEnd(end_);
+    return;
+  }
+  if (finished_) return;
+  // The timer is armed once per idle period, not per byte: on expiry it checks when the last
+  // byte moved and re-arms for the rest.
+  const auto idle =
+      std::chrono::duration_cast<std::chrono::milliseconds>(dispatcher_.now() - last_activity_);
+  if (idle < options_.idle_timeout) {
+    timer_.enable(options_.idle_timeout - idle);
+    return;
+  }
+  finish(TunnelEnd::IdleTimeout);
+}
+
+void TunnelRelay::maybeDone() {
+  if (!downstream_ended_ || !upstream_ended_ || finished_ || closing_) return;
+  if (upstream_->writeBufferLength() > 0) {
+    // The client's last bytes are still on their way: the end waits for the flushed close.
+    closing_ = true;
+    upstream_->close(network::CloseType::FlushWrite);
+    return;
+  }
+  finish(TunnelEnd::Done);
+}
+
+void TunnelRelay::finish(TunnelEnd end) {
+  if (finished_) return;
+  const TunnelStats* sets[] = {options_.listener_stats, options_.key_stats};
+  for (const TunnelStats* s : sets) {
+    if (s == nullptr) continue;
+    if (end == TunnelEnd::IdleTimeout) s->idle_timeout.inc();
+    if (end == TunnelEnd::UpstreamReset) s->upstream_reset.inc();
+    if (end == TunnelEnd::DownstreamReset) s->downstream_reset.inc();
+  }
+  stop();
+  end_ = end;
+  end_pending_ = true;
+  timer_.enable(std::chrono::milliseconds(0));
+}
+
+void TunnelRelay::abort() {
+  end_pending_ = false;
+  stop();
+  if (mode_ == Mode::Spliced) {
+    if (network::Connection* c = downstream_.spliceableConnection(); c != nullptr) {
+      c->setRawIoHandler(nullptr, false);
+    }
+    mode_ = Mode::Buffered;
+  }
+}
+
+void TunnelRelay::stop() {
+  if (finished_) return;
+  finished_ = true;
+  timer_.disable();
+  if (started_) {
+    for (const TunnelStats* s : {options_.listener_stats, options_.key_stats}) {
+      if (s != nullptr) s->tunnels_active.dec();
+    }
+  }
+  releasePipes();
+  if (upstream_) {
+    if (mode_ == Mode::Spliced) upstream_->setRawIoHandler(nullptr, false);
+    upstream_.release(false);
+  }
+}
+
+// ---- splice ----
+
+void TunnelRelay::maybeSplice(size_t read_size) {
+  if (read_size >= kSpliceAfterRead) bulk_ = true;
+  if (!bulk_ || mode_ != Mode::Buffered || splice_off_ || !options_.splice || finished_ ||
+      downstream_ended_ || upstream_ended_) {
+    return;
+  }
+  network::Connection* client = downstream_.spliceableConnection();
+  if (client == nullptr || !client->rawCapable() || !upstream_->rawCapable()) return;
+  if (!client->readEnabled() || !upstream_->readEnabled()) return;
+  enterSplice();
+}
+
+void TunnelRelay::enterSplice() {
+  network::Connection* client = downstream_.spliceableConnection();
+  network::Connection* origin = &upstream_.connection();
+  mode_ = Mode::Spliced;
+  dirs_[0] = Direction();
+  dirs_[0].from = client;
+  dirs_[0].to = origin;
+  dirs_[0].to_upstream = true;
+  dirs_[1] = Direction();
+  dirs_[1].from = origin;
+  dirs_[1].to = client;
+  // Both sockets start as readable and writable: a splice that finds nothing says EAGAIN, and
+  // edge-triggered readiness reports what comes after. The first pumps run from the loop.
+  client->setRawIoHandler(this);
+  origin->setRawIoHandler(this);
+  client->scheduleRead();
+  origin->scheduleRead();
+}
+
+void TunnelRelay::onRawReadable(network::Connection& connection) {
+  if (finished_) return;
+  Direction& d = &connection == dirs_[0].from ? dirs_[0] : dirs_[1];
+  d.readable = true;
+  pump(d);
+}
+
+void TunnelRelay::onRawWritable(network::Connection& connection) {
+  if (finished_) return;
+  Direction& d = &connection == dirs_[0].to ? dirs_[0] : dirs_[1];
+  d.writable = true;
+  pump(d);
+}
+
+void TunnelRelay::pump(Direction& d) {
+  size_t moved = 0;
+  while (!finished_) {
+    if (d.in_pipe > 0) {
+      if (!d.writable) break;
+      const ssize_t n =
+          ::splice(d.pipe.read_fd, nullptr, d.to->fd(), nullptr, d.in_pipe, kSpliceFlags);
+      if (n > 0) {
+        const size_t k = static_cast<size_t>(n);
+        d.in_pipe -= k;
+        moved += k;
+        d.to->countRawBytes(0, k);
+        if (d.to_upstream) {
+          countToUpstream(k);
+        } else {
+          countToDownstream(k);
+        }
+        for (const TunnelStats* s : {options_.listener_stats, options_.key_stats}) {
+          if (s != nullptr) s->bytes_spliced.add(k);
+        }
+        if (d.in_pipe == 0 && moved >= kSpliceBudget) {
+          // Enough for one event: the rest of this socket waits for the next loop turn.
+          d.from->scheduleRead();
+          break;
+        }
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        d.writable = false;
+        break;
+      }
+      finish(d.to_upstream ? TunnelEnd::UpstreamReset : TunnelEnd::DownstreamReset);
+      return;
+    }
+    if (d.eof) {
+      if (!d.shut) {
+        d.shut = true;
+        buffer::Buffer none;
+        d.to->write(none, true);
+        if (d.to_upstream) {
+          downstream_ended_ = true;
+        } else {
+          upstream_ended_ = true;
+        }
+      }
+      break;
+    }
+    if (!d.readable || leaving_splice_) break;
+    if (!d.pipe) {
+      d.pipe = PipePool::forThisThread().acquire(options_.max_pipes);
+      if (!d.pipe) {
+        // The worker's pipes are all in use, or no descriptor is left for one: this tunnel
+        // copies through user space from here on.
+        for (const TunnelStats* s : {options_.listener_stats, options_.key_stats}) {
+          if (s != nullptr) s->splice_fallback.inc();
+        }
+        leaving_splice_ = true;
+        break;
+      }
+    }
+    const ssize_t n =
+        ::splice(d.from->fd(), nullptr, d.pipe.write_fd, nullptr, d.pipe.capacity, kSpliceFlags);
+    if (n > 0) {
+      d.in_pipe = static_cast<size_t>(n);
+      d.from->countRawBytes(d.in_pipe, 0);
+      touch();
+      continue;
+    }
+    if (n == 0) {
+      d.eof = true;
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      // The pipe is empty here, so EAGAIN means the socket is.
+      d.readable = false;
+      break;
+    }
+    finish(d.to_upstream ? TunnelEnd::DownstreamReset : TunnelEnd::UpstreamReset);
+    return;
+  }
+  if (finished_) return;
+  if (d.pipe && d.in_pipe == 0) {
+    // An idle tunnel holds no pipe.
+    PipePool::forThisThread().release(d.pipe);
+    d.pipe = Pipe();
+  }
+  if (leaving_splice_) {
+    tryLeaveSplice();
+    return;
+  }
+  if (downstream_ended_ && upstream_ended_) maybeDone();
+}
+
+void TunnelRelay::tryLeaveSplice() {
+  if (dirs_[0].in_pipe > 0 || dirs_[1].in_pipe > 0) return;
+  releasePipes();
+  leaving_splice_ = false;
+  splice_off_ = true;
+  mode_ = Mode::Buffered;
+  // Back to the buffered path; each connection reads again from the loop.
+  dirs_[0].from->setRawIoHandler(nullptr);
+  dirs_[1].from->setRawIoHandler(nullptr);
+  if (downstream_ended_ && upstream_ended_) maybeDone();
+}
+
+void TunnelRelay::releasePipes() {
+  for (Direction& d : dirs_) {
+    if (!d.pipe) continue;
+    if (d.in_pipe == 0) {
+      PipePool::forThisThread().release(d.pipe);
+    } else {
+      PipePool::forThisThread().destroy(d.pipe);
+    }
+    d.pipe = Pipe();
+    d.in_pipe = 0;
+  }
+}
+
+}  // namespace upstream
+}  // namespace sluice

@@ -1,0 +1,182 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "source/common/buffer/buffer.h"
+#include "source/common/event/dispatcher.h"
+#include "source/common/network/connection.h"
+#include "source/common/upstream/pipe_pool.h"
+#include "source/common/upstream/tunnel_stats.h"
+#include "source/common/upstream/upstream_handle.h"
+
+namespace sluice {
+namespace upstream {
+
+// How a tunnel ended, for the codec's answer and counters.
+enum class TunnelEnd : uint8_t {
+  Done,             // both sides ended their stream (half-closes passed on both ways)
+  IdleTimeout,      // no byte either way for the idle timeout
+  UpstreamReset,    // the destination reset or closed before both sides ended
+  DownstreamReset,  // the client's socket failed (seen by the relay while splicing)
+};
+const char* tunnelEndName(TunnelEnd end);
+
+// The client side of a tunnel as the codec presents it: a whole client connection (HTTP/1.1
+// CONNECT or upgrade, SOCKS5) or one HTTP/2 stream.
+class TunnelDownstream {
+ public:
+  virtual ~TunnelDownstream() = default;
+  // Bytes from the destination for the client; end_stream once the destination ended its side.
+  virtual void writeDownstream(buffer::Buffer& data, bool end_stream) = 0;
+  // The destination is backed up (or drained): stop (resume) taking bytes from the client.
+  virtual void readDisableDownstream(bool disable) = 0;
+  // The client's plain TCP connection when bytes may go socket to socket (splice), or null
+  // (a TLS connection, an HTTP/2 stream).
+  virtual network::Connection* spliceableConnection() { return nullptr; }
+  // The tunnel is over and the upstream is closed. Delivered from the loop, never from inside
+  // a call the codec made. The codec ends its side and lets the relay go (deferred delete).
+  virtual void onTunnelEnd(TunnelEnd end) = 0;
+};
+
+// The client side of a tunnel that is a whole client connection (HTTP/1.1, SOCKS5); the relay
+// made for such a connection owns it, and the codec hears the end through `on_end`.
+class ConnectionDownstream final : public TunnelDownstream {
+ public:
+  ConnectionDownstream(network::Connection& connection, std::function<void(TunnelEnd)> on_end)
+      : connection_(connection), on_end_(std::move(on_end)) {}
+
+  void writeDownstream(buffer::Buffer& data, bool end_stream) override {
+    connection_.write(data, end_stream);
+  }
+  void readDisableDownstream(bool disable) override { connection_.readDisable(disable); }
+  network::Connection* spliceableConnection() override;
+  void onTunnelEnd(TunnelEnd end) override { on_end_(end); }
+
+ private:
+  network::Connection& connection_;
+  std::function<void(TunnelEnd)> on_end_;
+};
+
+struct TunnelOptions {
+  std::chrono::milliseconds idle_timeout{300000};
+  bool splice = true;
+  // Pipes the worker may have in flight at once (two descriptors each).
+  size_t max_pipes = 1024;
+  // Counters to add to (either may be null): the listener's and the authenticated key's.
+  const TunnelStats* listener_stats = nullptr;
+  const TunnelStats* key_stats = nullptr;
+};
+
+// The byte tunnel between a client side and a destination connection, for every protocol:
+// both directions, half-close in either order, the idle timeout, backpressure (a backed-up
+// side stops the other from being read) and one set of counters.
+//
+// When both sides are plain TCP sockets, a tunnel that carries bulk data (a read that filled a
+// whole read budget) moves to splice(2): bytes go socket → pipe → socket without entering user
+// space, through pipes from the worker's PipePool that are held only while bytes are in flight.
+// Without a pipe (out of descriptors) it falls back to copying.
+class TunnelRelay : public event::DeferredDeletable,
+                    private network::ConnectionCallbacks,
+                    private network::RawIoHandler {
+ public:
+  // A read of at least this many bytes marks a tunnel as bulk: it moves to splice.
+  static constexpr size_t kSpliceAfterRead = 4 * buffer::kBlockSize;
+
+  // The client side is an HTTP/2 stream (or another TunnelDownstream that outlives the relay).
+  TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, const TunnelOptions& options);
+  // The client side is the whole client connection.
+  TunnelRelay(UpstreamHandle upstream, network::Connection& client,
+              std::function<void(TunnelEnd)> on_end, const TunnelOptions& options);
+  ~TunnelRelay() override;
+
+  // How a codec lets a relay go, from anywhere (its own onTunnelEnd included): aborted if still
+  // running, deleted from the loop.
+  static void dispose(std::unique_ptr<TunnelRelay>& relay);
+
+  // Starts relaying. `early` holds client bytes that arrived before the tunnel existed (they go
+  // first); downstream_ended / upstream_ended: that side already ended its stream (its end is
+  // passed on now).
+  void start(buffer::Buffer& early, bool downstream_ended, bool upstream_ended = false);
+  // Bytes from the client (the codec's onData).
+  void onDownstreamData(buffer::Buffer& data, bool end_stream);
+  // The client side backed up (or drained): stop (resume) reading the destination.
+  void onDownstreamBackedUp(bool backed_up);
+  // The codec ends the tunnel (the client left, its stream was reset, a drain): the upstream is
+  // closed now and onTunnelEnd is not called.
+  void abort();
+
+  bool upstreamBackedUp() const;
+  bool spliced() const { return mode_ == Mode::Spliced; }
+  bool finished() const { return finished_; }
+  uint64_t bytesToUpstream() const { return bytes_to_upstream_; }
+  uint64_t bytesToDownstream() const { return bytes_to_downstream_; }
+
+ private:
+  enum class Mode : uint8_t { Buffered, Spliced };
+  // One direction while spliced: from → pipe → to.
+  struct Direction {
+    network::Connection* from = nullptr;
+    network::Connection* to = nullptr;
+    Pipe pipe;
+    size_t in_pipe = 0;    // bytes spliced in, not yet out
+    bool readable = true;  // `from` may have bytes (edge-triggered: until EAGAIN)
+    bool writable = true;  // `to` may take bytes
+    bool eof = false;      // `from` ended its stream
+    bool shut = false;     // the end was passed on to `to`
+    bool to_upstream = false;
+  };
+
+  // network::ConnectionCallbacks (the upstream connection)
+  void onData(buffer::Buffer& data, bool end_stream) override;
+  void onEvent(network::ConnectionEvent event) override;
+  void onAboveWriteHighWatermark() override;
+  void onBelowWriteLowWatermark() override;
+  // network::RawIoHandler (both connections, while spliced)
+  void onRawReadable(network::Connection& connection) override;
+  void onRawWritable(network::Connection& connection) override;
+
+  void touch() { last_activity_ = dispatcher_.now(); }
+  void countToUpstream(size_t n);
+  void countToDownstream(size_t n);
+  void onTimer();
+  // Both sides ended: done once the destination took what was written to it.
+  void maybeDone();
+  // Ends the tunnel: counters, upstream closed, pipes back; onTunnelEnd follows from the loop.
+  void finish(TunnelEnd end);
+  void stop();
+  void maybeSplice(size_t read_size);
+  void enterSplice();
+  void pump(Direction& d);
+  // Leaves splice once no pipe holds bytes (no pipe could be had).
+  void tryLeaveSplice();
+  void releasePipes();
+
+  event::Dispatcher& dispatcher_;
+  UpstreamHandle upstream_;
+  std::optional<ConnectionDownstream> connection_downstream_;
+  TunnelDownstream& downstream_;
+  const TunnelOptions options_;
+  event::Timer timer_;
+  event::MonotonicTime last_activity_;
+  Mode mode_ = Mode::Buffered;
+  Direction dirs_[2];  // [0] client → destination, [1] destination → client
+  uint64_t bytes_to_upstream_ = 0;
+  uint64_t bytes_to_downstream_ = 0;
+  bool started_ = false;
+  bool downstream_ended_ = false;  // the client's end was passed to the destination
+  bool upstream_ended_ = false;    // the destination's end was passed to the client
+  bool bulk_ = false;              // a full read was seen: splice when both sides allow
+  bool splice_off_ = false;        // no pipe could be had: this tunnel copies from now on
+  bool leaving_splice_ = false;
+  bool closing_ = false;  // both ended; the destination's last bytes are being flushed
+  bool finished_ = false;
+  bool end_pending_ = false;  // onTunnelEnd is due from the timer
+  TunnelEnd end_ = TunnelEnd::Done;
+};
+
+}  // namespace upstream
+}  // namespace sluice

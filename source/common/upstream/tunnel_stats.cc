@@ -1,0 +1,36 @@
+#include "source/common/upstream/tunnel_stats.h"
+
+#include <string>
+
+namespace sluice {
+namespace upstream {
+
+namespace {
+
+TunnelStats registerTunnelStats(const std::string& prefix) {
+  stats::Store& store = stats::Store::get();
+  TunnelStats s;
+  s.tunnels_total = store.counter(prefix + "tunnels_total");
+  s.tunnels_active = store.gauge(prefix + "tunnels_active");
+  s.bytes_to_upstream = store.counter(prefix + "bytes_to_upstream");
+  s.bytes_to_downstream = store.counter(prefix + "bytes_to_downstream");
+  s.bytes_spliced = store.counter(prefix + "bytes_spliced");
+  s.splice_fallback = store.counter(prefix + "splice_fallback");
+  s.idle_timeout = store.counter(prefix + "idle_timeout");
+  s.upstream_reset = store.counter(prefix + "upstream_reset");
+  s.downstream_reset = store.counter(prefix + "downstream_reset");
+  return s;
+}
+
+}  // namespace
+
+TunnelStats listenerTunnelStats(std::string_view listener) {
+  return registerTunnelStats("tunnel.listener." + stats::sanitizeNamePart(listener) + ".");
+}
+
+TunnelStats keyTunnelStats(std::string_view key_name) {
+  return registerTunnelStats("tunnel.key." + stats::sanitizeNamePart(key_name) + ".");
+}
+
+}  // namespace upstream
+}  // namespace sluice

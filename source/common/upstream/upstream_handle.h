@@ -1,0 +1,53 @@
+#pragma once
+
+#include <chrono>
+
+#include "source/common/network/connection.h"
+
+namespace sluice {
+namespace upstream {
+
+class Pool;
+
+// What the router hands to the codec with an upstream connection.
+struct UpstreamInfo {
+  bool reused = false;  // came from the keep-alive pool
+  std::chrono::milliseconds response_timeout{60000};
+  std::chrono::milliseconds tunnel_idle_timeout{300000};
+  // Tunnels between two plain TCP sockets may move bytes with splice(2), with at most this
+  // many pipes in flight per worker.
+  bool splice = true;
+  uint32_t max_splice_pipes = 1024;
+};
+
+// An origin connection as the router hands it over: the connection, where it came from, and
+// the one way to let it go. release() returns it to the worker's keep-alive pool after a clean
+// exchange, or closes it; dropping the handle closes it. Connections are deleted through the
+// dispatcher, so a handle may be released from inside the connection's own callbacks.
+class UpstreamHandle {
+ public:
+  UpstreamHandle() = default;
+  // `pool` takes the connection back after a clean exchange (null: never pooled).
+  UpstreamHandle(network::ConnectionPtr connection, Pool* pool, const UpstreamInfo& info)
+      : connection_(std::move(connection)), pool_(pool), info_(info) {}
+  UpstreamHandle(UpstreamHandle&& other) noexcept { *this = std::move(other); }
+  UpstreamHandle& operator=(UpstreamHandle&& other) noexcept;
+  ~UpstreamHandle() { release(false); }
+
+  explicit operator bool() const { return connection_ != nullptr; }
+  network::Connection& connection() const { return *connection_; }
+  network::Connection* operator->() const { return connection_.get(); }
+  const UpstreamInfo& info() const { return info_; }
+
+  // Lets the connection go: into the pool when `reusable` (the exchange ended cleanly and the
+  // connection is still open), closed otherwise. Its callbacks are detached first.
+  void release(bool reusable);
+
+ private:
+  network::ConnectionPtr connection_;
+  Pool* pool_ = nullptr;
+  UpstreamInfo info_;
+};
+
+}  // namespace upstream
+}  // namespace sluice
