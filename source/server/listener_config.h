@@ -63,6 +63,7 @@ using ListenerConfigSharedPtr = std::shared_ptr<const ListenerConfig>;
 struct ServerConfig {
   config::v1::Bootstrap bootstrap;
   uint32_t workers = 1;
+  bool pin_workers = false;
   std::vector<ListenerConfigSharedPtr> listeners;
   std::chrono::milliseconds drain_timeout{10000};
   // 0: never hand free heap memory back to the system.

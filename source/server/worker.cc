@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -315,12 +317,44 @@ Worker::~Worker() {
   }
 }
 
+void Worker::pinToCpu() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || CPU_COUNT(&allowed) == 0) {
+    SLUICE_LOG(Warn, "worker %d: cannot read the CPUs this process may use: %s", index_,
+               strerror(errno));
+    return;
+  }
+  // The Nth allowed CPU, wrapping around: under taskset or a cgroup the allowed set is not 0..N.
+  const int want = static_cast<int>(index_ % static_cast<uint32_t>(CPU_COUNT(&allowed)));
+  int cpu = -1;
+  for (int i = 0, seen = 0; i < CPU_SETSIZE; ++i) {
+    if (!CPU_ISSET(i, &allowed)) continue;
+    if (seen++ == want) {
+      cpu = i;
+      break;
+    }
+  }
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  const int rc = pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+  if (rc != 0) {
+    SLUICE_LOG(Warn, "worker %d: cannot pin to CPU %d: %s", index_, cpu, strerror(rc));
+    return;
+  }
+  SLUICE_LOG(Debug, "worker %d pinned to CPU %d", index_, cpu);
+}
+
 void Worker::start() {
   thread_ = std::thread([this] { run(); });
 }
 
 void Worker::run() {
   logger::setThreadName(absl::StrFormat("worker%d", index_));
+  // The OS thread name too, for top -H and /proc/<pid>/task/*/comm.
+  pthread_setname_np(pthread_self(), absl::StrFormat("sluice-w%d", index_).c_str());
+  if (config_->pin_workers) pinToCpu();
   stats::Store::bindThreadShard(stats::Store::get().createShard());
   for (size_t i = 0; i < listen_fds_.size(); ++i) {
     listeners_.push_back(

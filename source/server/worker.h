@@ -159,6 +159,8 @@ class Worker : public proxy::WorkerContext {
   void removeConnection(ActiveConnection& conn);
 
  private:
+  // server.pin_workers: this worker's thread to one CPU (on its own thread).
+  void pinToCpu();
   void run();
   void maybeFinishDrain();
 

@@ -26,7 +26,7 @@ bench_cleanup() {
   local p
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   sleep 0.5
-  rm -rf "$WORK"
+  [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
 }
 
 # bench_sluice_config PORT_BASE: a fresh key (KEY), test certificates, and $WORK/sluice.yaml

@@ -444,6 +444,7 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   v1::Bootstrap bootstrap;
   bootstrap.mutable_admin()->set_address(admin);
   bootstrap.set_workers(config.server().workers());
+  bootstrap.set_pin_workers(config.server().pin_workers());
   v1::Listener* listener = bootstrap.add_listeners();
   listener->set_name("http");
   listener->set_address(listen);
