@@ -66,10 +66,10 @@ template absl::StatusOr<ResolvedFilter<RequestFilterFactory>> resolveFilter(
 template absl::StatusOr<ResolvedFilter<TransportSocketConfigFactory>> resolveFilter(
     const config::v1::Filter&, std::string_view);
 
-absl::StatusOr<std::vector<proxy::RequestFilterFactoryCb>> createRequestFilterFactories(
+absl::StatusOr<std::vector<proxy::RequestFilterSpec>> createRequestFilterFactories(
     const google::protobuf::RepeatedPtrField<config::v1::Filter>& filters,
     FactoryContext& context) {
-  std::vector<proxy::RequestFilterFactoryCb> out;
+  std::vector<proxy::RequestFilterSpec> out;
   const std::string base = context.path;
   if (filters.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -86,11 +86,23 @@ absl::StatusOr<std::vector<proxy::RequestFilterFactoryCb>> createRequestFilterFa
                : "%s: terminal filter '%s' must be the last request filter",
           path, resolved->factory->name()));
     }
+    const proxy::RequestPhase phase = resolved->factory->phase();
+    if (!out.empty() && phase < out.back().phase) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: '%s' runs in the %s phase, after filters of the %s phase: list request filters "
+          "in phase order (authenticate, authorize, route)",
+          path, resolved->factory->name(), proxy::phaseName(phase),
+          proxy::phaseName(out.back().phase)));
+    }
     context.path = path;
     auto cb = resolved->factory->createFilterFactory(*resolved->config, context);
     context.path = base;
     if (!cb.ok()) return cb.status();
-    out.push_back(std::move(*cb));
+    proxy::RequestFilterSpec spec;
+    spec.phase = phase;
+    spec.requires_credential = resolved->factory->requiresCredential(*resolved->config);
+    spec.create = std::move(*cb);
+    out.push_back(std::move(spec));
   }
   return out;
 }

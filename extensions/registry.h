@@ -70,8 +70,12 @@ class RequestFilterFactory : public TypedFactory {
   static constexpr const char* kCategory = "request filter";
   virtual absl::StatusOr<proxy::RequestFilterFactoryCb> createFilterFactory(
       const google::protobuf::Message& config, FactoryContext& context) const = 0;
-  // Terminal filters (the router) must be last in a request filter chain.
-  virtual bool terminal() const { return false; }
+  // The phase the filter runs in (docs/extending.md). A chain lists its filters in phase order;
+  // the one Route filter (the router) is terminal and last.
+  virtual proxy::RequestPhase phase() const { return proxy::RequestPhase::Authorize; }
+  bool terminal() const { return phase() == proxy::RequestPhase::Route; }
+  // For Authenticate filters: whether this config refuses requests without a credential.
+  virtual bool requiresCredential(const google::protobuf::Message& config) const { return false; }
 };
 
 // The extensions linked into this binary, by category. Filled by static registration before
@@ -113,8 +117,9 @@ absl::StatusOr<ResolvedFilter<Factory>> resolveFilter(const config::v1::Filter& 
                                                       std::string_view path);
 
 // Builds a request filter chain's factories from its config (used by codecs, whose configs
-// nest request filters). Checks that exactly the last filter is terminal.
-absl::StatusOr<std::vector<proxy::RequestFilterFactoryCb>> createRequestFilterFactories(
+// nest request filters). Checks that the filters are in phase order and that exactly the last
+// one is terminal.
+absl::StatusOr<std::vector<proxy::RequestFilterSpec>> createRequestFilterFactories(
     const google::protobuf::RepeatedPtrField<config::v1::Filter>& filters, FactoryContext& context);
 
 // "name (config type)" of every linked extension, one category per line, for the startup log.

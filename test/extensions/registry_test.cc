@@ -200,6 +200,37 @@ TEST_F(RequestFactoriesTest, RouterMustBeLast) {
               HasSubstr("request_filters[0]: terminal filter 'sluice.router' must be the last"));
 }
 
+TEST_F(RequestFactoriesTest, FiltersDeclareTheirPhase) {
+  EXPECT_EQ(proxy::RequestPhase::Authenticate,
+            Registry<RequestFilterFactory>::byName("sluice.auth")->phase());
+  EXPECT_EQ(proxy::RequestPhase::Authorize,
+            Registry<RequestFilterFactory>::byName("sluice.dest_guard")->phase());
+  EXPECT_EQ(proxy::RequestPhase::Route,
+            Registry<RequestFilterFactory>::byName("sluice.router")->phase());
+  *filters_.Add() = named("sluice.auth");
+  *filters_.Add() = named("sluice.dest_guard");
+  *filters_.Add() = named("sluice.router");
+  auto specs = createRequestFilterFactories(filters_, context_);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(3u, specs->size());
+  EXPECT_EQ(proxy::RequestPhase::Authenticate, (*specs)[0].phase);
+  EXPECT_EQ(proxy::RequestPhase::Authorize, (*specs)[1].phase);
+  EXPECT_EQ(proxy::RequestPhase::Route, (*specs)[2].phase);
+  // sluice.auth without keys lets everyone through: it requires no credential.
+  EXPECT_FALSE((*specs)[0].requires_credential);
+}
+
+TEST_F(RequestFactoriesTest, PhasesMustBeInOrder) {
+  *filters_.Add() = named("sluice.dest_guard");
+  *filters_.Add() = named("sluice.auth");
+  *filters_.Add() = named("sluice.router");
+  auto specs = createRequestFilterFactories(filters_, context_);
+  ASSERT_FALSE(specs.ok());
+  EXPECT_THAT(std::string(specs.status().message()),
+              HasSubstr("request_filters[1]: 'sluice.auth' runs in the authenticate phase, after "
+                        "filters of the authorize phase"));
+}
+
 TEST_F(RequestFactoriesTest, LastMustBeTerminal) {
   *filters_.Add() = named("sluice.auth");
   auto cbs = createRequestFilterFactories(filters_, context_);

@@ -85,9 +85,12 @@ class Harness : public network::ReadFilterCallbacks, public network::ConnectionC
 
 std::shared_ptr<const Http2Config> makeConfig() {
   auto config = std::make_shared<Http2Config>();
-  config->request_filters.push_back([](proxy::RequestFilterChain& chain) {
+  proxy::RequestFilterSpec refuse;
+  refuse.phase = proxy::RequestPhase::Route;
+  refuse.create = [](proxy::RequestFilterChain& chain) {
     chain.addFilter(std::make_unique<RefusingFilter>());
-  });
+  };
+  config->request_filters.push_back(std::move(refuse));
   // Small limits so inputs reach them.
   config->codec.max_concurrent_streams = 8;
   config->codec.max_header_list_size = 4096;

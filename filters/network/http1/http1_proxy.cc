@@ -9,6 +9,7 @@
 
 #include "source/common/common/logger.h"
 #include "source/common/http/head_scan.h"
+#include "source/common/http/proxy_credential.h"
 #include "source/common/http/status.h"
 #include "source/common/http/upgrade.h"
 #include "source/common/proxy/worker_context.h"
@@ -310,8 +311,9 @@ void Http1ProxyFilter::startRequest() {
   pending_->request.port = head.port;
   pending_->request.client = downstream().peer();
   if (head.proxy_authorization >= 0) {
-    pending_->request.credential = head.headers[head.proxy_authorization].value;
     pending_->request.has_credential = true;
+    http::proxyAuthorizationKey(head.headers[head.proxy_authorization].value,
+                                pending_->credential_scratch, pending_->request.credential);
   }
   setState(State::Filtering);
   downstream().readDisable(true);

@@ -8,6 +8,7 @@
 #include "source/common/event/dispatcher.h"
 #include "source/common/http/chunked.h"
 #include "source/common/http/h1_parser.h"
+#include "source/common/http/proxy_credential.h"
 #include "source/common/http/proxy_stats.h"
 #include "source/common/network/filter.h"
 #include "source/common/proxy/request_filter.h"
@@ -41,7 +42,7 @@ struct Http1Config {
   // Relay WebSocket upgrades (absolute-form ws:// or http:// with Upgrade: websocket). When
   // off, Upgrade is stripped as any hop-by-hop header and ws:// URLs get 400.
   bool websocket = true;
-  std::vector<proxy::RequestFilterFactoryCb> request_filters;
+  std::vector<proxy::RequestFilterSpec> request_filters;
   Http1Stats stats;
   upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
 };
@@ -66,6 +67,7 @@ class Http1ProxyFilter : public network::ReadFilter,
     proxy::ProxyRequest request;
     AddedHeader added[kMaxAddedHeaders];
     uint32_t added_count = 0;
+    http::CredentialScratch credential_scratch;  // a decoded Basic credential
   };
 
   explicit Http1ProxyFilter(Http1ConfigSharedPtr config);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 
 #include "source/common/http/head_scan.h"
+#include "source/common/http/proxy_credential.h"
 #include "source/common/http/status.h"
 #include "source/common/http/upgrade.h"
 #include "source/common/proxy/worker_context.h"
@@ -171,8 +172,9 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     request_.port = info_.port;
     request_.client = parent_.downstream().peer();
     if (info_.proxy_authorization >= 0) {
-      request_.credential = fields_[info_.proxy_authorization].value;
       request_.has_credential = true;
+      http::proxyAuthorizationKey(fields_[info_.proxy_authorization].value, credential_scratch_,
+                                  request_.credential);
     }
     if (info_.websocket) {
       request_.headers = this;
@@ -889,6 +891,7 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   proxy::ProxyRequest request_;
   AddedHeader added_[kMaxAddedHeaders];
   uint32_t added_count_ = 0;
+  http::CredentialScratch credential_scratch_;  // a decoded Basic credential
 
   upstream::UpstreamHandle upstream_;
   // CONNECT streams and WebSocket streams once switched; it holds the origin connection.

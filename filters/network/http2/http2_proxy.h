@@ -58,7 +58,7 @@ struct Http2Config {
   bool disable_websocket = false;  // no RFC 8441 (SETTINGS_ENABLE_CONNECT_PROTOCOL not sent)
   std::chrono::milliseconds idle_timeout{60000};
   std::chrono::milliseconds request_body_timeout{30000};
-  std::vector<proxy::RequestFilterFactoryCb> request_filters;
+  std::vector<proxy::RequestFilterSpec> request_filters;
   Http2Stats stats;
   upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
 };

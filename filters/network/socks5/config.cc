@@ -1,6 +1,5 @@
 #include "absl/strings/str_format.h"
 
-#include "api/sluice/filters/v1/auth.pb.h"
 #include "api/sluice/filters/v1/socks5.pb.h"
 #include "extensions/registry.h"
 #include "filters/network/socks5/socks5_proxy.h"
@@ -67,20 +66,6 @@ class Socks5Factory : public extensions::NetworkFilterFactory {
                        {"max_udp_destinations", proto.max_udp_destinations(), 1, 4096}});
     if (!limits.ok()) return limits;
     auto config = std::make_shared<Socks5ProxyConfig>();
-    config->require_auth = proto.require_auth();
-    // Filters up to the last sluice.auth run once, when the client authenticates. With keys
-    // there, "no authentication" is never offered: a client must send one.
-    for (int i = 0; i < proto.request_filters_size(); ++i) {
-      const std::string path =
-          absl::StrFormat("%s.typed_config.request_filters[%d]", context.path, i);
-      auto resolved = extensions::resolveFilter<extensions::RequestFilterFactory>(
-          proto.request_filters(i), path);
-      if (!resolved.ok()) return resolved.status();
-      if (resolved->factory->name() != "sluice.auth") continue;
-      config->auth_filters = static_cast<size_t>(i) + 1;
-      const auto& auth = static_cast<const sluice::filters::v1::AuthConfig&>(*resolved->config);
-      if (auth.api_keys_size() > 0 || !auth.api_keys_file().empty()) config->require_auth = true;
-    }
     config->handshake_timeout = durationOr(proto.has_handshake_timeout(), proto.handshake_timeout(),
                                            config->handshake_timeout);
     config->bind_timeout =
@@ -98,6 +83,14 @@ class Socks5Factory : public extensions::NetworkFilterFactory {
     auto filters = extensions::createRequestFilterFactories(proto.request_filters(), context);
     if (!filters.ok()) return filters.status();
     config->request_filters = std::move(*filters);
+    // With an authenticating filter that needs a key, "no authentication" is never offered: a
+    // client must send one. That phase runs once, when the client authenticates.
+    config->require_auth = proto.require_auth();
+    for (const proxy::RequestFilterSpec& spec : config->request_filters) {
+      if (spec.phase != proxy::RequestPhase::Authenticate) continue;
+      config->has_authenticate_phase = true;
+      if (spec.requires_credential) config->require_auth = true;
+    }
     config->stats = makeStats(context.chain_name);
     config->tunnel_stats = upstream::listenerTunnelStats(context.listener_name);
     Socks5ProxyConfigSharedPtr shared = std::move(config);

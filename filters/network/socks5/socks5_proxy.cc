@@ -117,12 +117,15 @@ Reply replyForDenial(proxy::Denial denial, const proxy::ProxyRequest& request) {
 // Stage
 
 Stage::Stage(Owner& owner, proxy::WorkerContext& worker, const Socks5ProxyConfig& config,
-             size_t begin, size_t end, bool checkpoint)
+             proxy::RequestPhase first, proxy::RequestPhase last)
     : owner_(owner), chain_(worker, *this) {
-  for (size_t i = begin; i < end && i < config.request_filters.size(); ++i) {
-    config.request_filters[i](chain_);
+  for (const proxy::RequestFilterSpec& spec : config.request_filters) {
+    if (spec.phase >= first && spec.phase <= last) spec(chain_);
   }
-  if (checkpoint) chain_.addFilter(std::make_unique<Checkpoint>(owner, *this));
+  // Without the Route phase the chain ends in a checkpoint that reports success.
+  if (last != proxy::RequestPhase::Route) {
+    chain_.addFilter(std::make_unique<Checkpoint>(owner, *this));
+  }
 }
 
 Stage::~Stage() { chain_.end(); }
@@ -339,10 +342,10 @@ void UdpRelay::runPending() {
     check_request_.port = front.port;
     check_request_.client = control_peer_;
     if (!check_) {
-      // Every filter after authentication except the router: destinations are checked (and
-      // resolved, by the destination guard) but nothing connects.
-      const size_t n = config_->request_filters.size();
-      check_.emplace(*this, worker_, *config_, config_->auth_filters, n > 0 ? n - 1 : 0, true);
+      // The Authorize phase only: destinations are checked (and resolved, by the destination
+      // guard) but nothing connects.
+      check_.emplace(*this, worker_, *config_, proxy::RequestPhase::Authorize,
+                     proxy::RequestPhase::Authorize);
     }
     check_->start(check_request_);
   }
@@ -554,14 +557,15 @@ void Socks5Filter::authorize() {
   request_.protocol = proxy::Protocol::Socks5;
   request_.kind = proxy::RequestKind::Tunnel;
   request_.client = downstream().peer();
-  if (config_->auth_filters == 0) {
+  if (!config_->has_authenticate_phase) {
     onAuthorized();
     return;
   }
   setState(State::Authorizing);
   pauseReading(true);
   if (!auth_stage_) {
-    auth_stage_.emplace(*this, callbacks_->worker(), *config_, 0, config_->auth_filters, true);
+    auth_stage_.emplace(*this, callbacks_->worker(), *config_, proxy::RequestPhase::Authenticate,
+                        proxy::RequestPhase::Authenticate);
   }
   auth_stage_->start(request_);
 }
@@ -571,7 +575,6 @@ void Socks5Filter::onAuthorized() {
   config_->stats.auth_ok.inc();
   if (method_user_pass_) {
     sendAuthStatus(0x00);
-    if (state_ == State::Closed) return;
   }
   setState(State::Request);
   // A request sent right behind the credentials is already buffered: resuming delivers it.
@@ -681,8 +684,8 @@ void Socks5Filter::startConnect() {
   fillRequestTarget();
   setState(State::Filtering);
   pauseReading(true);
-  request_stage_.emplace(*this, callbacks_->worker(), *config_, config_->auth_filters,
-                         config_->request_filters.size(), false);
+  request_stage_.emplace(*this, callbacks_->worker(), *config_, proxy::RequestPhase::Authorize,
+                         proxy::RequestPhase::Route);
   request_stage_->start(request_);
 }
 
@@ -698,9 +701,8 @@ void Socks5Filter::startBind() {
   // The peer the client expects is checked as a destination would be (address and port), and
   // its checked addresses are the only ones the inbound connection may come from.
   fillRequestTarget();
-  const size_t n = config_->request_filters.size();
-  request_stage_.emplace(*this, callbacks_->worker(), *config_, config_->auth_filters,
-                         n > 0 ? n - 1 : 0, true);
+  request_stage_.emplace(*this, callbacks_->worker(), *config_, proxy::RequestPhase::Authorize,
+                         proxy::RequestPhase::Authorize);
   request_stage_->start(request_);
 }
 

@@ -61,9 +61,9 @@ struct Socks5Stats {
 
 // Immutable, shared by every worker: built once from Socks5Config.
 struct Socks5ProxyConfig {
-  std::vector<proxy::RequestFilterFactoryCb> request_filters;
-  // request_filters[0, auth_filters) run when the client authenticates; the others per command.
-  size_t auth_filters = 0;
+  std::vector<proxy::RequestFilterSpec> request_filters;
+  // The Authenticate phase runs when the client authenticates; the others per command.
+  bool has_authenticate_phase = false;
   bool require_auth = false;
   std::chrono::milliseconds handshake_timeout{10000};
   std::chrono::milliseconds bind_timeout{60000};
@@ -87,8 +87,8 @@ Reply replyForDenial(proxy::Denial denial, const proxy::ProxyRequest& request);
 
 class Socks5Filter;
 
-// One run of some of the request filters (a contiguous slice of the configured chain), ended by
-// the router or, for checks that must not connect, by a checkpoint filter that reports success.
+// One run of the request filters of some phases, ended by the router (the Route phase) or, for
+// checks that must not connect, by a checkpoint filter that reports success.
 class Stage : public proxy::RequestSink {
  public:
   class Owner {
@@ -99,8 +99,8 @@ class Stage : public proxy::RequestSink {
     virtual void onStageDenied(Stage& stage, proxy::Denial denial, std::string_view reason) = 0;
   };
 
-  Stage(Owner& owner, proxy::WorkerContext& worker, const Socks5ProxyConfig& config, size_t begin,
-        size_t end, bool checkpoint);
+  Stage(Owner& owner, proxy::WorkerContext& worker, const Socks5ProxyConfig& config,
+        proxy::RequestPhase first, proxy::RequestPhase last);
   ~Stage() override;
 
   void start(proxy::ProxyRequest& request) { chain_.start(request); }
@@ -257,7 +257,7 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner {
 
   Socks5ProxyConfigSharedPtr config_;
   network::ReadFilterCallbacks* callbacks_ = nullptr;
-  std::optional<Stage> auth_stage_;     // request_filters[0, auth_filters) + checkpoint
+  std::optional<Stage> auth_stage_;     // the Authenticate phase + checkpoint
   std::optional<Stage> request_stage_;  // the rest: to the router (CONNECT) or a checkpoint
   std::optional<event::Timer> timer_;
   State state_ = State::Greeting;

@@ -38,11 +38,6 @@ struct AuthConfig {
 };
 using AuthConfigSharedPtr = std::shared_ptr<const AuthConfig>;
 
-// Extracts the key from a Proxy-Authorization value: the password of "Basic base64(user:key)"
-// or the token of "Bearer key" (schemes case-insensitive). False if it is neither.
-// `scratch` holds the decoded Basic credentials; the result may point into it.
-bool extractKey(std::string_view credential, std::array<char, 512>& scratch, std::string_view& key);
-
 // Index of the key whose digest equals `digest`, or -1. Compares against every key, always,
 // without an early exit, so the time taken says nothing about which key (or whether any) matched.
 int32_t matchKey(const std::vector<ApiKey>& keys, const Digest& digest);

@@ -15,6 +15,11 @@ class AuthFactory : public extensions::RequestFilterFactory {
   using Category = extensions::RequestFilterFactory;
 
   std::string name() const override { return "sluice.auth"; }
+  proxy::RequestPhase phase() const override { return proxy::RequestPhase::Authenticate; }
+  bool requiresCredential(const google::protobuf::Message& message) const override {
+    const auto& proto = static_cast<const sluice::filters::v1::AuthConfig&>(message);
+    return proto.api_keys_size() > 0 || !proto.api_keys_file().empty();
+  }
   std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
     return std::make_unique<sluice::filters::v1::AuthConfig>();
   }

@@ -14,7 +14,7 @@ class RouterFactory : public extensions::RequestFilterFactory {
   using Category = extensions::RequestFilterFactory;
 
   std::string name() const override { return "sluice.router"; }
-  bool terminal() const override { return true; }
+  proxy::RequestPhase phase() const override { return proxy::RequestPhase::Route; }
   std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
     return std::make_unique<sluice::filters::v1::RouterConfig>();
   }

@@ -42,7 +42,9 @@ struct ProxyRequest {
   // The destination as the client named it: a host name or a literal IP, and a port.
   std::string_view host;
   uint16_t port = 0;
-  // The credential as presented: the Proxy-Authorization value (HTTP) or the password (SOCKS5).
+  // The API key the client presented, normalized by the codec: the key of a Proxy-Authorization
+  // Basic or Bearer value (HTTP/1.1, HTTP/2), the RFC 1929 password (SOCKS5). has_credential
+  // without a key: the client sent something that holds none (an unknown scheme, bad base64).
   std::string_view credential;
   bool has_credential = false;
   RequestHeaders* headers = nullptr;  // Forward requests only

@@ -3,6 +3,18 @@
 namespace sluice {
 namespace proxy {
 
+const char* phaseName(RequestPhase phase) {
+  switch (phase) {
+    case RequestPhase::Authenticate:
+      return "authenticate";
+    case RequestPhase::Authorize:
+      return "authorize";
+    case RequestPhase::Route:
+      return "route";
+  }
+  return "authorize";
+}
+
 void RequestFilterChain::addFilter(RequestFilterPtr filter) {
   filter->setCallbacks(*this);
   filters_.push_back(std::move(filter));

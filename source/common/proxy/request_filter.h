@@ -92,8 +92,28 @@ class RequestFilterChain : public RequestFilterCallbacks {
   State state_ = State::Idle;
 };
 
+// Where a request filter runs. A chain holds its filters in phase order (the config is checked
+// for it), so a codec never slices a chain by position: SOCKS5 runs the Authenticate phase once
+// per connection, when the client authenticates, and the rest per command.
+enum class RequestPhase : uint8_t {
+  Authenticate,  // who is asking: checks the credential, sets the principal (sluice.auth)
+  Authorize,     // may they, and how: checks and edits the request (sluice.dest_guard, custom)
+  Route,         // where to: picks and connects the upstream (sluice.router); terminal, last
+};
+const char* phaseName(RequestPhase phase);
+
 // Made once from a filter's validated config; adds that filter to each new chain.
 using RequestFilterFactoryCb = std::function<void(RequestFilterChain&)>;
+
+// One configured request filter: its phase and how to add it to a chain.
+struct RequestFilterSpec {
+  RequestPhase phase = RequestPhase::Authorize;
+  // An Authenticate filter that refuses requests without a credential (keys are configured):
+  // SOCKS5 then requires username/password authentication.
+  bool requires_credential = false;
+  RequestFilterFactoryCb create;
+  void operator()(RequestFilterChain& chain) const { create(chain); }
+};
 
 }  // namespace proxy
 }  // namespace sluice

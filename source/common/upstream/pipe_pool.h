@@ -21,8 +21,9 @@ struct Pipe {
 // are kept so a busy tunnel does not pay pipe2() per burst. Per thread: no lock.
 class PipePool {
  public:
-  // Pipe capacity asked for with F_SETPIPE_SZ (the kernel may round it up).
-  static constexpr int kPipeBytes = 256 * 1024;
+  // Pipe capacity asked for with F_SETPIPE_SZ (the kernel may round it up). 64 KiB, the
+  // kernel default, measured as fast as 256 KiB and 1 MiB (docs/benchmarks.md) and holds less.
+  static constexpr int kPipeBytes = 64 * 1024;
   static constexpr size_t kMaxSpare = 32;
 
   static PipePool& forThisThread();

@@ -13,124 +13,6 @@ namespace filters {
 namespace auth {
 namespace {
 
-std::string base64(std::string_view in, bool pad = true) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (unsigned char c : in) {
-    acc = (acc << 8) | c;
-    bits += 8;
-    while (bits >= 6) {
-      bits -= 6;
-      out += kAlphabet[(acc >> bits) & 63];
-    }
-  }
-  if (bits > 0) out += kAlphabet[(acc << (6 - bits)) & 63];
-  while (pad && out.size() % 4 != 0) out += '=';
-  return out;
-}
-
-// The key extractKey finds, or "<none>" when it refuses.
-std::string extract(std::string_view credential) {
-  std::array<char, 512> scratch;
-  std::string_view key;
-  if (!extractKey(credential, scratch, key)) return "<none>";
-  return std::string(key);
-}
-
-TEST(Base64HelperTest, KnownVectors) {
-  // The encoder the tests rely on, checked against RFC 4648 vectors.
-  EXPECT_EQ("", base64(""));
-  EXPECT_EQ("Zg==", base64("f"));
-  EXPECT_EQ("Zm8=", base64("fo"));
-  EXPECT_EQ("Zm9v", base64("foo"));
-  EXPECT_EQ("Zm9vYmFy", base64("foobar"));
-}
-
-TEST(ExtractKeyTest, BasicUserAndKey) {
-  EXPECT_EQ("s3cret", extract("Basic " + base64("alice:s3cret")));
-  EXPECT_EQ("pw", extract("Basic " + base64("Aladdin:pw")));
-  // Padding is optional.
-  EXPECT_EQ("ab", extract("Basic " + base64("u:ab", /*pad=*/false)));
-}
-
-TEST(ExtractKeyTest, BasicEmptyUser) { EXPECT_EQ("k3y", extract("Basic " + base64(":k3y"))); }
-
-TEST(ExtractKeyTest, BasicKeyContainingColons) {
-  // The user name ends at the first colon; the key keeps the rest.
-  EXPECT_EQ("ke:y:z", extract("Basic " + base64("user:ke:y:z")));
-  EXPECT_EQ(":", extract("Basic " + base64("user::")));
-}
-
-TEST(ExtractKeyTest, BasicEmptyKeyIsRefused) {
-  EXPECT_EQ("<none>", extract("Basic " + base64("user:")));
-  EXPECT_EQ("<none>", extract("Basic " + base64(":")));
-}
-
-TEST(ExtractKeyTest, BasicWithoutColonIsRefused) {
-  EXPECT_EQ("<none>", extract("Basic " + base64("justakey")));
-  EXPECT_EQ("<none>", extract("Basic " + base64("")));
-  EXPECT_EQ("<none>", extract("Basic "));
-  EXPECT_EQ("<none>", extract("Basic"));
-}
-
-TEST(ExtractKeyTest, BadBase64IsRefused) {
-  EXPECT_EQ("<none>", extract("Basic !!!!"));
-  EXPECT_EQ("<none>", extract("Basic dXNlcjprZXk*"));
-  EXPECT_EQ("<none>", extract("Basic dXNl cjprZXk="));     // space inside
-  EXPECT_EQ("<none>", extract("Basic dXNlcj=prZXk="));     // padding inside
-  EXPECT_EQ("<none>", extract("Basic dXNlc"));             // 5 chars: a dangling sextet
-  EXPECT_EQ("<none>", extract("Basic dXNlcjprZXk=\r\n"));  // control characters
-  EXPECT_EQ("<none>", extract("Basic -_-_"));              // URL-safe alphabet is not Basic
-  EXPECT_EQ("<none>", extract(std::string("Basic dXNl\0cjprZXk=", 19)));
-}
-
-TEST(ExtractKeyTest, OversizedBasicIsRefused) {
-  // 512 decoded bytes fit the scratch; 513 do not.
-  const std::string fits = "u:" + std::string(510, 'k');
-  const std::string over = "u:" + std::string(511, 'k');
-  ASSERT_EQ(512u, fits.size());
-  EXPECT_EQ(std::string(510, 'k'), extract("Basic " + base64(fits)));
-  EXPECT_EQ("<none>", extract("Basic " + base64(over)));
-  EXPECT_EQ("<none>", extract("Basic " + base64(std::string(100000, 'x'))));
-}
-
-TEST(ExtractKeyTest, Bearer) {
-  EXPECT_EQ("tok-123", extract("Bearer tok-123"));
-  EXPECT_EQ("tok", extract("Bearer    tok  \t"));
-  EXPECT_EQ("<none>", extract("Bearer "));
-  EXPECT_EQ("<none>", extract("Bearer    "));
-  EXPECT_EQ("<none>", extract("Bearer"));
-  EXPECT_EQ("<none>", extract("Bearertok"));
-}
-
-TEST(ExtractKeyTest, SchemesAreCaseInsensitive) {
-  const std::string b = base64("u:KeY");
-  EXPECT_EQ("KeY", extract("basic " + b));
-  EXPECT_EQ("KeY", extract("BASIC " + b));
-  EXPECT_EQ("KeY", extract("bAsIc " + b));
-  EXPECT_EQ("Tok", extract("bearer Tok"));
-  EXPECT_EQ("Tok", extract("BEARER Tok"));
-  EXPECT_EQ("Tok", extract("BeArEr Tok"));
-  // The key itself keeps its case.
-  EXPECT_NE("key", extract("Basic " + b));
-}
-
-TEST(ExtractKeyTest, SurroundingWhitespaceIsIgnored) {
-  EXPECT_EQ("k", extract("  Basic   " + base64("u:k") + "  "));
-  EXPECT_EQ("t", extract("\tBearer t\t"));
-}
-
-TEST(ExtractKeyTest, UnknownSchemeIsRefused) {
-  EXPECT_EQ("<none>", extract("Digest username=\"u\""));
-  EXPECT_EQ("<none>", extract("Negotiate abc"));
-  EXPECT_EQ("<none>", extract(base64("u:k")));  // no scheme
-  EXPECT_EQ("<none>", extract(""));
-  EXPECT_EQ("<none>", extract("Basi c " + base64("u:k")));
-  EXPECT_EQ("<none>", extract("XBasic " + base64("u:k")));
-}
-
 std::vector<ApiKey> makeKeys(const std::vector<std::string>& keys) {
   std::vector<ApiKey> out;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -239,7 +121,7 @@ TEST_F(AuthFilterTest, NoKeysIsAnOpenRelay) {
   EXPECT_TRUE(request.principal.empty());
   // Even a credential changes nothing.
   request.has_credential = true;
-  request.credential = "Bearer whatever";
+  request.credential = "whatever";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
   EXPECT_EQ(2u, counter("open_relay"));
 }
@@ -259,8 +141,9 @@ TEST_F(AuthFilterTest, MissingCredentialIsDenied) {
 
 TEST_F(AuthFilterTest, WrongKeyIsDenied) {
   auto config = makeConfig({{"ci", "k1"}, {"ops", "k2"}});
-  const std::vector<std::string> credentials = {
-      "Bearer k3", "Basic " + base64("u:k3"), "Basic !!", "Digest k1", "", "Bearer K1"};
+  // As the codecs hand them over: the key presented, or empty when what the client sent held
+  // none (an unknown scheme, bad base64).
+  const std::vector<std::string> credentials = {"k3", "", "K1", "k1 ", " k1", "k"};
   for (const std::string& cred : credentials) {
     SCOPED_TRACE(cred);
     callbacks_.denials.clear();
@@ -281,8 +164,7 @@ TEST_F(AuthFilterTest, RightKeyContinuesWithPrincipal) {
   auto config = makeConfig({{"ci", "k1"}, {"ops", "k2"}, {"dev", "k3"}});
   proxy::ProxyRequest request;
   request.has_credential = true;
-  const std::string cred = "Basic " + base64("anyone:k2");
-  request.credential = cred;
+  request.credential = "k2";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
   EXPECT_TRUE(callbacks_.denials.empty());
   EXPECT_EQ("ops", request.principal);
@@ -292,7 +174,7 @@ TEST_F(AuthFilterTest, RightKeyContinuesWithPrincipal) {
 
   proxy::ProxyRequest bearer;
   bearer.has_credential = true;
-  bearer.credential = "bearer k3";
+  bearer.credential = "k3";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, bearer));
   EXPECT_EQ("dev", bearer.principal);
   EXPECT_EQ(2u, counter("allowed"));
@@ -320,7 +202,7 @@ TEST_F(AuthFilterTest, WrongKeysBanTheClientAndThenEvenTheRightKeyIsRefused) {
     proxy::ProxyRequest request;
     request.client = client;
     request.has_credential = true;
-    request.credential = "Bearer wrong";
+    request.credential = "wrong";
     EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, request));
   }
   // The 5th wrong key was still answered 407; it started the ban.
@@ -332,7 +214,7 @@ TEST_F(AuthFilterTest, WrongKeysBanTheClientAndThenEvenTheRightKeyIsRefused) {
   proxy::ProxyRequest right;
   right.client = client;
   right.has_credential = true;
-  right.credential = "Bearer k1";
+  right.credential = "k1";
   EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, right));
   ASSERT_EQ(6u, callbacks_.denials.size());
   EXPECT_EQ(proxy::Denial::Forbidden, callbacks_.denials.back());
@@ -361,7 +243,7 @@ TEST_F(AuthFilterTest, MissingCredentialsAreNotFailures) {
   EXPECT_FALSE(config->bans->anyBanned());
   // Whereas with max_failures 1 a single wrong key bans.
   request.has_credential = true;
-  request.credential = "Bearer nope";
+  request.credential = "nope";
   run(config, request);
   EXPECT_TRUE(config->bans->isBanned(request.client));
 }
@@ -372,7 +254,7 @@ TEST_F(AuthFilterTest, RightKeysAreNotFailures) {
   proxy::ProxyRequest request;
   request.client = clientAddress("2001:db8::1");
   request.has_credential = true;
-  request.credential = "Bearer k1";
+  request.credential = "k1";
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
   }
@@ -384,7 +266,7 @@ TEST_F(AuthFilterTest, WithoutABanTableWrongKeysAreOnlyDenied) {
   proxy::ProxyRequest request;
   request.client = clientAddress("192.0.2.30");
   request.has_credential = true;
-  request.credential = "Bearer nope";
+  request.credential = "nope";
   for (int i = 0; i < 20; ++i) run(config, request);
   EXPECT_EQ(20u, counter("denied_invalid"));
   for (proxy::Denial d : callbacks_.denials) EXPECT_EQ(proxy::Denial::Unauthorized, d);
@@ -399,13 +281,12 @@ TEST_F(AuthFilterTest, Sha256ConfiguredKeyMatchesTheClearKey) {
   config->keys.push_back(k);
   proxy::ProxyRequest request;
   request.has_credential = true;
-  request.credential = "Bearer abc";
+  request.credential = "abc";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
   EXPECT_EQ("hashed", request.principal);
   proxy::ProxyRequest digest;
   digest.has_credential = true;
-  digest.credential =
-      "Bearer sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+  digest.credential = "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
   EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, digest));
 }
 
