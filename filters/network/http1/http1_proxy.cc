@@ -617,16 +617,14 @@ void Http1ProxyFilter::onUpgraded(buffer::Buffer& data, bool end_stream, buffer:
 
 void Http1ProxyFilter::startTunnel(buffer::Buffer& early, bool upstream_ended) {
   setState(State::Tunnel);
-  timer_->disable();  // the relay keeps the tunnel's idle timer
   upstream::TunnelOptions options;
   options.idle_timeout = upstream_info_.tunnel_idle_timeout;
   options.splice = upstream_info_.splice;
   options.max_pipes = upstream_info_.max_splice_pipes;
   options.listener_stats = &config_->tunnel_stats;
   options.key_stats = key_tunnel_stats_;
-  tunnel_ = std::make_unique<upstream::TunnelRelay>(
-      std::move(upstream_), downstream(), [this](upstream::TunnelEnd end) { onTunnelEnd(end); },
-      options);
+  tunnel_ = std::make_unique<upstream::TunnelRelay>(std::move(upstream_), downstream(), *this,
+                                                    *timer_, options);
   tunnel_->start(early, downstream_ended_, upstream_ended);
 }
 
@@ -776,7 +774,9 @@ void Http1ProxyFilter::onTimer() {
         closeAll();
       }
       break;
-    case State::Tunnel:  // the relay keeps the tunnel's idle timer
+    case State::Tunnel:  // the relay keeps its idle deadline on this timer
+      if (tunnel_) tunnel_->onTimer();
+      break;
     case State::Filtering:
     case State::Closed:
       break;

@@ -54,7 +54,8 @@ using Http1ConfigSharedPtr = std::shared_ptr<const Http1Config>;
 // Requests on a connection are served one at a time, in order; pipelined ones wait unread.
 class Http1ProxyFilter : public network::ReadFilter,
                          public proxy::RequestSink,
-                         public proxy::RequestHeaders {
+                         public proxy::RequestHeaders,
+                         public upstream::TunnelOwner {
  public:
   struct AddedHeader {
     std::string_view name;
@@ -118,7 +119,8 @@ class Http1ProxyFilter : public network::ReadFilter,
   void onUpgraded(buffer::Buffer& data, bool end_stream, buffer::Buffer& out);
   // CONNECT answered or upgrade accepted: the relay carries the bytes from here on.
   void startTunnel(buffer::Buffer& early, bool upstream_ended);
-  void onTunnelEnd(upstream::TunnelEnd end);
+  // upstream::TunnelOwner
+  void onTunnelEnd(upstream::TunnelEnd end) override;
   void relayResponseBody(buffer::Buffer& data, bool end_stream, buffer::Buffer& out);
   void finishExchange();
   void onTimer();

@@ -33,6 +33,8 @@ constexpr size_t kFlushBytes = 256 * 1024;
 thread_local std::string t_names;
 thread_local std::vector<http2::ResponseHeader> t_headers;
 thread_local http1::ResponseHead t_response_head;
+// A decoded Basic credential, until its key is copied into the stream's header storage.
+thread_local http::CredentialScratch t_credential_scratch;
 
 // RFC 6455 4.2.2: base64(SHA-1(key + GUID)).
 std::string webSocketAccept(std::string_view key) {
@@ -145,6 +147,7 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
       localReply(431, header_error_);
       return;
     }
+    findCredential();
     fields_.resize(refs_.size());
     for (size_t i = 0; i < refs_.size(); ++i) {
       const char* base = storage_.data() + refs_[i].offset;
@@ -173,8 +176,7 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     request_.client = parent_.downstream().peer();
     if (info_.proxy_authorization >= 0) {
       request_.has_credential = true;
-      http::proxyAuthorizationKey(fields_[info_.proxy_authorization].value, credential_scratch_,
-                                  request_.credential);
+      request_.credential = std::string_view(storage_.data() + credential_offset_, credential_len_);
     }
     if (info_.websocket) {
       request_.headers = this;
@@ -472,6 +474,34 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
 
   const Http2Config& config() const { return *parent_.config_; }
 
+  // The API key in the first proxy-authorization field, kept in storage_ (a decoded Basic
+  // credential is appended; a Bearer token is already there). Runs before the field views are
+  // made, since appending may move storage_.
+  void findCredential() {
+    credential_offset_ = 0;
+    credential_len_ = 0;
+    for (const FieldRef& r : refs_) {
+      if (std::string_view(storage_.data() + r.offset, r.name_len) != "proxy-authorization") {
+        continue;
+      }
+      std::string_view key;
+      if (!http::proxyAuthorizationKey(
+              std::string_view(storage_.data() + r.offset + r.name_len, r.value_len),
+              t_credential_scratch, key)) {
+        return;
+      }
+      const char* base = storage_.data();
+      if (key.data() >= base && key.data() < base + storage_.size()) {
+        credential_offset_ = static_cast<uint32_t>(key.data() - base);
+      } else {
+        credential_offset_ = static_cast<uint32_t>(storage_.size());
+        storage_.append(key);
+      }
+      credential_len_ = static_cast<uint32_t>(key.size());
+      return;
+    }
+  }
+
   void writeUpstream(buffer::Buffer& out, bool end_stream) {
     if (!upstream_) {
       out.clear();
@@ -603,12 +633,12 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
     state_ = State::Tunnel;
     tunnel_ = true;
     config().stats.tunnels_active.inc();
-    timer_.disable();  // the relay keeps the tunnel's idle timer
     upstream::TunnelOptions options;
     options.idle_timeout = upstream_info_.tunnel_idle_timeout;
     options.listener_stats = &parent_.config_->tunnel_stats;
     options.key_stats = key_tunnel_stats_;
-    tunnel_relay_ = std::make_unique<upstream::TunnelRelay>(std::move(upstream_), *this, options);
+    tunnel_relay_ =
+        std::make_unique<upstream::TunnelRelay>(std::move(upstream_), *this, timer_, options);
     if (!from_origin.empty()) out_.move(from_origin);
     tunnel_relay_->start(pending_body_, request_ended_, origin_ended);
     creditPending();
@@ -820,6 +850,9 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
           reset(ErrorCode::Cancel);
         }
         break;
+      case State::Tunnel:  // the relay keeps its idle deadline on this timer
+        if (tunnel_relay_) tunnel_relay_->onTimer();
+        break;
       case State::Replied:
         reset(ErrorCode::Cancel);
         break;
@@ -891,7 +924,9 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   proxy::ProxyRequest request_;
   AddedHeader added_[kMaxAddedHeaders];
   uint32_t added_count_ = 0;
-  http::CredentialScratch credential_scratch_;  // a decoded Basic credential
+  // The key of the first proxy-authorization field, within storage_ (credential_len_ 0: none).
+  uint32_t credential_offset_ = 0;
+  uint32_t credential_len_ = 0;
 
   upstream::UpstreamHandle upstream_;
   // CONNECT streams and WebSocket streams once switched; it holds the origin connection.

@@ -808,16 +808,14 @@ void Socks5Filter::onUdpIdle() { closeAll(); }
 void Socks5Filter::startTunnel(upstream::UpstreamHandle upstream) {
   if (state_ == State::Closed) return;
   setState(State::Tunnel);
-  timer_->disable();  // the relay keeps the tunnel's idle timer
   upstream::TunnelOptions options;
   options.idle_timeout = upstream.info().tunnel_idle_timeout;
   options.splice = upstream.info().splice;
   options.max_pipes = upstream.info().max_splice_pipes;
   options.listener_stats = &config_->tunnel_stats;
   options.key_stats = request_.principal_tunnel_stats;
-  tunnel_ = std::make_unique<upstream::TunnelRelay>(
-      std::move(upstream), downstream(), [this](upstream::TunnelEnd end) { onTunnelEnd(end); },
-      options);
+  tunnel_ = std::make_unique<upstream::TunnelRelay>(std::move(upstream), downstream(), *this,
+                                                    *timer_, options);
   // Bytes the client sent behind its request stay in its buffer and flow on the next loop
   // iteration, through onData.
   buffer::Buffer none;
@@ -870,8 +868,10 @@ void Socks5Filter::onTimer() {
       config_->stats.bind_timeout.inc();
       sendReply(Reply::TtlExpired, network::Address());
       break;
+    case State::Tunnel:  // the relay keeps its idle deadline on this timer
+      if (tunnel_) tunnel_->onTimer();
+      break;
     case State::Filtering:
-    case State::Tunnel:
     case State::Udp:
     case State::Closed:
       break;

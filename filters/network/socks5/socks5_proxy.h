@@ -188,7 +188,7 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
 // authentication through the auth request filters, then one command. CONNECT becomes a tunnel
 // through the router's connection, BIND a tunnel to one inbound connection, UDP ASSOCIATE a
 // UdpRelay that lives as long as this connection.
-class Socks5Filter : public network::ReadFilter, public Stage::Owner {
+class Socks5Filter : public network::ReadFilter, public Stage::Owner, public upstream::TunnelOwner {
  public:
   explicit Socks5Filter(Socks5ProxyConfigSharedPtr config);
   ~Socks5Filter() override;
@@ -240,7 +240,8 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner {
   void onBindAccept();
   void onBindChecked();
   void startTunnel(upstream::UpstreamHandle upstream);
-  void onTunnelEnd(upstream::TunnelEnd end);
+  // upstream::TunnelOwner
+  void onTunnelEnd(upstream::TunnelEnd end) override;
   void onTimer();
   // Sends a reply; a failure closes the connection after it.
   void sendReply(Reply reply, const network::Address& bound);

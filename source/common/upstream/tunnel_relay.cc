@@ -29,24 +29,32 @@ const char* tunnelEndName(TunnelEnd end) {
 
 network::Connection* ConnectionDownstream::spliceableConnection() { return &connection_; }
 
-TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream,
+TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, event::Timer& timer,
                          const TunnelOptions& options)
     : dispatcher_(upstream->dispatcher()),
       upstream_(std::move(upstream)),
       downstream_(downstream),
-      options_(options),
-      timer_(dispatcher_, [this] { onTimer(); }) {
+      timer_(timer),
+      idle_timeout_(options.idle_timeout),
+      listener_stats_(options.listener_stats),
+      key_stats_(options.key_stats),
+      max_pipes_(static_cast<uint32_t>(options.max_pipes)),
+      splice_allowed_(options.splice) {
   upstream_->setCallbacks(this);
 }
 
-TunnelRelay::TunnelRelay(UpstreamHandle upstream, network::Connection& client,
-                         std::function<void(TunnelEnd)> on_end, const TunnelOptions& options)
+TunnelRelay::TunnelRelay(UpstreamHandle upstream, network::Connection& client, TunnelOwner& owner,
+                         event::Timer& timer, const TunnelOptions& options)
     : dispatcher_(upstream->dispatcher()),
       upstream_(std::move(upstream)),
-      connection_downstream_(std::in_place, client, std::move(on_end)),
+      connection_downstream_(std::in_place, client, owner),
       downstream_(*connection_downstream_),
-      options_(options),
-      timer_(dispatcher_, [this] { onTimer(); }) {
+      timer_(timer),
+      idle_timeout_(options.idle_timeout),
+      listener_stats_(options.listener_stats),
+      key_stats_(options.key_stats),
+      max_pipes_(static_cast<uint32_t>(options.max_pipes)),
+      splice_allowed_(options.splice) {
   upstream_->setCallbacks(this);
 }
 
@@ -63,13 +71,13 @@ void TunnelRelay::dispose(std::unique_ptr<TunnelRelay>& relay) {
 
 void TunnelRelay::start(buffer::Buffer& early, bool downstream_ended, bool upstream_ended) {
   started_ = true;
-  for (const TunnelStats* s : {options_.listener_stats, options_.key_stats}) {
+  for (const TunnelStats* s : {listener_stats_, key_stats_}) {
     if (s == nullptr) continue;
     s->tunnels_total.inc();
     s->tunnels_active.inc();
   }
   touch();
-  timer_.enable(options_.idle_timeout);
+  timer_.enable(idle_timeout_);
   if (!early.empty()) {
     countToUpstream(early.length());
     upstream_->write(early);
@@ -89,14 +97,14 @@ void TunnelRelay::start(buffer::Buffer& early, bool downstream_ended, bool upstr
 
 void TunnelRelay::countToUpstream(size_t n) {
   bytes_to_upstream_ += n;
-  if (options_.listener_stats != nullptr) options_.listener_stats->bytes_to_upstream.add(n);
-  if (options_.key_stats != nullptr) options_.key_stats->bytes_to_upstream.add(n);
+  if (listener_stats_ != nullptr) listener_stats_->bytes_to_upstream.add(n);
+  if (key_stats_ != nullptr) key_stats_->bytes_to_upstream.add(n);
 }
 
 void TunnelRelay::countToDownstream(size_t n) {
   bytes_to_downstream_ += n;
-  if (options_.listener_stats != nullptr) options_.listener_stats->bytes_to_downstream.add(n);
-  if (options_.key_stats != nullptr) options_.key_stats->bytes_to_downstream.add(n);
+  if (listener_stats_ != nullptr) listener_stats_->bytes_to_downstream.add(n);
+  if (key_stats_ != nullptr) key_stats_->bytes_to_downstream.add(n);
 }
 
 void TunnelRelay::onDownstreamData(buffer::Buffer& data, bool end_stream) {
@@ -181,8 +189,8 @@ void TunnelRelay::onTimer() {
   // byte moved and re-arms for the rest.
   const auto idle =
       std::chrono::duration_cast<std::chrono::milliseconds>(dispatcher_.now() - last_activity_);
-  if (idle < options_.idle_timeout) {
-    timer_.enable(options_.idle_timeout - idle);
+  if (idle < idle_timeout_) {
+    timer_.enable(idle_timeout_ - idle);
     return;
   }
   finish(TunnelEnd::IdleTimeout);
@@ -201,7 +209,7 @@ void TunnelRelay::maybeDone() {
 
 void TunnelRelay::finish(TunnelEnd end) {
   if (finished_) return;
-  const TunnelStats* sets[] = {options_.listener_stats, options_.key_stats};
+  const TunnelStats* sets[] = {listener_stats_, key_stats_};
   for (const TunnelStats* s : sets) {
     if (s == nullptr) continue;
     if (end == TunnelEnd::IdleTimeout) s->idle_timeout.inc();
@@ -217,6 +225,7 @@ void TunnelRelay::finish(TunnelEnd end) {
 void TunnelRelay::abort() {
   end_pending_ = false;
   stop();
+  timer_.disable();
   if (mode_ == Mode::Spliced) {
     if (network::Connection* c = downstream_.spliceableConnection(); c != nullptr) {
       c->setRawIoHandler(nullptr, false);
@@ -230,7 +239,7 @@ void TunnelRelay::stop() {
   finished_ = true;
   timer_.disable();
   if (started_) {
-    for (const TunnelStats* s : {options_.listener_stats, options_.key_stats}) {
+    for (const TunnelStats* s : {listener_stats_, key_stats_}) {
       if (s != nullptr) s->tunnels_active.dec();
     }
   }
@@ -245,7 +254,7 @@ void TunnelRelay::stop() {
 
 void TunnelRelay::maybeSplice(size_t read_size) {
   if (read_size >= kSpliceAfterRead) bulk_ = true;
-  if (!bulk_ || mode_ != Mode::Buffered || splice_off_ || !options_.splice || finished_ ||
+  if (!bulk_ || mode_ != Mode::Buffered || splice_off_ || !splice_allowed_ || finished_ ||
       downstream_ended_ || upstream_ended_) {
     return;
   }
@@ -259,13 +268,13 @@ void TunnelRelay::enterSplice() {
   network::Connection* client = downstream_.spliceableConnection();
   network::Connection* origin = &upstream_.connection();
   mode_ = Mode::Spliced;
-  dirs_[0] = Direction();
-  dirs_[0].from = client;
-  dirs_[0].to = origin;
-  dirs_[0].to_upstream = true;
-  dirs_[1] = Direction();
-  dirs_[1].from = origin;
-  dirs_[1].to = client;
+  splice_ = std::make_unique<SpliceState>();
+  Direction* dirs = splice_->dirs;
+  dirs[0].from = client;
+  dirs[0].to = origin;
+  dirs[0].to_upstream = true;
+  dirs[1].from = origin;
+  dirs[1].to = client;
   // Both sockets start as readable and writable: a splice that finds nothing says EAGAIN, and
   // edge-triggered readiness reports what comes after. The first pumps run from the loop.
   client->setRawIoHandler(this);
@@ -276,14 +285,14 @@ void TunnelRelay::enterSplice() {
 
 void TunnelRelay::onRawReadable(network::Connection& connection) {
   if (finished_) return;
-  Direction& d = &connection == dirs_[0].from ? dirs_[0] : dirs_[1];
+  Direction& d = &connection == direction(0).from ? direction(0) : direction(1);
   d.readable = true;
   pump(d);
 }
 
 void TunnelRelay::onRawWritable(network::Connection& connection) {
   if (finished_) return;
-  Direction& d = &connection == dirs_[0].to ? dirs_[0] : dirs_[1];
+  Direction& d = &connection == direction(0).to ? direction(0) : direction(1);
   d.writable = true;
   pump(d);
 }
@@ -305,7 +314,7 @@ void TunnelRelay::pump(Direction& d) {
         } else {
           countToDownstream(k);
         }
-        for (const TunnelStats* s : {options_.listener_stats, options_.key_stats}) {
+        for (const TunnelStats* s : {listener_stats_, key_stats_}) {
           if (s != nullptr) s->bytes_spliced.add(k);
         }
         if (d.in_pipe == 0 && moved >= kSpliceBudget) {
@@ -338,11 +347,11 @@ void TunnelRelay::pump(Direction& d) {
     }
     if (!d.readable || leaving_splice_) break;
     if (!d.pipe) {
-      d.pipe = PipePool::forThisThread().acquire(options_.max_pipes);
+      d.pipe = PipePool::forThisThread().acquire(max_pipes_);
       if (!d.pipe) {
         // The worker's pipes are all in use, or no descriptor is left for one: this tunnel
         // copies through user space from here on.
-        for (const TunnelStats* s : {options_.listener_stats, options_.key_stats}) {
+        for (const TunnelStats* s : {listener_stats_, key_stats_}) {
           if (s != nullptr) s->splice_fallback.inc();
         }
         leaving_splice_ = true;
@@ -384,19 +393,21 @@ void TunnelRelay::pump(Direction& d) {
 }
 
 void TunnelRelay::tryLeaveSplice() {
-  if (dirs_[0].in_pipe > 0 || dirs_[1].in_pipe > 0) return;
+  if (direction(0).in_pipe > 0 || direction(1).in_pipe > 0) return;
   releasePipes();
   leaving_splice_ = false;
   splice_off_ = true;
   mode_ = Mode::Buffered;
   // Back to the buffered path; each connection reads again from the loop.
-  dirs_[0].from->setRawIoHandler(nullptr);
-  dirs_[1].from->setRawIoHandler(nullptr);
+  direction(0).from->setRawIoHandler(nullptr);
+  direction(1).from->setRawIoHandler(nullptr);
+  splice_.reset();
   if (downstream_ended_ && upstream_ended_) maybeDone();
 }
 
 void TunnelRelay::releasePipes() {
-  for (Direction& d : dirs_) {
+  if (!splice_) return;
+  for (Direction& d : splice_->dirs) {
     if (!d.pipe) continue;
     if (d.in_pipe == 0) {
       PipePool::forThisThread().release(d.pipe);

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 
@@ -42,23 +41,30 @@ class TunnelDownstream {
   virtual void onTunnelEnd(TunnelEnd end) = 0;
 };
 
+// Where a codec whose client side is a whole connection hears a tunnel's end.
+class TunnelOwner {
+ public:
+  virtual ~TunnelOwner() = default;
+  virtual void onTunnelEnd(TunnelEnd end) = 0;
+};
+
 // The client side of a tunnel that is a whole client connection (HTTP/1.1, SOCKS5); the relay
-// made for such a connection owns it, and the codec hears the end through `on_end`.
+// made for such a connection owns it, and the codec hears the end as its TunnelOwner.
 class ConnectionDownstream final : public TunnelDownstream {
  public:
-  ConnectionDownstream(network::Connection& connection, std::function<void(TunnelEnd)> on_end)
-      : connection_(connection), on_end_(std::move(on_end)) {}
+  ConnectionDownstream(network::Connection& connection, TunnelOwner& owner)
+      : connection_(connection), owner_(owner) {}
 
   void writeDownstream(buffer::Buffer& data, bool end_stream) override {
     connection_.write(data, end_stream);
   }
   void readDisableDownstream(bool disable) override { connection_.readDisable(disable); }
   network::Connection* spliceableConnection() override;
-  void onTunnelEnd(TunnelEnd end) override { on_end_(end); }
+  void onTunnelEnd(TunnelEnd end) override { owner_.onTunnelEnd(end); }
 
  private:
   network::Connection& connection_;
-  std::function<void(TunnelEnd)> on_end_;
+  TunnelOwner& owner_;
 };
 
 struct TunnelOptions {
@@ -86,11 +92,15 @@ class TunnelRelay : public event::DeferredDeletable,
   // A read of at least this many bytes marks a tunnel as bulk: it moves to splice.
   static constexpr size_t kSpliceAfterRead = 4 * buffer::kBlockSize;
 
-  // The client side is an HTTP/2 stream (or another TunnelDownstream that outlives the relay).
-  TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, const TunnelOptions& options);
+  // The relay keeps its idle deadline and its deferred end on `timer`, the codec's own timer
+  // (a tunnel needs no other): while the tunnel runs, the codec passes its expiries to
+  // onTimer(). The client side is an HTTP/2 stream (or another TunnelDownstream that outlives
+  // the relay).
+  TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, event::Timer& timer,
+              const TunnelOptions& options);
   // The client side is the whole client connection.
-  TunnelRelay(UpstreamHandle upstream, network::Connection& client,
-              std::function<void(TunnelEnd)> on_end, const TunnelOptions& options);
+  TunnelRelay(UpstreamHandle upstream, network::Connection& client, TunnelOwner& owner,
+              event::Timer& timer, const TunnelOptions& options);
   ~TunnelRelay() override;
 
   // How a codec lets a relay go, from anywhere (its own onTunnelEnd included): aborted if still
@@ -108,6 +118,8 @@ class TunnelRelay : public event::DeferredDeletable,
   // The codec ends the tunnel (the client left, its stream was reset, a drain): the upstream is
   // closed now and onTunnelEnd is not called.
   void abort();
+  // The codec's timer fired while the tunnel runs.
+  void onTimer();
 
   bool upstreamBackedUp() const;
   bool spliced() const { return mode_ == Mode::Spliced; }
@@ -142,7 +154,6 @@ class TunnelRelay : public event::DeferredDeletable,
   void touch() { last_activity_ = dispatcher_.now(); }
   void countToUpstream(size_t n);
   void countToDownstream(size_t n);
-  void onTimer();
   // Both sides ended: done once the destination took what was written to it.
   void maybeDone();
   // Ends the tunnel: counters, upstream closed, pipes back; onTunnelEnd follows from the loop.
@@ -151,6 +162,7 @@ class TunnelRelay : public event::DeferredDeletable,
   void maybeSplice(size_t read_size);
   void enterSplice();
   void pump(Direction& d);
+  Direction& direction(size_t i) { return splice_->dirs[i]; }
   // Leaves splice once no pipe holds bytes (no pipe could be had).
   void tryLeaveSplice();
   void releasePipes();
@@ -159,11 +171,19 @@ class TunnelRelay : public event::DeferredDeletable,
   UpstreamHandle upstream_;
   std::optional<ConnectionDownstream> connection_downstream_;
   TunnelDownstream& downstream_;
-  const TunnelOptions options_;
-  event::Timer timer_;
+  const std::chrono::milliseconds idle_timeout_;
+  const TunnelStats* const listener_stats_;
+  const TunnelStats* const key_stats_;
+  const uint32_t max_pipes_;
+  const bool splice_allowed_;
+  event::Timer& timer_;
   event::MonotonicTime last_activity_;
   Mode mode_ = Mode::Buffered;
-  Direction dirs_[2];  // [0] client → destination, [1] destination → client
+  // Only while spliced: [0] client → destination, [1] destination → client.
+  struct SpliceState {
+    Direction dirs[2];
+  };
+  std::unique_ptr<SpliceState> splice_;
   uint64_t bytes_to_upstream_ = 0;
   uint64_t bytes_to_downstream_ = 0;
   bool started_ = false;

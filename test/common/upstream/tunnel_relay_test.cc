@@ -83,7 +83,7 @@ class Peer {
 
 // The codec's role for a whole-connection client side: hands client bytes and watermarks to the
 // relay, and closes the client when the tunnel ends (as the HTTP/1.1 and SOCKS5 codecs do).
-class ClientSide : public network::ConnectionCallbacks {
+class ClientSide : public network::ConnectionCallbacks, public TunnelOwner {
  public:
   void onData(buffer::Buffer& data, bool end_stream) override {
     if (relay != nullptr) relay->onDownstreamData(data, end_stream);
@@ -97,8 +97,10 @@ class ClientSide : public network::ConnectionCallbacks {
   void onBelowWriteLowWatermark() override {
     if (relay != nullptr) relay->onDownstreamBackedUp(false);
   }
+  void onTunnelEnd(TunnelEnd end) override { on_end(end); }
   TunnelRelay* relay = nullptr;
   int closed_events = 0;
+  std::function<void(TunnelEnd)> on_end;
 };
 
 class TunnelRelayTest : public testing::Test {
@@ -148,16 +150,15 @@ class TunnelRelayTest : public testing::Test {
     ASSERT_TRUE(runUntil(dispatcher_, [raw] { return !raw->connecting(); }));
 
     UpstreamInfo info;
-    relay_ = std::make_unique<TunnelRelay>(
-        UpstreamHandle(std::move(up), nullptr, info), *client_conn_,
-        [this](TunnelEnd end) {
-          ends_.push_back(end);
-          // What a codec does: let the relay go, close the client.
-          client_side_.relay = nullptr;
-          TunnelRelay::dispose(relay_);
-          client_conn_->close(network::CloseType::FlushWrite);
-        },
-        options);
+    client_side_.on_end = [this](TunnelEnd end) {
+      ends_.push_back(end);
+      // What a codec does: let the relay go, close the client.
+      client_side_.relay = nullptr;
+      TunnelRelay::dispose(relay_);
+      client_conn_->close(network::CloseType::FlushWrite);
+    };
+    relay_ = std::make_unique<TunnelRelay>(UpstreamHandle(std::move(up), nullptr, info),
+                                           *client_conn_, client_side_, codec_timer_, options);
     client_side_.relay = relay_.get();
     buffer::Buffer none;
     relay_->start(none, false);
@@ -176,6 +177,10 @@ class TunnelRelayTest : public testing::Test {
   }
 
   event::Dispatcher dispatcher_;
+  // The codec's timer: while the tunnel runs its expiries go to the relay.
+  event::Timer codec_timer_{dispatcher_, [this] {
+                              if (relay_) relay_->onTimer();
+                            }};
   test::LoopbackListener client_listener_;
   test::LoopbackListener origin_listener_;
   TunnelStats listener_stats_;
