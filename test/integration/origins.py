@@ -257,3 +257,51 @@ class PythonOrigin:
     def stop(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+class TcpServer:
+    """A threaded TCP server on a loopback port; subclasses serve(conn) each connection."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.authority = f"127.0.0.1:{self.port}"
+        self.stopped = False
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopped:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def stop(self):
+        self.stopped = True
+        self.sock.close()
+        for c in self.conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+
+class EchoServer(TcpServer):
+    """Echoes every byte; half-closes after the client's FIN."""
+
+    def serve(self, c):
+        try:
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    c.shutdown(socket.SHUT_WR)
+                    return
+                c.sendall(d)
+        except OSError:
+            pass

@@ -22,7 +22,7 @@ from hyperframe.frame import (ContinuationFrame, DataFrame, GoAwayFrame, Headers
                               RstStreamFrame, SettingsFrame, Frame)
 
 from helpers import basic_auth, closed_port_socket, rss_kib
-from origins import chunked_body
+from origins import EchoServer, TcpServer, chunked_body
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 H2_TYPE = "type.googleapis.com/sluice.filters.v1.Http2ProxyConfig"
@@ -93,53 +93,7 @@ def stat(s, name):
 # loopback TCP servers for tunnels
 
 
-class _TcpServer:
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.authority = f"127.0.0.1:{self.port}"
-        self.stopped = False
-        self.conns = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self.stopped:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(c)
-            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
-
-    def stop(self):
-        self.stopped = True
-        self.sock.close()
-        for c in self.conns:
-            try:
-                c.close()
-            except OSError:
-                pass
-
-
-class EchoServer(_TcpServer):
-    """Echoes every byte; half-closes after the client's FIN."""
-
-    def serve(self, c):
-        try:
-            while True:
-                d = c.recv(65536)
-                if not d:
-                    c.shutdown(socket.SHUT_WR)
-                    return
-                c.sendall(d)
-        except OSError:
-            pass
-
-
-class SourceServer(_TcpServer):
+class SourceServer(TcpServer):
     """Sends `total` bytes on each connection as fast as the reader takes them; counts them."""
 
     def __init__(self, total):

@@ -11,40 +11,7 @@ import threading
 import pytest
 
 from helpers import basic_auth, free_port
-
-
-class EchoServer:
-    """Echoes every byte back on each accepted connection, until the client ends its side."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.stopped = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self.stopped:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._echo, args=(c,), daemon=True).start()
-
-    @staticmethod
-    def _echo(c):
-        with c:
-            while True:
-                data = c.recv(1 << 20)
-                if not data:
-                    c.shutdown(socket.SHUT_WR)
-                    return
-                c.sendall(data)
-
-    def stop(self):
-        self.stopped = True
-        self.sock.close()
+from origins import EchoServer
 
 
 @pytest.fixture

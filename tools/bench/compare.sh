@@ -148,24 +148,7 @@ if [ -z "$ONLY" ] || [ "$ONLY" = nginx ]; then
 fi
 
 if [ -z "$ONLY" ] || [ "$ONLY" = squid ]; then
-  printf 'bench:%s\n' "$(openssl passwd -apr1 "$KEY")" > "$WORK/squid/passwd"
-  cat > "$WORK/squid/squid.conf" <<CONF
-http_port 127.0.0.1:$SQUID_PORT
-pid_filename $WORK/squid/squid.pid
-cache_log $WORK/squid/cache.log
-access_log none
-cache deny all
-cache_mem 0 MB
-workers 1
-cpu_affinity_map process_numbers=1 cores=1
-auth_param basic program /usr/lib/squid/basic_ncsa_auth $WORK/squid/passwd
-auth_param basic credentialsttl 1 hour
-acl authed proxy_auth REQUIRED
-http_access allow authed
-http_access deny all
-shutdown_lifetime 1 second
-CONF
-  chown -R proxy:proxy "$WORK/squid" 2>/dev/null || true
+  bench_squid_config "$WORK/squid" "$SQUID_PORT" "$KEY"
   squid -f "$WORK/squid/squid.conf" -N 2>"$WORK/squid/stderr" &
   PIDS+=($!)
   for _ in $(seq 50); do

@@ -56,3 +56,32 @@ cpu_ticks() {
   done
   echo $total
 }
+
+# bench_squid_config DIR PORT KEY: DIR/squid.conf for Squid 5.7 as a forward proxy with Basic
+# auth (user "bench", password KEY) and the tuning its documentation gives for a pure relay: no
+# cache, no access log, one worker pinned to the first CPU (Squid counts cores from 1, so
+# cores=1 is CPU 0, where the proxy under test runs). DIR must be readable by the
+# proxy user.
+bench_squid_config() {
+  local dir=$1 port=$2 key=$3
+  mkdir -p "$dir"
+  printf 'bench:%s\n' "$(openssl passwd -apr1 "$key")" >"$dir/passwd"
+  cat >"$dir/squid.conf" <<CONF
+http_port 127.0.0.1:$port
+pid_filename $dir/squid.pid
+cache_log $dir/cache.log
+access_log none
+cache deny all
+cache_mem 0 MB
+workers 1
+cpu_affinity_map process_numbers=1 cores=1
+auth_param basic program /usr/lib/squid/basic_ncsa_auth $dir/passwd
+auth_param basic credentialsttl 1 hour
+acl authed proxy_auth REQUIRED
+http_upgrade_request_protocols WebSocket allow all
+http_access allow authed
+http_access deny all
+shutdown_lifetime 1 second
+CONF
+  chown -R proxy:proxy "$dir" 2>/dev/null || true
+}

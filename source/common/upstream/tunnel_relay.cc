@@ -31,24 +31,21 @@ network::Connection* ConnectionDownstream::spliceableConnection() { return &conn
 
 TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, event::Timer& timer,
                          const TunnelOptions& options)
-    : dispatcher_(upstream->dispatcher()),
-      upstream_(std::move(upstream)),
-      downstream_(downstream),
-      timer_(timer),
-      idle_timeout_(options.idle_timeout),
-      listener_stats_(options.listener_stats),
-      key_stats_(options.key_stats),
-      max_pipes_(static_cast<uint32_t>(options.max_pipes)),
-      splice_allowed_(options.splice) {
-  upstream_->setCallbacks(this);
-}
+    : TunnelRelay(std::move(upstream), &downstream, nullptr, nullptr, timer, options) {}
 
 TunnelRelay::TunnelRelay(UpstreamHandle upstream, network::Connection& client, TunnelOwner& owner,
                          event::Timer& timer, const TunnelOptions& options)
+    : TunnelRelay(std::move(upstream), nullptr, &client, &owner, timer, options) {}
+
+TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream* downstream,
+                         network::Connection* client, TunnelOwner* owner, event::Timer& timer,
+                         const TunnelOptions& options)
     : dispatcher_(upstream->dispatcher()),
       upstream_(std::move(upstream)),
-      connection_downstream_(std::in_place, client, owner),
-      downstream_(*connection_downstream_),
+      connection_downstream_(client != nullptr
+                                 ? std::make_optional<ConnectionDownstream>(*client, *owner)
+                                 : std::nullopt),
+      downstream_(downstream != nullptr ? *downstream : *connection_downstream_),
       timer_(timer),
       idle_timeout_(options.idle_timeout),
       listener_stats_(options.listener_stats),

@@ -128,6 +128,9 @@ class TunnelRelay : public event::DeferredDeletable,
   uint64_t bytesToDownstream() const { return bytes_to_downstream_; }
 
  private:
+  TunnelRelay(UpstreamHandle upstream, TunnelDownstream* downstream, network::Connection* client,
+              TunnelOwner* owner, event::Timer& timer, const TunnelOptions& options);
+
   enum class Mode : uint8_t { Buffered, Spliced };
   // One direction while spliced: from → pipe → to.
   struct Direction {
