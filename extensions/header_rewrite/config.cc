@@ -2,7 +2,7 @@
 
 #include "extensions/header_rewrite/header_rewrite.h"
 #include "extensions/header_rewrite/header_rewrite.pb.h"
-#include "extensions/registry.h"
+#include "source/common/extensions/registry.h"
 #include "source/common/http/h1_parser.h"
 
 namespace sluice {
@@ -27,18 +27,11 @@ bool validValue(const std::string& value) {
   return true;
 }
 
-class HeaderRewriteFactory : public RequestFilterFactory {
+class HeaderRewriteFactory : public FactoryBase<RequestFilterFactory, v1::HeaderRewriteConfig> {
  public:
-  using Category = RequestFilterFactory;
-
   std::string name() const override { return "sluice.header_rewrite"; }
-  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
-    return std::make_unique<v1::HeaderRewriteConfig>();
-  }
-
-  absl::StatusOr<proxy::RequestFilterFactoryCb> createFilterFactory(
-      const google::protobuf::Message& message, FactoryContext& context) const override {
-    const auto& proto = static_cast<const v1::HeaderRewriteConfig&>(message);
+  absl::StatusOr<proxy::RequestFilterFactoryCb> createTypedFilterFactory(
+      const v1::HeaderRewriteConfig& proto, FactoryContext& context) const override {
     auto config = std::make_shared<HeaderRewriteConfig>();
     for (int i = 0; i < proto.remove_size(); ++i) {
       if (!validName(proto.remove(i))) {

@@ -13,13 +13,13 @@
 
 #include "absl/strings/str_format.h"
 
-#include "extensions/registry.h"
 #include "source/common/common/logger.h"
 #include "source/common/common/version.h"
 #include "source/common/config/api_key.h"
 #include "source/common/config/bootstrap_loader.h"
 #include "source/common/config/short_form.h"
 #include "source/common/config/yaml_loader.h"
+#include "source/common/extensions/registry.h"
 #include "source/server/listener_config.h"
 #include "source/server/server.h"
 

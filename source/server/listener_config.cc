@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_format.h"
 
-#include "extensions/registry.h"
 #include "source/common/ban/ban_config.h"
 #include "source/common/common/duration.h"
+#include "source/common/extensions/registry.h"
 
 namespace sluice {
 namespace server {
@@ -134,8 +134,7 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(
       auto resolved = extensions::resolveFilter<extensions::TransportSocketConfigFactory>(
           chain_proto.transport_socket(), context.path);
       if (!resolved.ok()) return resolved.status();
-      auto factory =
-          resolved->factory->createTransportSocketFactory(*resolved->config, context);
+      auto factory = resolved->factory->createTransportSocketFactory(*resolved->config, context);
       if (!factory.ok()) return factory.status();
       chain.transport_socket = std::move(*factory);
     }

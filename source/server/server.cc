@@ -3,8 +3,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include <netinet/in.h>
 #include <malloc.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,10 +12,10 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/json_util.h"
 
-#include "extensions/registry.h"
 #include "source/common/common/logger.h"
 #include "source/common/common/version.h"
 #include "source/common/config/redact.h"
+#include "source/common/extensions/registry.h"
 #include "source/server/ban_endpoints.h"
 
 namespace sluice {

@@ -4,7 +4,7 @@
 #include "google/protobuf/empty.pb.h"
 #include "gtest/gtest.h"
 
-#include "extensions/registry.h"
+#include "source/common/extensions/registry.h"
 #include "source/server/listener_config.h"
 
 namespace sluice {

@@ -11,7 +11,7 @@
 
 #include "google/protobuf/empty.pb.h"
 
-#include "extensions/registry.h"
+#include "source/common/extensions/registry.h"
 #include "source/server/listener_config.h"
 #include "source/server/server.h"
 

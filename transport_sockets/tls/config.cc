@@ -1,8 +1,8 @@
 #include "absl/strings/str_format.h"
 
 #include "api/sluice/filters/v1/tls.pb.h"
-#include "extensions/registry.h"
 #include "source/common/common/duration.h"
+#include "source/common/extensions/registry.h"
 #include "source/common/stats/stats.h"
 #include "source/common/tls/context.h"
 #include "source/common/tls/tls_socket.h"

@@ -1,26 +1,21 @@
 #include "absl/strings/str_format.h"
 
 #include "api/sluice/filters/v1/ban.pb.h"
-#include "extensions/registry.h"
 #include "filters/listener/ban/ban.h"
 #include "source/common/common/logger.h"
+#include "source/common/extensions/registry.h"
 
 namespace sluice {
 namespace filters {
 namespace ban {
 namespace {
 
-class BanFactory : public extensions::ListenerFilterFactory {
+class BanFactory : public extensions::FactoryBase<extensions::ListenerFilterFactory,
+                                                  sluice::filters::v1::BanConfig> {
  public:
-  using Category = extensions::ListenerFilterFactory;
-
   std::string name() const override { return "sluice.ban"; }
-  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
-    return std::make_unique<sluice::filters::v1::BanConfig>();
-  }
-
-  absl::StatusOr<network::ListenerFilterFactoryCb> createFilterFactory(
-      const google::protobuf::Message&, extensions::FactoryContext& context) const override {
+  absl::StatusOr<network::ListenerFilterFactoryCb> createTypedFilterFactory(
+      const sluice::filters::v1::BanConfig&, extensions::FactoryContext& context) const override {
     if (context.bans == nullptr) {
       SLUICE_LOG(Info, "%s: bans are disabled (bans.disabled): sluice.ban admits everyone",
                  context.path);

@@ -1,27 +1,21 @@
 #include "absl/strings/str_format.h"
 
 #include "api/sluice/filters/v1/ip_allowlist.pb.h"
-#include "extensions/registry.h"
 #include "filters/listener/ip_allowlist/ip_allowlist.h"
+#include "source/common/extensions/registry.h"
 
 namespace sluice {
 namespace filters {
 namespace ip_allowlist {
 namespace {
 
-class IpAllowlistFactory : public extensions::ListenerFilterFactory {
+class IpAllowlistFactory : public extensions::FactoryBase<extensions::ListenerFilterFactory,
+                                                          sluice::filters::v1::IpAllowlistConfig> {
  public:
-  using Category = extensions::ListenerFilterFactory;
-
   std::string name() const override { return "sluice.ip_allowlist"; }
-  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
-    return std::make_unique<sluice::filters::v1::IpAllowlistConfig>();
-  }
-
-  absl::StatusOr<network::ListenerFilterFactoryCb> createFilterFactory(
-      const google::protobuf::Message& message,
+  absl::StatusOr<network::ListenerFilterFactoryCb> createTypedFilterFactory(
+      const sluice::filters::v1::IpAllowlistConfig& proto,
       extensions::FactoryContext& context) const override {
-    const auto& proto = static_cast<const sluice::filters::v1::IpAllowlistConfig&>(message);
     if (proto.cidrs().empty()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s.typed_config.cidrs: empty (it would refuse every client; leave the filter out "

@@ -1,27 +1,22 @@
 #include "absl/strings/str_format.h"
 
 #include "api/sluice/filters/v1/protocol_sniffer.pb.h"
-#include "extensions/registry.h"
 #include "filters/listener/protocol_sniffer/sniffer.h"
+#include "source/common/extensions/registry.h"
 
 namespace sluice {
 namespace filters {
 namespace protocol_sniffer {
 namespace {
 
-class ProtocolSnifferFactory : public extensions::ListenerFilterFactory {
+class ProtocolSnifferFactory
+    : public extensions::FactoryBase<extensions::ListenerFilterFactory,
+                                     sluice::filters::v1::ProtocolSnifferConfig> {
  public:
-  using Category = extensions::ListenerFilterFactory;
-
   std::string name() const override { return "sluice.protocol_sniffer"; }
-  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
-    return std::make_unique<sluice::filters::v1::ProtocolSnifferConfig>();
-  }
-
-  absl::StatusOr<network::ListenerFilterFactoryCb> createFilterFactory(
-      const google::protobuf::Message& message,
+  absl::StatusOr<network::ListenerFilterFactoryCb> createTypedFilterFactory(
+      const sluice::filters::v1::ProtocolSnifferConfig& proto,
       extensions::FactoryContext& context) const override {
-    const auto& proto = static_cast<const sluice::filters::v1::ProtocolSnifferConfig&>(message);
     if (proto.protocols().empty()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s.typed_config.protocols: empty (list the protocols this listener accepts: tls, "
@@ -48,8 +43,8 @@ class ProtocolSnifferFactory : public extensions::ListenerFilterFactory {
       }
       config->allow[static_cast<int>(protocol)] = true;
     }
-    std::string prefix = absl::StrFormat("listener.%s.sniffer.",
-                                         stats::sanitizeNamePart(context.listener_name));
+    std::string prefix =
+        absl::StrFormat("listener.%s.sniffer.", stats::sanitizeNamePart(context.listener_name));
     stats::Store& store = stats::Store::get();
     config->stats.tls = store.counter(prefix + "tls");
     config->stats.h2c = store.counter(prefix + "h2c");

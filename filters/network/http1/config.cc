@@ -1,8 +1,8 @@
 #include "api/sluice/filters/v1/http1.pb.h"
-#include "extensions/registry.h"
 #include "filters/network/http1/http1_proxy.h"
 #include "source/common/common/duration.h"
 #include "source/common/config/filter_config.h"
+#include "source/common/extensions/registry.h"
 #include "source/common/http/proxy_stats.h"
 
 namespace sluice {
@@ -24,19 +24,13 @@ Http1Stats makeStats(const std::string& chain) {
   return s;
 }
 
-class Http1ProxyFactory : public extensions::NetworkFilterFactory {
+class Http1ProxyFactory : public extensions::FactoryBase<extensions::NetworkFilterFactory,
+                                                         sluice::filters::v1::Http1ProxyConfig> {
  public:
-  using Category = extensions::NetworkFilterFactory;
-
   std::string name() const override { return "sluice.http1"; }
-  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
-    return std::make_unique<sluice::filters::v1::Http1ProxyConfig>();
-  }
-
-  absl::StatusOr<network::NetworkFilterFactoryCb> createFilterFactory(
-      const google::protobuf::Message& message,
+  absl::StatusOr<network::NetworkFilterFactoryCb> createTypedFilterFactory(
+      const sluice::filters::v1::Http1ProxyConfig& proto,
       extensions::FactoryContext& context) const override {
-    const auto& proto = static_cast<const sluice::filters::v1::Http1ProxyConfig&>(message);
     absl::Status limits = config::checkLimits(
         context.path,
         {{"max_request_head_bytes", proto.max_request_head_bytes(), 1024, 1 << 20},

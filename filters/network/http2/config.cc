@@ -1,8 +1,8 @@
 #include "api/sluice/filters/v1/http2.pb.h"
-#include "extensions/registry.h"
 #include "filters/network/http2/http2_proxy.h"
 #include "source/common/common/duration.h"
 #include "source/common/config/filter_config.h"
+#include "source/common/extensions/registry.h"
 #include "source/common/http/proxy_stats.h"
 
 namespace sluice {
@@ -37,19 +37,13 @@ Http2Stats makeStats(const std::string& chain) {
   return s;
 }
 
-class Http2ProxyFactory : public extensions::NetworkFilterFactory {
+class Http2ProxyFactory : public extensions::FactoryBase<extensions::NetworkFilterFactory,
+                                                         sluice::filters::v1::Http2ProxyConfig> {
  public:
-  using Category = extensions::NetworkFilterFactory;
-
   std::string name() const override { return "sluice.http2"; }
-  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
-    return std::make_unique<sluice::filters::v1::Http2ProxyConfig>();
-  }
-
-  absl::StatusOr<network::NetworkFilterFactoryCb> createFilterFactory(
-      const google::protobuf::Message& message,
+  absl::StatusOr<network::NetworkFilterFactoryCb> createTypedFilterFactory(
+      const sluice::filters::v1::Http2ProxyConfig& proto,
       extensions::FactoryContext& context) const override {
-    const auto& proto = static_cast<const sluice::filters::v1::Http2ProxyConfig&>(message);
     absl::Status limits = config::checkLimits(
         context.path,
         {

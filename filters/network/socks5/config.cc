@@ -1,10 +1,10 @@
 #include "absl/strings/str_format.h"
 
 #include "api/sluice/filters/v1/socks5.pb.h"
-#include "extensions/registry.h"
 #include "filters/network/socks5/socks5_proxy.h"
 #include "source/common/common/duration.h"
 #include "source/common/config/filter_config.h"
+#include "source/common/extensions/registry.h"
 
 namespace sluice {
 namespace filters {
@@ -47,19 +47,13 @@ Socks5Stats makeStats(const std::string& chain) {
   return s;
 }
 
-class Socks5Factory : public extensions::NetworkFilterFactory {
+class Socks5Factory : public extensions::FactoryBase<extensions::NetworkFilterFactory,
+                                                     sluice::filters::v1::Socks5Config> {
  public:
-  using Category = extensions::NetworkFilterFactory;
-
   std::string name() const override { return "sluice.socks5"; }
-  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
-    return std::make_unique<sluice::filters::v1::Socks5Config>();
-  }
-
-  absl::StatusOr<network::NetworkFilterFactoryCb> createFilterFactory(
-      const google::protobuf::Message& message,
+  absl::StatusOr<network::NetworkFilterFactoryCb> createTypedFilterFactory(
+      const sluice::filters::v1::Socks5Config& proto,
       extensions::FactoryContext& context) const override {
-    const auto& proto = static_cast<const sluice::filters::v1::Socks5Config&>(message);
     absl::Status limits = config::checkLimits(
         context.path, {{"max_udp_datagram_bytes", proto.max_udp_datagram_bytes(), 512, 65507},
                        {"max_udp_pending_datagrams", proto.max_udp_pending_datagrams(), 1, 1024},

@@ -1,33 +1,27 @@
 #include "absl/strings/str_format.h"
 
 #include "api/sluice/filters/v1/auth.pb.h"
-#include "extensions/registry.h"
 #include "filters/request/auth/auth.h"
 #include "source/common/common/logger.h"
+#include "source/common/extensions/registry.h"
 
 namespace sluice {
 namespace filters {
 namespace auth {
 namespace {
 
-class AuthFactory : public extensions::RequestFilterFactory {
+class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFactory,
+                                                   sluice::filters::v1::AuthConfig> {
  public:
-  using Category = extensions::RequestFilterFactory;
-
   std::string name() const override { return "sluice.auth"; }
   proxy::RequestPhase phase() const override { return proxy::RequestPhase::Authenticate; }
   bool requiresCredential(const google::protobuf::Message& message) const override {
     const auto& proto = static_cast<const sluice::filters::v1::AuthConfig&>(message);
     return proto.api_keys_size() > 0 || !proto.api_keys_file().empty();
   }
-  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
-    return std::make_unique<sluice::filters::v1::AuthConfig>();
-  }
-
-  absl::StatusOr<proxy::RequestFilterFactoryCb> createFilterFactory(
-      const google::protobuf::Message& message,
+  absl::StatusOr<proxy::RequestFilterFactoryCb> createTypedFilterFactory(
+      const sluice::filters::v1::AuthConfig& proto,
       extensions::FactoryContext& context) const override {
-    const auto& proto = static_cast<const sluice::filters::v1::AuthConfig&>(message);
     auto config = std::make_shared<AuthConfig>();
     config->realm = proto.realm().empty() ? "sluice" : proto.realm();
     if (config->realm.find_first_of("\"\\\r\n") != std::string::npos) {

@@ -1,6 +1,6 @@
 #include "api/sluice/filters/v1/dest_guard.pb.h"
-#include "extensions/registry.h"
 #include "filters/request/dest_guard/dest_guard.h"
+#include "source/common/extensions/registry.h"
 
 namespace sluice {
 namespace filters {
@@ -15,19 +15,13 @@ bool hasWildcard(const std::vector<network::Address>& addresses) {
   return false;
 }
 
-class DestGuardFactory : public extensions::RequestFilterFactory {
+class DestGuardFactory : public extensions::FactoryBase<extensions::RequestFilterFactory,
+                                                        sluice::filters::v1::DestGuardConfig> {
  public:
-  using Category = extensions::RequestFilterFactory;
-
   std::string name() const override { return "sluice.dest_guard"; }
-  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
-    return std::make_unique<sluice::filters::v1::DestGuardConfig>();
-  }
-
-  absl::StatusOr<proxy::RequestFilterFactoryCb> createFilterFactory(
-      const google::protobuf::Message& message,
+  absl::StatusOr<proxy::RequestFilterFactoryCb> createTypedFilterFactory(
+      const sluice::filters::v1::DestGuardConfig& proto,
       extensions::FactoryContext& context) const override {
-    const auto& proto = static_cast<const sluice::filters::v1::DestGuardConfig&>(message);
     // Interfaces are listed only when a wildcard bind needs them.
     const std::vector<network::Address> interfaces = hasWildcard(context.local_addresses)
                                                          ? localInterfaceAddresses()

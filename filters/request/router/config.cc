@@ -1,28 +1,22 @@
 #include "api/sluice/filters/v1/router.pb.h"
-#include "extensions/registry.h"
 #include "filters/request/router/router.h"
 #include "source/common/common/duration.h"
 #include "source/common/config/filter_config.h"
+#include "source/common/extensions/registry.h"
 
 namespace sluice {
 namespace filters {
 namespace router {
 namespace {
 
-class RouterFactory : public extensions::RequestFilterFactory {
+class RouterFactory : public extensions::FactoryBase<extensions::RequestFilterFactory,
+                                                     sluice::filters::v1::RouterConfig> {
  public:
-  using Category = extensions::RequestFilterFactory;
-
   std::string name() const override { return "sluice.router"; }
   proxy::RequestPhase phase() const override { return proxy::RequestPhase::Route; }
-  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const override {
-    return std::make_unique<sluice::filters::v1::RouterConfig>();
-  }
-
-  absl::StatusOr<proxy::RequestFilterFactoryCb> createFilterFactory(
-      const google::protobuf::Message& message,
+  absl::StatusOr<proxy::RequestFilterFactoryCb> createTypedFilterFactory(
+      const sluice::filters::v1::RouterConfig& proto,
       extensions::FactoryContext& context) const override {
-    const auto& proto = static_cast<const sluice::filters::v1::RouterConfig&>(message);
     absl::Status limits = config::checkLimits(
         context.path, {{"max_splice_pipes", proto.max_splice_pipes(), 1, 65536}});
     if (!limits.ok()) return limits;

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 
 #include "extensions/header_rewrite/header_rewrite.pb.h"
-#include "extensions/registry.h"
+#include "source/common/extensions/registry.h"
 #include "source/common/stats/stats.h"
 
 namespace sluice {

@@ -1,4 +1,4 @@
-#include "extensions/registry.h"
+#include "source/common/extensions/registry.h"
 
 #include "absl/strings/str_format.h"
 

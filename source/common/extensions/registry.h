@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -76,6 +77,33 @@ class RequestFilterFactory : public TypedFactory {
   bool terminal() const { return phase() == proxy::RequestPhase::Route; }
   // For Authenticate filters: whether this config refuses requests without a credential.
   virtual bool requiresCredential(const google::protobuf::Message& config) const { return false; }
+};
+
+// What most filter factories derive from: the config message type is written once, and the
+// factory gets its config already typed. A filter factory is then its name and one method:
+//   class RouterFactory : public FactoryBase<RequestFilterFactory, v1::RouterConfig> {
+//     std::string name() const override { return "sluice.router"; }
+//     absl::StatusOr<proxy::RequestFilterFactoryCb> createTypedFilterFactory(
+//         const v1::RouterConfig& config, FactoryContext& context) const override;
+//   };
+template <class CategoryT, class Proto>
+class FactoryBase : public CategoryT {
+ public:
+  using Category = CategoryT;
+  using Result = decltype(std::declval<const CategoryT&>().createFilterFactory(
+      std::declval<const google::protobuf::Message&>(), std::declval<FactoryContext&>()));
+
+  std::unique_ptr<google::protobuf::Message> createEmptyConfig() const final {
+    return std::make_unique<Proto>();
+  }
+  Result createFilterFactory(const google::protobuf::Message& config,
+                             FactoryContext& context) const final {
+    return createTypedFilterFactory(static_cast<const Proto&>(config), context);
+  }
+
+ protected:
+  // `config` was checked against the schema (unknown fields refused) before it gets here.
+  virtual Result createTypedFilterFactory(const Proto& config, FactoryContext& context) const = 0;
 };
 
 // The extensions linked into this binary, by category. Filled by static registration before
