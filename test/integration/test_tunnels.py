@@ -165,3 +165,48 @@ def test_workers_are_not_pinned_by_default(start_sluice):
     assert len(pinned) == 2
     for name, cpus in pinned.items():
         assert "-" in cpus or "," in cpus or len(allowed_cpus()) == 1, (name, cpus)
+
+
+def read_all(c):
+    out = b""
+    while True:
+        chunk = c.recv(65536)
+        if not chunk:
+            return out
+        out += chunk
+
+
+@pytest.mark.parametrize("size", [1000, 100_000])
+def test_connect_bytes_and_end_sent_with_the_head_reach_the_destination(sluice, echo, size):
+    payload = os.urandom(size)
+    target = f"127.0.0.1:{echo.port}"
+    c = socket.create_connection(sluice.proxy_addr, timeout=10)
+    # The head, the first tunnel bytes and the half-close, before sluice has answered.
+    c.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+              f"Proxy-Authorization: {basic_auth(sluice.key)}\r\n\r\n".encode() + payload)
+    c.shutdown(socket.SHUT_WR)
+    got = read_all(c)
+    c.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert body == payload, f"{len(body)} of {len(payload)} bytes came back"
+
+
+@pytest.mark.parametrize("size", [1000, 100_000])
+def test_socks5_bytes_and_end_sent_with_the_request_reach_the_destination(start_sluice, echo,
+                                                                         size):
+    socks_port = free_port()
+    s = start_sluice(extra_short=f"socks5:\n  listen: 127.0.0.1:{socks_port}\n")
+    payload = os.urandom(size)
+    key = s.key.encode()
+    c = socket.create_connection(("127.0.0.1", socks_port), timeout=10)
+    # Greeting, credentials, request, the first tunnel bytes and the half-close, all at once.
+    c.sendall(b"\x05\x01\x02" + b"\x01\x01u" + bytes([len(key)]) + key +
+              b"\x05\x01\x00\x01" + socket.inet_aton("127.0.0.1") + struct.pack(">H", echo.port) +
+              payload)
+    c.shutdown(socket.SHUT_WR)
+    got = read_all(c)
+    c.close()
+    assert got[:4] == b"\x05\x02\x01\x00", got[:4]  # method, then auth status
+    assert got[4:6] == b"\x05\x00", got[4:14]      # the reply: succeeded
+    assert got[14:] == payload, f"{len(got) - 14} of {len(payload)} bytes came back"

@@ -352,9 +352,9 @@ void Http1ProxyFilter::onUpstreamReady(upstream::UpstreamHandle upstream) {
     downstream().readBuffer().drain(head_size_);
     head_in_buffer_ = false;
     releaseHead();
-    buffer::Buffer none;
-    startTunnel(none, false);
-    // Bytes the client sent after the CONNECT head (an eager TLS hello) flow on next turn.
+    // Bytes the client sent after the CONNECT head (an eager TLS hello) go first, then its end
+    // if it already half-closed.
+    startTunnel(downstream().readBuffer(), false);
     downstream().readDisable(false);
     return;
   }

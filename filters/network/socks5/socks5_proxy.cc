@@ -816,10 +816,8 @@ void Socks5Filter::startTunnel(upstream::UpstreamHandle upstream) {
   options.key_stats = request_.principal_tunnel_stats;
   tunnel_ = std::make_unique<upstream::TunnelRelay>(std::move(upstream), downstream(), *this,
                                                     *timer_, options);
-  // Bytes the client sent behind its request stay in its buffer and flow on the next loop
-  // iteration, through onData.
-  buffer::Buffer none;
-  tunnel_->start(none, downstream_ended_);
+  // Bytes the client sent behind its request go first, then its end if it already half-closed.
+  tunnel_->start(downstream().readBuffer(), downstream_ended_);
   pauseReading(false);
 }
 
