@@ -1,0 +1,854 @@
+#include "filters/network/http2/stream.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+
+#include "source/common/http/head_scan.h"
+#include "source/common/http/proxy_credential.h"
+#include "source/common/http/status.h"
+#include "source/common/http/upgrade.h"
+#include "source/common/proxy/worker_context.h"
+#include "source/common/upstream/pool.h"
+
+namespace sluice {
+namespace filters {
+namespace http2proxy {
+
+namespace {
+
+using http2::ErrorCode;
+
+// Response heads are translated within one callback: scratch per worker, capacity kept.
+thread_local std::string t_names;
+thread_local std::vector<http2::ResponseHeader> t_headers;
+thread_local http1::ResponseHead t_response_head;
+// A decoded Basic credential, until its key is copied into the stream's header storage.
+thread_local http::CredentialScratch t_credential_scratch;
+
+// RFC 6455 4.2.2: base64(SHA-1(key + GUID)).
+std::string webSocketAccept(std::string_view key) {
+  static constexpr std::string_view kGuid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+  uint8_t digest[SHA_DIGEST_LENGTH];
+  SHA_CTX ctx;
+  SHA1_Init(&ctx);
+  SHA1_Update(&ctx, key.data(), key.size());
+  SHA1_Update(&ctx, kGuid.data(), kGuid.size());
+  SHA1_Final(digest, &ctx);
+  std::string out;
+  absl::Base64Escape(absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)),
+                     &out);
+  return out;
+}
+
+void addChunkHeader(buffer::Buffer& out, size_t n) {
+  char line[20];
+  auto r = std::to_chars(line, line + 16, static_cast<uint64_t>(n), 16);
+  *r.ptr++ = '\r';
+  *r.ptr++ = '\n';
+  out.add(line, static_cast<size_t>(r.ptr - line));
+}
+
+}  // namespace
+
+Http2ProxyFilter::Stream::Stream(Http2ProxyFilter& parent)
+    : parent_(parent),
+      chain_(parent.callbacks_->worker(), *this),
+      timer_(parent.downstream().dispatcher(), [this] { onTimer(); }) {
+  for (const auto& factory : parent.config_->request_filters) factory(chain_);
+}
+
+void Http2ProxyFilter::Stream::begin(int32_t id) {
+  id_ = id;
+  state_ = State::Headers;
+  storage_.clear();
+  refs_.clear();
+  fields_.clear();
+  header_bytes_ = 0;
+  header_error_ = nullptr;
+  info_ = http2::RequestInfo();
+  request_ = proxy::ProxyRequest();
+  added_count_ = 0;
+  unconsumed_ = 0;
+  body_received_ = 0;
+  request_ended_ = false;
+  chunked_request_ = false;
+  response_started_ = false;
+  response_scanned_ = 0;
+  response_keep_alive_ = true;
+  out_eof_ = false;
+  deferred_ = false;
+  upstream_paused_ = false;
+  response_sent_ = false;
+  retried_ = false;
+  websocket_pending_ = false;
+  drain_after_reply_ = false;
+  tunnel_ = false;
+  config().stats.streams_total.inc();
+  config().stats.streams_active.inc();
+  // A header block left unfinished blocks the whole connection (HPACK state is shared).
+  timer_.enable(config().request_body_timeout);
+}
+
+void Http2ProxyFilter::Stream::addHeader(std::string_view name, std::string_view value) {
+  header_bytes_ += name.size() + value.size() + 32;  // RFC 9113 6.5.2 accounting
+  if (header_error_ != nullptr) return;
+  if (header_bytes_ > config().codec.max_header_list_size) {
+    header_error_ = "header list too large";
+    return;
+  }
+  if (refs_.size() >= config().max_request_headers) {
+    header_error_ = "too many header fields";
+    return;
+  }
+  refs_.push_back({static_cast<uint32_t>(storage_.size()), static_cast<uint32_t>(name.size()),
+                   static_cast<uint32_t>(value.size())});
+  storage_.append(name);
+  storage_.append(value);
+}
+
+void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
+  timer_.disable();
+  request_ended_ = end_stream;
+  if (header_error_ != nullptr) {
+    config().stats.rq_header_list_too_large.inc();
+    localReply(431, header_error_);
+    return;
+  }
+  findCredential();
+  fields_.resize(refs_.size());
+  for (size_t i = 0; i < refs_.size(); ++i) {
+    const char* base = storage_.data() + refs_[i].offset;
+    fields_[i].name = std::string_view(base, refs_[i].name_len);
+    fields_[i].value = std::string_view(base + refs_[i].name_len, refs_[i].value_len);
+    fields_[i].flags = 0;
+  }
+  http2::RequestError err;
+  if (!http2::parseRequest(fields_.data(), static_cast<uint32_t>(fields_.size()), info_, err,
+                           !config().disable_websocket)) {
+    config().stats.rq_rejected.inc();
+    localReply(err.status, err.reason);
+    return;
+  }
+  const uint64_t max_body = config().max_request_body_bytes;
+  if (max_body != 0 && info_.has_content_length && info_.content_length > max_body) {
+    config().stats.rq_body_too_large.inc();
+    localReply(413, "request body larger than the proxy allows");
+    return;
+  }
+  request_ = proxy::ProxyRequest();
+  request_.protocol = proxy::Protocol::Http2;
+  request_.kind = info_.kind;
+  request_.host = info_.host;
+  request_.port = info_.port;
+  request_.client = parent_.downstream().peer();
+  if (info_.proxy_authorization >= 0) {
+    request_.has_credential = true;
+    request_.credential = std::string_view(storage_.data() + credential_offset_, credential_len_);
+  }
+  if (info_.websocket) {
+    request_.headers = this;
+    // An upgraded origin connection is never pooled, so it never comes from the pool either.
+    request_.fresh_connection = true;
+    config().stats.rq_websocket.inc();
+  } else if (info_.kind == proxy::RequestKind::Forward) {
+    request_.headers = this;
+    config().stats.rq_forward.inc();
+  } else {
+    config().stats.rq_connect.inc();
+  }
+  state_ = State::Filtering;
+  chain_.start(request_);
+}
+
+void Http2ProxyFilter::Stream::onClientData(const uint8_t* data, size_t length) {
+  body_received_ += length;
+  const uint64_t max_body = config().max_request_body_bytes;
+  if (max_body != 0 && info_.kind == proxy::RequestKind::Forward && !info_.websocket &&
+      body_received_ > max_body && (state_ == State::Filtering || state_ == State::Forwarding)) {
+    config().stats.rq_body_too_large.inc();
+    parent_.codec_->consume(id_, length);
+    if (!response_started_) {
+      localReply(413, "request body larger than the proxy allows");
+    } else {
+      reset(ErrorCode::Cancel);
+    }
+    return;
+  }
+  switch (state_) {
+    case State::Headers:
+    case State::Filtering:
+      // Held (and not credited) until the upstream is ready: the stream window bounds it.
+      pending_body_.add(data, length);
+      unconsumed_ += length;
+      return;
+    case State::Forwarding: {
+      if (websocket_pending_) {
+        // Nothing reaches the origin before its 101: held, within the stream window.
+        pending_body_.add(data, length);
+        unconsumed_ += length;
+        return;
+      }
+      buffer::Buffer out;
+      if (chunked_request_) addChunkHeader(out, length);
+      out.add(data, length);
+      if (chunked_request_) out.add("\r\n", 2);
+      writeUpstream(out, false);
+      credit(length);
+      if (!response_started_) timer_.enable(config().request_body_timeout);
+      return;
+    }
+    case State::Tunnel: {
+      if (!tunnel_relay_) {
+        parent_.codec_->consume(id_, length);
+        parent_.scheduleFlush();
+        return;
+      }
+      buffer::Buffer out;
+      out.add(data, length);
+      tunnel_relay_->onDownstreamData(out, false);
+      credit(length);
+      return;
+    }
+    case State::Idle:
+    case State::Replied:
+    case State::Done:
+      // Nobody wants these bytes: give the window back so the connection keeps flowing.
+      parent_.codec_->consume(id_, length);
+      parent_.scheduleFlush();
+      return;
+  }
+}
+
+void Http2ProxyFilter::Stream::onClientEnd() {
+  request_ended_ = true;
+  if (state_ == State::Forwarding) {
+    if (websocket_pending_) return;  // half-closed upstream once switched
+    if (chunked_request_) {
+      buffer::Buffer out;
+      out.add("0\r\n\r\n", 5);
+      writeUpstream(out, false);
+    }
+    if (!response_started_) timer_.enable(upstream_info_.response_timeout);
+  } else if (state_ == State::Tunnel && tunnel_relay_) {
+    buffer::Buffer none;
+    tunnel_relay_->onDownstreamData(none, true);
+  }
+}
+
+bool Http2ProxyFilter::Stream::onClientReset() {
+  if (response_sent_) return false;
+  if (state_ == State::Filtering || state_ == State::Forwarding || state_ == State::Tunnel) {
+    config().stats.downstream_reset.inc();
+  }
+  return true;
+}
+
+void Http2ProxyFilter::Stream::onResponseSent() {
+  response_sent_ = true;
+  if (drain_after_reply_) {
+    drain_after_reply_ = false;
+    parent_.startDrain();
+  }
+  // A complete answer ends the exchange; a request body still coming is not wanted
+  // (RFC 9113 8.1). Tunnels stay half-open until the client ends its side.
+  if (!request_ended_ && state_ != State::Tunnel) {
+    parent_.codec_->resetStream(id_, ErrorCode::NoError);
+    parent_.scheduleFlush();
+  }
+}
+
+void Http2ProxyFilter::Stream::onClosed() {
+  if (drain_after_reply_) {
+    drain_after_reply_ = false;
+    parent_.startDrain();
+  }
+  abort();
+  parent_.releaseStream(this);
+}
+
+size_t Http2ProxyFilter::Stream::readBody(uint8_t* buf, size_t max, bool& eof) {
+  size_t n = 0;
+  while (n < max && !out_.empty()) {
+    std::string_view front = out_.front();
+    size_t k = std::min(front.size(), max - n);
+    memcpy(buf + n, front.data(), k);
+    out_.drain(k);
+    n += k;
+  }
+  eof = out_eof_ && out_.empty();
+  if (n == 0 && !eof) deferred_ = true;
+  if (upstream_paused_ && out_.length() <= config().stream_buffer_bytes / 2) {
+    upstream_paused_ = false;
+    pauseOrigin(false);
+  }
+  if (n > 0 && state_ == State::Forwarding) timer_.enable(upstream_info_.response_timeout);
+  return n;
+}
+
+void Http2ProxyFilter::Stream::abort() {
+  if (state_ == State::Idle) return;
+  chain_.end();
+  timer_.disable();
+  releaseUpstream(false);
+  pending_body_.clear();
+  out_.clear();
+  // Capacity is kept for the next stream, but not what one large header list needed: an idle
+  // connection should not hold max_concurrent_streams times max_header_list_size.
+  if (storage_.capacity() > kKeptHeaderBytes) std::string().swap(storage_);
+  if (refs_.capacity() > kKeptHeaderFields) std::vector<FieldRef>().swap(refs_);
+  if (fields_.capacity() > kKeptHeaderFields) std::vector<http1::HeaderField>().swap(fields_);
+  if (tunnel_) config().stats.tunnels_active.dec();
+  tunnel_ = false;
+  config().stats.streams_active.dec();
+  state_ = State::Idle;
+}
+
+void Http2ProxyFilter::Stream::onUpstreamReady(upstream::UpstreamHandle upstream) {
+  upstream_ = std::move(upstream);
+  upstream_->setCallbacks(this);
+  upstream_info_ = upstream_.info();
+  key_tunnel_stats_ = request_.principal_tunnel_stats;
+  chain_.end();
+  if (info_.kind == proxy::RequestKind::Tunnel) {
+    parent_.codec_->submitResponse(id_, 200, nullptr, 0, false);
+    config().stats.countStatus(200);
+    buffer::Buffer none;
+    enterTunnel(none, false);
+    return;
+  }
+  state_ = State::Forwarding;
+  if (info_.websocket) {
+    sendUpgradeHead();
+    return;
+  }
+  sendRequestHead();
+}
+
+void Http2ProxyFilter::Stream::onDenied(proxy::Denial denial, std::string_view reason) {
+  chain_.end();
+  // The refusal goes out first, then the GOAWAY (onResponseSent).
+  drain_after_reply_ = request_.close_connection;
+  localReply(http::denialStatus(denial), reason, denial == proxy::Denial::Unauthorized);
+}
+
+std::string_view Http2ProxyFilter::Stream::get(std::string_view name) const {
+  for (const http1::HeaderField& f : fields_) {
+    if ((f.flags & http1::HeaderField::kRemoved) == 0 && http1::equalsIgnoreCase(f.name, name)) {
+      return f.value;
+    }
+  }
+  for (uint32_t i = 0; i < added_count_; ++i) {
+    if (http1::equalsIgnoreCase(added_[i].name, name)) return added_[i].value;
+  }
+  if (http1::equalsIgnoreCase(name, "host")) return info_.authority;
+  return {};
+}
+
+void Http2ProxyFilter::Stream::remove(std::string_view name) {
+  for (http1::HeaderField& f : fields_) {
+    if (http1::equalsIgnoreCase(f.name, name)) f.flags |= http1::HeaderField::kRemoved;
+  }
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < added_count_; ++i) {
+    if (!http1::equalsIgnoreCase(added_[i].name, name)) added_[kept++] = added_[i];
+  }
+  added_count_ = kept;
+}
+
+bool Http2ProxyFilter::Stream::add(std::string_view name, std::string_view value) {
+  if (added_count_ == kMaxAddedHeaders) return false;
+  added_[added_count_++] = {name, value};
+  return true;
+}
+
+void Http2ProxyFilter::Stream::writeDownstream(buffer::Buffer& data, bool end_stream) {
+  out_.move(data);
+  if (end_stream) out_eof_ = true;
+  afterOutput();
+}
+
+void Http2ProxyFilter::Stream::readDisableDownstream(bool disable) {
+  if (!disable) creditPending();
+}
+
+void Http2ProxyFilter::Stream::onTunnelEnd(upstream::TunnelEnd end) {
+  upstream::TunnelRelay::dispose(tunnel_relay_);
+  switch (end) {
+    case upstream::TunnelEnd::Done:
+      // Both ends passed on; the queued bytes and our END_STREAM still go out.
+      break;
+    case upstream::TunnelEnd::IdleTimeout:
+      config().stats.tunnel_idle_timeout.inc();
+      reset(ErrorCode::Cancel);
+      break;
+    case upstream::TunnelEnd::UpstreamReset:
+    case upstream::TunnelEnd::DownstreamReset:
+      config().stats.upstream_reset.inc();
+      reset(ErrorCode::ConnectError);
+      break;
+  }
+}
+
+void Http2ProxyFilter::Stream::onData(buffer::Buffer& data, bool end_stream) {
+  if (state_ != State::Forwarding) {
+    data.clear();
+    return;
+  }
+  config().stats.bytes_upstream_rx.add(data.length());
+  if (!response_started_) {
+    if (!processResponseHead(data)) {
+      if (state_ == State::Tunnel) {
+        // Switched to WebSocket: what followed the 101 is the origin's first frames.
+        enterTunnel(data, end_stream);
+        return;
+      }
+      if (state_ == State::Forwarding && end_stream) onUpstreamClosed();
+      return;
+    }
+    if (out_eof_) {
+      // A response without a body: anything after its head spoils the connection.
+      if (!data.empty() || end_stream) response_keep_alive_ = false;
+      data.clear();
+      finishUpstream();
+      afterOutput();
+      return;
+    }
+  }
+  relayResponseBody(data, end_stream);
+}
+
+void Http2ProxyFilter::Stream::onEvent(network::ConnectionEvent event) {
+  if (event != network::ConnectionEvent::RemoteClose) return;
+  onUpstreamClosed();
+}
+
+void Http2ProxyFilter::Stream::findCredential() {
+  credential_offset_ = 0;
+  credential_len_ = 0;
+  for (const FieldRef& r : refs_) {
+    if (std::string_view(storage_.data() + r.offset, r.name_len) != "proxy-authorization") {
+      continue;
+    }
+    std::string_view key;
+    if (!http::proxyAuthorizationKey(
+            std::string_view(storage_.data() + r.offset + r.name_len, r.value_len),
+            t_credential_scratch, key)) {
+      return;
+    }
+    const char* base = storage_.data();
+    if (key.data() >= base && key.data() < base + storage_.size()) {
+      credential_offset_ = static_cast<uint32_t>(key.data() - base);
+    } else {
+      credential_offset_ = static_cast<uint32_t>(storage_.size());
+      storage_.append(key);
+    }
+    credential_len_ = static_cast<uint32_t>(key.size());
+    return;
+  }
+}
+
+void Http2ProxyFilter::Stream::writeUpstream(buffer::Buffer& out, bool end_stream) {
+  if (!upstream_) {
+    out.clear();
+    return;
+  }
+  config().stats.bytes_upstream_tx.add(out.length());
+  upstream_->write(out, end_stream);
+}
+
+bool Http2ProxyFilter::Stream::originBackedUp() const {
+  if (tunnel_relay_) return tunnel_relay_->upstreamBackedUp();
+  return upstream_ && upstream_->aboveHighWatermark();
+}
+
+void Http2ProxyFilter::Stream::pauseOrigin(bool pause) {
+  if (tunnel_relay_) {
+    tunnel_relay_->onDownstreamBackedUp(pause);
+  } else if (upstream_) {
+    upstream_->readDisable(pause);
+  }
+}
+
+void Http2ProxyFilter::Stream::credit(size_t length) {
+  if (originBackedUp()) {
+    unconsumed_ += length;
+    return;
+  }
+  parent_.codec_->consume(id_, length);
+  parent_.scheduleFlush();
+}
+
+void Http2ProxyFilter::Stream::creditPending() {
+  if (unconsumed_ == 0 || originBackedUp()) return;
+  if (state_ != State::Forwarding && state_ != State::Tunnel) return;
+  parent_.codec_->consume(id_, unconsumed_);
+  unconsumed_ = 0;
+  parent_.scheduleFlush();
+}
+
+void Http2ProxyFilter::Stream::sendRequestHead() {
+  if (request_ended_ && !info_.has_content_length && !pending_body_.empty()) {
+    // The whole body arrived while the filters ran: its length is known.
+    info_.has_content_length = true;
+    info_.content_length = pending_body_.length();
+  }
+  chunked_request_ = !request_ended_ && !info_.has_content_length;
+  buffer::Buffer out;
+  http2::writeHttp1Head(info_, fields_.data(), static_cast<uint32_t>(fields_.size()), added_,
+                        added_count_, chunked_request_, out);
+  response_started_ = false;
+  response_scanned_ = 0;
+  if (!pending_body_.empty()) {
+    if (chunked_request_) addChunkHeader(out, pending_body_.length());
+    const bool chunk = chunked_request_;
+    out.move(pending_body_);
+    if (chunk) out.add("\r\n", 2);
+  }
+  if (request_ended_ && chunked_request_) out.add("0\r\n\r\n", 5);
+  writeUpstream(out, false);
+  creditPending();
+  timer_.enable(request_ended_ ? upstream_info_.response_timeout : config().request_body_timeout);
+}
+
+void Http2ProxyFilter::Stream::sendUpgradeHead() {
+  uint8_t nonce[16];
+  RAND_bytes(nonce, sizeof(nonce));
+  ws_key_.clear();
+  absl::Base64Escape(absl::string_view(reinterpret_cast<const char*>(nonce), sizeof(nonce)),
+                     &ws_key_);
+  buffer::Buffer out;
+  http::UpgradeRequestEncoder encoder(out, info_.path);
+  encoder.header("host", info_.authority);
+  constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
+  for (const http1::HeaderField& f : fields_) {
+    if ((f.flags & kSkip) != 0 || f.name == "sec-websocket-key" ||
+        f.name == "sec-websocket-accept") {
+      continue;
+    }
+    encoder.header(f.name, f.value);
+  }
+  for (uint32_t i = 0; i < added_count_; ++i) encoder.header(added_[i].name, added_[i].value);
+  encoder.header("sec-websocket-key", ws_key_);
+  encoder.finish();
+  websocket_pending_ = true;
+  response_started_ = false;
+  response_scanned_ = 0;
+  writeUpstream(out, false);
+  timer_.enable(upstream_info_.response_timeout);
+}
+
+void Http2ProxyFilter::Stream::switchToWebSocket(const http1::ResponseHead& rh,
+                                                 buffer::Buffer& data) {
+  const int32_t accept =
+      http1::findHeader(rh.headers.data(), rh.header_count, "sec-websocket-accept");
+  if (!http::acceptsUpgrade(rh) || accept < 0 ||
+      rh.headers[accept].value != webSocketAccept(ws_key_)) {
+    config().stats.upstream_rs_bad.inc();
+    config().stats.websocket_rejected.inc();
+    localReply(502, "origin answered the websocket upgrade badly");
+    return;
+  }
+  t_headers.clear();
+  for (uint32_t i = 0; i < rh.header_count; ++i) {
+    const http1::HeaderField& f = rh.headers[i];
+    // Only the negotiated subprotocol and extensions mean anything to the HTTP/2 client.
+    if (http1::equalsIgnoreCase(f.name, "sec-websocket-protocol")) {
+      t_headers.push_back({"sec-websocket-protocol", f.value});
+    } else if (http1::equalsIgnoreCase(f.name, "sec-websocket-extensions")) {
+      t_headers.push_back({"sec-websocket-extensions", f.value});
+    }
+  }
+  parent_.codec_->submitResponse(id_, 200, t_headers.data(), t_headers.size(), false);
+  config().stats.countStatus(200);
+  data.drain(rh.head_size);
+  config().stats.websocket_switched.inc();
+  websocket_pending_ = false;
+  // The caller (onData) hands what followed the 101 to enterTunnel.
+  state_ = State::Tunnel;
+}
+
+void Http2ProxyFilter::Stream::enterTunnel(buffer::Buffer& from_origin, bool origin_ended) {
+  response_started_ = true;
+  state_ = State::Tunnel;
+  tunnel_ = true;
+  config().stats.tunnels_active.inc();
+  upstream::TunnelOptions options;
+  options.idle_timeout = upstream_info_.tunnel_idle_timeout;
+  options.listener_stats = &parent_.config_->tunnel_stats;
+  options.key_stats = key_tunnel_stats_;
+  tunnel_relay_ =
+      std::make_unique<upstream::TunnelRelay>(std::move(upstream_), *this, timer_, options);
+  if (!from_origin.empty()) out_.move(from_origin);
+  tunnel_relay_->start(pending_body_, request_ended_, origin_ended);
+  creditPending();
+  afterOutput();
+}
+
+void Http2ProxyFilter::Stream::buildResponseHeaders(const http1::ResponseHead& rh) {
+  t_names.clear();
+  t_names.reserve(rh.head_size);
+  t_headers.clear();
+  for (uint32_t i = 0; i < rh.header_count; ++i) {
+    const http1::HeaderField& f = rh.headers[i];
+    if (http2::dropResponseField(f)) continue;
+    // HTTP/2 field names are lowercase; the scratch was reserved, so views stay valid.
+    const size_t at = t_names.size();
+    for (char c : f.name) t_names.push_back(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    t_headers.push_back({std::string_view(t_names.data() + at, f.name.size()), f.value});
+  }
+}
+
+bool Http2ProxyFilter::Stream::processResponseHead(buffer::Buffer& data) {
+  http1::ResponseHead& rh = t_response_head;
+  while (true) {
+    const std::string_view view =
+        http::headToParse(data, config().response_limits.max_head_bytes, response_scanned_);
+    if (view.empty()) return false;
+    http1::ParseError err;
+    // A WebSocket bridge asked the origin with a GET.
+    const http1::Method method = info_.websocket ? http1::Method::Get : info_.method;
+    http1::ParseStatus st =
+        http1::parseResponseHead(view, config().response_limits, method, rh, err);
+    if (st == http1::ParseStatus::Incomplete) return false;
+    response_scanned_ = 0;
+    if (st == http1::ParseStatus::Error) {
+      config().stats.upstream_rs_bad.inc();
+      localReply(502, err.reason);
+      return false;
+    }
+    if (rh.status == 101 && websocket_pending_) {
+      switchToWebSocket(rh, data);
+      return false;
+    }
+    if (rh.status >= 100 && rh.status < 200) {
+      if (rh.status == 101) {
+        config().stats.upstream_rs_bad.inc();
+        localReply(502, "origin switched protocols without an upgrade request");
+        return false;
+      }
+      // Interim responses (100 Continue, 103 Early Hints) go out as non-final HEADERS.
+      buildResponseHeaders(rh);
+      parent_.codec_->submitInterim(id_, rh.status, t_headers.data(), t_headers.size());
+      config().stats.countStatus(rh.status);
+      parent_.scheduleFlush();
+      data.drain(rh.head_size);
+      continue;
+    }
+    buildResponseHeaders(rh);
+    char digits[20];
+    const bool send_length =
+        rh.framing == http1::BodyFraming::ContentLength ||
+        (info_.method == http1::Method::Head && rh.status != 204 &&
+         http1::findHeader(rh.headers.data(), rh.header_count, "content-length") >= 0);
+    if (send_length) {
+      auto r = std::to_chars(digits, digits + sizeof(digits), rh.content_length);
+      t_headers.push_back({"content-length", std::string_view(digits, r.ptr - digits)});
+    }
+    if (websocket_pending_) {
+      // The origin declined the upgrade: its answer is relayed as a normal response and
+      // the held client bytes are dropped with the stream.
+      websocket_pending_ = false;
+      config().stats.websocket_refused.inc();
+      parent_.codec_->consume(id_, unconsumed_);
+      unconsumed_ = 0;
+      pending_body_.clear();
+    }
+    response_framing_ = rh.framing;
+    response_body_left_ = rh.content_length;
+    response_keep_alive_ = rh.keep_alive && !info_.websocket;
+    dechunker_.reset();
+    const bool no_body =
+        rh.framing == http1::BodyFraming::None ||
+        (rh.framing == http1::BodyFraming::ContentLength && rh.content_length == 0);
+    parent_.codec_->submitResponse(id_, rh.status, t_headers.data(), t_headers.size(), no_body);
+    data.drain(rh.head_size);
+    config().stats.countStatus(rh.status);
+    response_started_ = true;
+    if (no_body) out_eof_ = true;
+    timer_.enable(upstream_info_.response_timeout);
+    parent_.scheduleFlush();
+    return true;
+  }
+}
+
+void Http2ProxyFilter::Stream::relayResponseBody(buffer::Buffer& data, bool end_stream) {
+  bool done = false;
+  switch (response_framing_) {
+    case http1::BodyFraming::None:
+      done = true;
+      break;
+    case http1::BodyFraming::ContentLength: {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(response_body_left_, data.length()));
+      out_.move(data, n);
+      response_body_left_ -= n;
+      done = response_body_left_ == 0;
+      break;
+    }
+    case http1::BodyFraming::Chunked: {
+      http2::Dechunker::Status st = dechunker_.decode(data, out_);
+      if (st == http2::Dechunker::Status::Error) {
+        config().stats.upstream_rs_bad.inc();
+        reset(ErrorCode::InternalError);
+        return;
+      }
+      done = st == http2::Dechunker::Status::Done;
+      break;
+    }
+    case http1::BodyFraming::UntilClose:
+      out_.move(data);
+      done = end_stream;
+      break;
+  }
+  if (done) {
+    if (!data.empty() || end_stream) response_keep_alive_ = false;
+    data.clear();
+    out_eof_ = true;
+    finishUpstream();
+  } else if (end_stream) {
+    // The origin closed before the body's end: the client must see a truncated stream.
+    config().stats.upstream_reset.inc();
+    reset(ErrorCode::InternalError);
+    return;
+  } else {
+    timer_.enable(upstream_info_.response_timeout);
+  }
+  afterOutput();
+}
+
+void Http2ProxyFilter::Stream::finishUpstream() {
+  const bool reusable = response_keep_alive_ && request_ended_ &&
+                        response_framing_ != http1::BodyFraming::UntilClose && upstream_ &&
+                        upstream_->writeBufferLength() == 0;
+  releaseUpstream(reusable);
+}
+
+void Http2ProxyFilter::Stream::afterOutput() {
+  if (deferred_ && (!out_.empty() || out_eof_)) {
+    deferred_ = false;
+    parent_.codec_->resumeBody(id_);
+  }
+  if ((upstream_ || tunnel_relay_) && !upstream_paused_ &&
+      out_.length() >= config().stream_buffer_bytes) {
+    upstream_paused_ = true;
+    pauseOrigin(true);
+    config().stats.upstream_read_paused.inc();
+  }
+  parent_.scheduleFlush();
+}
+
+bool Http2ProxyFilter::Stream::retryable() const {
+  return upstream_info_.reused && !retried_ && request_ended_ && body_received_ == 0 &&
+         http2::idempotent(info_.method) && !response_started_ && response_scanned_ == 0;
+}
+
+void Http2ProxyFilter::Stream::onUpstreamClosed() {
+  if (state_ != State::Forwarding) return;
+  if (retryable()) {
+    // A pooled connection the origin had already closed: once more on a new one. The close
+    // comes from the loop (a write never closes under its caller), so the chain restarts
+    // here.
+    config().stats.rq_retry.inc();
+    releaseUpstream(false);
+    retried_ = true;
+    request_.fresh_connection = true;
+    state_ = State::Filtering;
+    timer_.disable();
+    chain_.start(request_);
+    return;
+  }
+  config().stats.upstream_reset.inc();
+  if (!response_started_) {
+    localReply(502, "origin closed the connection");
+  } else if (!out_eof_) {
+    reset(ErrorCode::InternalError);
+  } else {
+    releaseUpstream(false);
+  }
+}
+
+void Http2ProxyFilter::Stream::onTimer() {
+  switch (state_) {
+    case State::Headers:
+      config().stats.rq_head_timeout.inc();
+      parent_.terminate(ErrorCode::ProtocolError);
+      break;
+    case State::Forwarding:
+      if (!request_ended_ && !response_started_ && !websocket_pending_) {
+        config().stats.rq_body_timeout.inc();
+        localReply(408, "request body not received in time");
+      } else if (!response_started_) {
+        config().stats.upstream_rs_timeout.inc();
+        localReply(504, "origin did not answer in time");
+      } else {
+        if (!out_eof_) config().stats.upstream_rs_timeout.inc();
+        reset(ErrorCode::Cancel);
+      }
+      break;
+    case State::Tunnel:  // the relay keeps its idle deadline on this timer
+      if (tunnel_relay_) tunnel_relay_->onTimer();
+      break;
+    case State::Replied:
+      reset(ErrorCode::Cancel);
+      break;
+    default:
+      break;
+  }
+}
+
+void Http2ProxyFilter::Stream::localReply(uint16_t status, std::string_view detail,
+                                          bool auth_challenge) {
+  timer_.disable();
+  releaseUpstream(false);
+  if (response_started_) {
+    reset(ErrorCode::InternalError);
+    return;
+  }
+  state_ = State::Replied;
+  out_.clear();
+  std::string body = http::localReplyBody(status, detail);
+  std::string length = absl::StrFormat("%d", body.size());
+  std::string challenge;
+  http2::ResponseHeader headers[3] = {
+      {"content-type", "text/plain; charset=utf-8"}, {"content-length", length}, {}};
+  size_t count = 2;
+  if (auth_challenge) {
+    challenge = absl::StrFormat("Basic realm=\"%s\"", request_.auth_realm);
+    headers[count++] = {"proxy-authenticate", challenge};
+  }
+  const bool head = info_.method == http1::Method::Head;
+  if (!head) out_.add(body);
+  out_eof_ = true;
+  response_started_ = true;
+  config().stats.countStatus(status);
+  parent_.codec_->submitResponse(id_, status, headers, count, head);
+  // A client that stops reading cannot keep the stream (and its queued reply) forever.
+  timer_.enable(parent_.config_->idle_timeout);
+  parent_.scheduleFlush();
+}
+
+void Http2ProxyFilter::Stream::reset(ErrorCode code) {
+  if (state_ == State::Done || state_ == State::Idle) return;
+  chain_.end();
+  timer_.disable();
+  releaseUpstream(false);
+  state_ = State::Done;
+  parent_.codec_->resetStream(id_, code);
+  parent_.scheduleFlush();
+}
+
+void Http2ProxyFilter::Stream::releaseUpstream(bool reusable) {
+  upstream::TunnelRelay::dispose(tunnel_relay_);
+  upstream_paused_ = false;
+  upstream_.release(reusable && !parent_.draining_);
+}
+
+}  // namespace http2proxy
+}  // namespace filters
+}  // namespace sluice

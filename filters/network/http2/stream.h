@@ -1,0 +1,202 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "filters/network/http2/headers.h"
+#include "filters/network/http2/http2_proxy.h"
+#include "source/common/event/dispatcher.h"
+#include "source/common/http/h1_parser.h"
+#include "source/common/proxy/request_filter.h"
+#include "source/common/upstream/tunnel_relay.h"
+
+namespace sluice {
+namespace filters {
+namespace http2proxy {
+
+// One client stream: a proxy request with its own filter chain, its upstream connection and
+// the queue of response bytes waiting for the client's flow-control window. Objects are reused
+// for later streams of the same connection (the filter chain is built once per object).
+class Http2ProxyFilter::Stream : public proxy::RequestSink,
+                                 public proxy::RequestHeaders,
+                                 public network::ConnectionCallbacks,
+                                 public upstream::TunnelDownstream {
+ public:
+  enum class State : uint8_t {
+    Idle,        // free for reuse
+    Headers,     // receiving the request header block
+    Filtering,   // request filters running
+    Forwarding,  // relaying an http:// request and its response
+    Tunnel,      // CONNECT established
+    Replied,     // a local reply was sent (or is being sent)
+    Done,        // reset by us; waiting for the codec to close it
+  };
+  explicit Stream(Http2ProxyFilter& parent);
+  ~Stream() override { abort(); }
+
+  State state() const { return state_; }
+
+  void begin(int32_t id);
+
+  // Header fields are copied: the codec's views last only for the callback.
+  void addHeader(std::string_view name, std::string_view value);
+  void onHeadersComplete(bool end_stream);
+
+  void onClientData(const uint8_t* data, size_t length);
+  void onClientEnd();
+
+  // The client reset the stream. True when it was still in progress (rapid-reset accounting).
+  bool onClientReset();
+  void onResponseSent();
+
+  // The codec forgot the stream: release everything and go back to the free list.
+  void onClosed();
+  size_t readBody(uint8_t* buf, size_t max, bool& eof);
+
+  // Ends whatever the stream holds, without telling the codec (it closed the stream, or the
+  // connection is gone).
+  void abort();
+
+  // proxy::RequestSink
+  void onUpstreamReady(upstream::UpstreamHandle upstream) override;
+
+  void onDenied(proxy::Denial denial, std::string_view reason) override;
+
+  // proxy::RequestHeaders
+  std::string_view get(std::string_view name) const override;
+  void remove(std::string_view name) override;
+  bool add(std::string_view name, std::string_view value) override;
+
+  // upstream::TunnelDownstream: this stream is the client side of a tunnel.
+  void writeDownstream(buffer::Buffer& data, bool end_stream) override;
+  // The destination is backed up: the client's window is not credited until it drains.
+  void readDisableDownstream(bool disable) override;
+  void onTunnelEnd(upstream::TunnelEnd end) override;
+
+  // network::ConnectionCallbacks of the upstream connection.
+  void onData(buffer::Buffer& data, bool end_stream) override;
+
+  void onEvent(network::ConnectionEvent event) override;
+  void onAboveWriteHighWatermark() override {}
+  void onBelowWriteLowWatermark() override { creditPending(); }
+
+ private:
+  struct FieldRef {
+    uint32_t offset;
+    uint32_t name_len;
+    uint32_t value_len;
+  };
+  static constexpr uint32_t kMaxAddedHeaders = 16;
+  static constexpr size_t kKeptHeaderBytes = 4096;
+  static constexpr size_t kKeptHeaderFields = 32;
+
+  const Http2Config& config() const { return *parent_.config_; }
+
+  // The API key in the first proxy-authorization field, kept in storage_ (a decoded Basic
+  // credential is appended; a Bearer token is already there). Runs before the field views are
+  // made, since appending may move storage_.
+  void findCredential();
+  void writeUpstream(buffer::Buffer& out, bool end_stream);
+
+  bool originBackedUp() const;
+  // Stops (resumes) reading the origin: the stream's queue toward the client is full (drained).
+  void pauseOrigin(bool pause);
+
+  // Request bytes passed on: give their window back unless the upstream is pushing back, in
+  // which case they are credited once it drains (onBelowWriteLowWatermark).
+  void credit(size_t length);
+  void creditPending();
+  void sendRequestHead();
+
+  // The RFC 8441 bridge: GET :path with Upgrade: websocket and a key of our own (an HTTP/2
+  // client sends none), on a fresh origin connection.
+  void sendUpgradeHead();
+
+  // The origin's 101: checked, answered with 200 on the stream, then the stream is a tunnel.
+  void switchToWebSocket(const http1::ResponseHead& rh, buffer::Buffer& data);
+
+  // The 200 is submitted: the stream becomes a byte tunnel (CONNECT, or a WebSocket the origin
+  // switched to), relayed by the upstream layer. Request bytes held while the filters ran (or
+  // the 101 was awaited) go first; `from_origin` is what the origin sent behind its 101.
+  void enterTunnel(buffer::Buffer& from_origin, bool origin_ended);
+
+  // The origin's fields for HTTP/2 into t_headers: lowercase names, without the
+  // connection-specific ones (Content-Length is added by the caller when it applies).
+  void buildResponseHeaders(const http1::ResponseHead& rh);
+  bool processResponseHead(buffer::Buffer& data);
+
+  void relayResponseBody(buffer::Buffer& data, bool end_stream);
+
+  // The origin's part of the exchange is over: pool the connection if it is clean.
+  void finishUpstream();
+
+  // New bytes for the client: wake the stream's DATA and push back on the upstream when the
+  // queue is full (the client's window is closed or the connection is backed up).
+  void afterOutput();
+
+  bool retryable() const;
+  void onUpstreamClosed();
+
+  void onTimer();
+
+  // A reply made by the proxy itself, on this stream only.
+  void localReply(uint16_t status, std::string_view detail, bool auth_challenge = false);
+  void reset(http2::ErrorCode code);
+
+  void releaseUpstream(bool reusable);
+
+  Http2ProxyFilter& parent_;
+  proxy::RequestFilterChain chain_;
+  event::Timer timer_;
+  int32_t id_ = 0;
+  State state_ = State::Idle;
+
+  // The request header block: copied fields, then views into the copy.
+  std::string storage_;
+  std::vector<FieldRef> refs_;
+  std::vector<http1::HeaderField> fields_;
+  size_t header_bytes_ = 0;
+  const char* header_error_ = nullptr;
+  http2::RequestInfo info_;
+  proxy::ProxyRequest request_;
+  AddedHeader added_[kMaxAddedHeaders];
+  uint32_t added_count_ = 0;
+  // The key of the first proxy-authorization field, within storage_ (credential_len_ 0: none).
+  uint32_t credential_offset_ = 0;
+  uint32_t credential_len_ = 0;
+
+  upstream::UpstreamHandle upstream_;
+  // CONNECT streams and WebSocket streams once switched; it holds the origin connection.
+  std::unique_ptr<upstream::TunnelRelay> tunnel_relay_;
+  const upstream::TunnelStats* key_tunnel_stats_ = nullptr;
+  proxy::UpstreamInfo upstream_info_;
+  buffer::Buffer pending_body_;  // request bytes received while the filters ran
+  size_t unconsumed_ = 0;        // request bytes not yet credited to the client's window
+  uint64_t body_received_ = 0;
+  bool request_ended_ = false;
+  bool chunked_request_ = false;
+  bool retried_ = false;
+  bool websocket_pending_ = false;  // upgrade sent, waiting for the origin's 101
+  bool drain_after_reply_ = false;  // a filter asked to close the connection (a ban)
+  std::string ws_key_;
+
+  bool response_started_ = false;  // HEADERS submitted
+  size_t response_scanned_ = 0;
+  http1::BodyFraming response_framing_ = http1::BodyFraming::None;
+  uint64_t response_body_left_ = 0;
+  bool response_keep_alive_ = true;
+  http2::Dechunker dechunker_;
+  buffer::Buffer out_;     // response bytes waiting for DATA frames
+  bool out_eof_ = false;   // out_ holds the rest of the body
+  bool deferred_ = false;  // the codec is waiting for resumeBody
+  bool upstream_paused_ = false;
+  bool response_sent_ = false;  // our END_STREAM went out
+  bool tunnel_ = false;         // counted in tunnels_active
+};
+
+}  // namespace http2proxy
+}  // namespace filters
+}  // namespace sluice
