@@ -4,9 +4,11 @@ listener and per key, disable_splice, and worker pinning."""
 import hashlib
 import os
 import re
+import signal
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
@@ -181,10 +183,16 @@ def test_connect_bytes_and_end_sent_with_the_head_reach_the_destination(sluice, 
     payload = os.urandom(size)
     target = f"127.0.0.1:{echo.port}"
     c = socket.create_connection(sluice.proxy_addr, timeout=10)
-    # The head, the first tunnel bytes and the half-close, before sluice has answered.
+    # The head, the first tunnel bytes and the half-close, before sluice has answered. With
+    # sluice stopped meanwhile for the small size, it reads all of it, end included, at once.
+    if size < 65536:
+        os.kill(sluice.proc.pid, signal.SIGSTOP)
     c.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
               f"Proxy-Authorization: {basic_auth(sluice.key)}\r\n\r\n".encode() + payload)
     c.shutdown(socket.SHUT_WR)
+    if size < 65536:
+        time.sleep(0.2)
+        os.kill(sluice.proc.pid, signal.SIGCONT)
     got = read_all(c)
     c.close()
     head, _, body = got.partition(b"\r\n\r\n")
@@ -201,10 +209,15 @@ def test_socks5_bytes_and_end_sent_with_the_request_reach_the_destination(start_
     key = s.key.encode()
     c = socket.create_connection(("127.0.0.1", socks_port), timeout=10)
     # Greeting, credentials, request, the first tunnel bytes and the half-close, all at once.
+    if size < 65536:
+        os.kill(s.proc.pid, signal.SIGSTOP)
     c.sendall(b"\x05\x01\x02" + b"\x01\x01u" + bytes([len(key)]) + key +
               b"\x05\x01\x00\x01" + socket.inet_aton("127.0.0.1") + struct.pack(">H", echo.port) +
               payload)
     c.shutdown(socket.SHUT_WR)
+    if size < 65536:
+        time.sleep(0.2)
+        os.kill(s.proc.pid, signal.SIGCONT)
     got = read_all(c)
     c.close()
     assert got[:4] == b"\x05\x02\x01\x00", got[:4]  # method, then auth status

@@ -179,6 +179,10 @@ network::FilterStatus Http1ProxyFilter::onData(buffer::Buffer& data, bool end_st
         // The client closed between requests (or gave up mid-head): nothing to answer.
         setState(State::Closed);
         downstream().close(network::CloseType::FlushWrite);
+      } else if (end_stream) {
+        // The end came in the same read as the head: the request (or tunnel) it started must
+        // hear it, since the connection reports an end only once.
+        downstream_ended_ = true;
       }
       break;
     case State::Filtering:
@@ -421,6 +425,12 @@ void Http1ProxyFilter::sendRequestHead() {
       }
       if (requestBodyOverLimit()) {
         onRequestBodyTooLarge();
+        return;
+      }
+      if (!request_done_ && downstream_ended_) {
+        // The client ended its side in the middle of its body: nothing more will come.
+        config_->stats.downstream_reset.inc();
+        closeAll();
         return;
       }
     }
