@@ -627,6 +627,8 @@ void Http1ProxyFilter::onUpgraded(buffer::Buffer& data, bool end_stream, buffer:
 
 void Http1ProxyFilter::startTunnel(buffer::Buffer& early, bool upstream_ended) {
   setState(State::Tunnel);
+  // No request follows on a tunnel: its filter instances are not needed any more.
+  chain_->releaseFilters();
   upstream::TunnelOptions options;
   options.idle_timeout = upstream_info_.tunnel_idle_timeout;
   options.splice = upstream_info_.splice;

@@ -61,10 +61,16 @@ Http2ProxyFilter::Stream::Stream(Http2ProxyFilter& parent)
     : parent_(parent),
       chain_(parent.callbacks_->worker(), *this),
       timer_(parent.downstream().dispatcher(), [this] { onTimer(); }) {
-  for (const auto& factory : parent.config_->request_filters) factory(chain_);
+  buildChain();
+}
+
+void Http2ProxyFilter::Stream::buildChain() {
+  for (const auto& factory : parent_.config_->request_filters) factory(chain_);
 }
 
 void Http2ProxyFilter::Stream::begin(int32_t id) {
+  // A tunnel let its filters go (it runs no more requests); this stream needs them again.
+  if (!chain_.hasFilters()) buildChain();
   id_ = id;
   state_ = State::Headers;
   storage_.clear();
@@ -575,6 +581,8 @@ void Http2ProxyFilter::Stream::switchToWebSocket(const http1::ResponseHead& rh,
 }
 
 void Http2ProxyFilter::Stream::enterTunnel(buffer::Buffer& from_origin, bool origin_ended) {
+  // A tunnel runs no more requests: its filter instances go until the stream is reused.
+  chain_.releaseFilters();
   response_started_ = true;
   state_ = State::Tunnel;
   tunnel_ = true;

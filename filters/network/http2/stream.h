@@ -94,6 +94,8 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   static constexpr size_t kKeptHeaderFields = 32;
 
   const Http2Config& config() const { return *parent_.config_; }
+  // The request filters of the config, added to this stream's chain.
+  void buildChain();
 
   // The API key in the first proxy-authorization field, kept in storage_ (a decoded Basic
   // credential is appended; a Bearer token is already there). Runs before the field views are

@@ -564,8 +564,9 @@ void Socks5Filter::authorize() {
   setState(State::Authorizing);
   pauseReading(true);
   if (!auth_stage_) {
-    auth_stage_.emplace(*this, callbacks_->worker(), *config_, proxy::RequestPhase::Authenticate,
-                        proxy::RequestPhase::Authenticate);
+    auth_stage_ = std::make_unique<Stage>(*this, callbacks_->worker(), *config_,
+                                          proxy::RequestPhase::Authenticate,
+                                          proxy::RequestPhase::Authenticate);
   }
   auth_stage_->start(request_);
 }
@@ -684,8 +685,9 @@ void Socks5Filter::startConnect() {
   fillRequestTarget();
   setState(State::Filtering);
   pauseReading(true);
-  request_stage_.emplace(*this, callbacks_->worker(), *config_, proxy::RequestPhase::Authorize,
-                         proxy::RequestPhase::Route);
+  request_stage_ =
+      std::make_unique<Stage>(*this, callbacks_->worker(), *config_, proxy::RequestPhase::Authorize,
+                              proxy::RequestPhase::Route);
   request_stage_->start(request_);
 }
 
@@ -701,8 +703,9 @@ void Socks5Filter::startBind() {
   // The peer the client expects is checked as a destination would be (address and port), and
   // its checked addresses are the only ones the inbound connection may come from.
   fillRequestTarget();
-  request_stage_.emplace(*this, callbacks_->worker(), *config_, proxy::RequestPhase::Authorize,
-                         proxy::RequestPhase::Authorize);
+  request_stage_ =
+      std::make_unique<Stage>(*this, callbacks_->worker(), *config_, proxy::RequestPhase::Authorize,
+                              proxy::RequestPhase::Authorize);
   request_stage_->start(request_);
 }
 
@@ -808,6 +811,8 @@ void Socks5Filter::onUdpIdle() { closeAll(); }
 void Socks5Filter::startTunnel(upstream::UpstreamHandle upstream) {
   if (state_ == State::Closed) return;
   setState(State::Tunnel);
+  // The command is served: its filters (and the authentication's) are not needed any more.
+  releaseStages();
   upstream::TunnelOptions options;
   options.idle_timeout = upstream.info().tunnel_idle_timeout;
   options.splice = upstream.info().splice;
@@ -911,6 +916,14 @@ void Socks5Filter::closeBindListener() {
 }
 
 void Socks5Filter::releaseTunnel() { upstream::TunnelRelay::dispose(tunnel_); }
+
+void Socks5Filter::releaseStages() {
+  for (std::unique_ptr<Stage>* stage : {&auth_stage_, &request_stage_}) {
+    if (!*stage) continue;
+    (*stage)->end();
+    callbacks_->connection().dispatcher().deferredDelete(std::move(*stage));
+  }
+}
 
 void Socks5Filter::releaseUdp() {
   if (!udp_) return;

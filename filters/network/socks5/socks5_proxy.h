@@ -89,7 +89,7 @@ class Socks5Filter;
 
 // One run of the request filters of some phases, ended by the router (the Route phase) or, for
 // checks that must not connect, by a checkpoint filter that reports success.
-class Stage : public proxy::RequestSink {
+class Stage : public proxy::RequestSink, public event::DeferredDeletable {
  public:
   class Owner {
    public:
@@ -251,6 +251,8 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   network::Address localAddress() const;
   void closeBindListener();
   void releaseTunnel();
+  // Ends the stages and frees them from the loop (one of them may be on the stack).
+  void releaseStages();
   void releaseUdp();
   // Ends everything but the client connection (closed, or about to be).
   void releaseAll();
@@ -258,8 +260,9 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
 
   Socks5ProxyConfigSharedPtr config_;
   network::ReadFilterCallbacks* callbacks_ = nullptr;
-  std::optional<Stage> auth_stage_;     // the Authenticate phase + checkpoint
-  std::optional<Stage> request_stage_;  // the rest: to the router (CONNECT) or a checkpoint
+  // The filter instances of each stage live only while they may run: a tunnel lets them go.
+  std::unique_ptr<Stage> auth_stage_;     // the Authenticate phase + checkpoint
+  std::unique_ptr<Stage> request_stage_;  // the rest: to the router (CONNECT) or a checkpoint
   std::optional<event::Timer> timer_;
   State state_ = State::Greeting;
   bool method_user_pass_ = false;

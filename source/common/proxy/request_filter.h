@@ -72,6 +72,10 @@ class RequestFilterChain : public RequestFilterCallbacks {
   // Ends the current request (if any): filters that saw it drop pending work.
   void end();
   bool active() const { return state_ == State::Running || state_ == State::Paused; }
+  // Ends the current request and lets every filter go (deleted from the loop: one of them may
+  // be on the stack): a connection that became a tunnel runs no more requests.
+  void releaseFilters();
+  bool hasFilters() const { return !filters_.empty(); }
 
   // RequestFilterCallbacks
   WorkerContext& worker() override { return worker_; }
