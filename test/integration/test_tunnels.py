@@ -14,6 +14,7 @@ import pytest
 
 from helpers import basic_auth, free_port
 from origins import EchoServer
+from sluice_proc import find_typed_configs
 
 
 @pytest.fixture
@@ -223,3 +224,32 @@ def test_socks5_bytes_and_end_sent_with_the_request_reach_the_destination(start_
     assert got[:4] == b"\x05\x02\x01\x00", got[:4]  # method, then auth status
     assert got[4:6] == b"\x05\x00", got[4:14]      # the reply: succeeded
     assert got[14:] == payload, f"{len(got) - 14} of {len(payload)} bytes came back"
+
+
+def test_thousands_of_keys_share_an_overflow_stats_set(start_sluice, tmp_path, echo):
+    # Every key gets its own counters while the stats store has room; the rest share one set
+    # instead of the store running out (it holds 8192 stats).
+    keys = [f"k{i}:key-{i:05d}-{os.urandom(6).hex()}" for i in range(3000)]
+    keys_file = tmp_path / "keys.txt"
+    keys_file.write_text("\n".join(keys) + "\n")
+
+    def patch(full):
+        for auth in find_typed_configs(full, "AuthConfig"):
+            auth["api_keys_file"] = str(keys_file)
+
+    s = start_sluice(patch=patch)
+    assert "tunnel.key_overflow" in s.log()
+    first, last = keys[0].split(":", 1)[1], keys[-1].split(":", 1)[1]
+    for key in (first, last):
+        c = socket.create_connection(s.proxy_addr, timeout=10)
+        target = f"127.0.0.1:{echo.port}"
+        c.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+                  f"Proxy-Authorization: {basic_auth(key)}\r\n\r\n".encode() + b"hello")
+        c.shutdown(socket.SHUT_WR)
+        assert read_all(c).endswith(b"\r\n\r\nhello")
+        c.close()
+    s.wait_stat("tunnel.listener.http.tunnels_active", lambda v: v == 0)
+    assert s.stat("auth.key.k0.allowed") == 1
+    assert s.stat("tunnel.key.k0.bytes_to_upstream") == 5
+    assert s.stat("auth.key_overflow.allowed") == 1
+    assert s.stat("tunnel.key_overflow.bytes_to_upstream") == 5

@@ -32,6 +32,9 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
     stats::Store& store = stats::Store::get();
     // Adds one key; errors start with where its name and its key were given (config paths, or
     // file:line for the keys file).
+    // Stat slots kept for everything registered after the keys (codecs, listeners, server).
+    constexpr uint32_t kStatsReserve = 2048;
+    size_t overflow_keys = 0;
     auto add_key = [&](std::string name, std::string_view key, const std::string& name_where,
                        const std::string& key_where) -> absl::Status {
       auto digest = configuredKeyDigest(key);
@@ -54,9 +57,23 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
       ApiKey entry;
       entry.name = std::move(name);
       entry.digest = *digest;
-      entry.allowed = store.counter(
-          absl::StrFormat("auth.key.%s.allowed", stats::sanitizeNamePart(entry.name)));
-      entry.tunnel_stats = upstream::keyTunnelStats(entry.name);
+      const std::string allowed =
+          absl::StrFormat("auth.key.%s.allowed", stats::sanitizeNamePart(entry.name));
+      if (store.hasRoomFor(allowed, 1 + upstream::kKeyTunnelStats, kStatsReserve)) {
+        entry.allowed = store.counter(allowed);
+        entry.tunnel_stats = upstream::keyTunnelStats(entry.name);
+      } else {
+        // Thousands of keys: the ones past the stats store's room share one set, and the
+        // first of them says so.
+        if (overflow_keys++ == 0) {
+          SLUICE_LOG(Warn,
+                     "%s: from key '%s' on, keys share auth.key_overflow.allowed and "
+                     "tunnel.key_overflow.* (the stats store has no room for a set per key)",
+                     context.path, entry.name);
+        }
+        entry.allowed = store.counter("auth.key_overflow.allowed");
+        entry.tunnel_stats = upstream::keyOverflowTunnelStats();
+      }
       config->keys.push_back(std::move(entry));
       return absl::OkStatus();
     };

@@ -84,6 +84,12 @@ Counter Store::counter(std::string_view name) { return Counter{registerStat(name
 
 Gauge Store::gauge(std::string_view name) { return Gauge{registerStat(name, Type::Gauge)}; }
 
+bool Store::hasRoomFor(std::string_view name, uint32_t slots, uint32_t reserve) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (entries_.find(name) != entries_.end()) return true;
+  return next_index_ + slots + reserve <= kMaxStats;
+}
+
 uint32_t Store::registerStat(std::string_view name, Type type) {
   SLUICE_ASSERT(validName(name), absl::StrFormat("invalid stat name '%s'", name));
   std::lock_guard<std::mutex> lock(mutex_);

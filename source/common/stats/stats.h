@@ -75,6 +75,9 @@ class Store {
   // store is full, the name is invalid, or the name is already registered with the other type.
   Counter counter(std::string_view name);
   Gauge gauge(std::string_view name);
+  // For stats made per user-supplied item (one set per API key): true when `name` is already
+  // registered, or `slots` more still leave `reserve` free for the rest of the config.
+  bool hasRoomFor(std::string_view name, uint32_t slots, uint32_t reserve) const;
 
   // A zeroed shard owned by the store and never freed; each worker binds one at start.
   Shard* createShard();

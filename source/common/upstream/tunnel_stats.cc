@@ -28,9 +28,23 @@ TunnelStats listenerTunnelStats(std::string_view listener) {
   return registerTunnelStats("tunnel.listener." + stats::sanitizeNamePart(listener) + ".");
 }
 
-TunnelStats keyTunnelStats(std::string_view key_name) {
-  return registerTunnelStats("tunnel.key." + stats::sanitizeNamePart(key_name) + ".");
+namespace {
+TunnelStats registerKeyTunnelStats(const std::string& prefix) {
+  stats::Store& store = stats::Store::get();
+  TunnelStats s;
+  s.tunnels_total = store.counter(prefix + "tunnels_total");
+  s.tunnels_active = store.gauge(prefix + "tunnels_active");
+  s.bytes_to_upstream = store.counter(prefix + "bytes_to_upstream");
+  s.bytes_to_downstream = store.counter(prefix + "bytes_to_downstream");
+  return s;
 }
+}  // namespace
+
+TunnelStats keyTunnelStats(std::string_view key_name) {
+  return registerKeyTunnelStats("tunnel.key." + stats::sanitizeNamePart(key_name) + ".");
+}
+
+TunnelStats keyOverflowTunnelStats() { return registerKeyTunnelStats("tunnel.key_overflow."); }
 
 }  // namespace upstream
 }  // namespace sluice

@@ -23,8 +23,13 @@ struct TunnelStats {
 
 // "tunnel.listener.<listener>.*" (the name sanitized). Same name, same handles.
 TunnelStats listenerTunnelStats(std::string_view listener);
-// "tunnel.key.<key name>.*".
+// "tunnel.key.<key name>.*": tunnels_total, tunnels_active and the bytes each way (the others
+// count nowhere: a key's resets and timeouts are its listener's).
 TunnelStats keyTunnelStats(std::string_view key_name);
+// "tunnel.key_overflow.*": shared by the keys past the ones that have a set of their own.
+TunnelStats keyOverflowTunnelStats();
+// Stat slots one key's set takes.
+inline constexpr uint32_t kKeyTunnelStats = 4;
 
 }  // namespace upstream
 }  // namespace sluice
