@@ -170,6 +170,18 @@ def test_workers_are_not_pinned_by_default(start_sluice):
         assert "-" in cpus or "," in cpus or len(allowed_cpus()) == 1, (name, cpus)
 
 
+def send_all_at_once(pid, sock, data, stop):
+    """Sends `data` and half-closes; with `stop`, sluice is stopped meanwhile, so it reads all
+    of it, end included, in one read when it resumes."""
+    if stop:
+        os.kill(pid, signal.SIGSTOP)
+    sock.sendall(data)
+    sock.shutdown(socket.SHUT_WR)
+    if stop:
+        time.sleep(0.2)
+        os.kill(pid, signal.SIGCONT)
+
+
 def read_all(c):
     out = b""
     while True:
@@ -184,16 +196,10 @@ def test_connect_bytes_and_end_sent_with_the_head_reach_the_destination(sluice, 
     payload = os.urandom(size)
     target = f"127.0.0.1:{echo.port}"
     c = socket.create_connection(sluice.proxy_addr, timeout=10)
-    # The head, the first tunnel bytes and the half-close, before sluice has answered. With
-    # sluice stopped meanwhile for the small size, it reads all of it, end included, at once.
-    if size < 65536:
-        os.kill(sluice.proc.pid, signal.SIGSTOP)
-    c.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
-              f"Proxy-Authorization: {basic_auth(sluice.key)}\r\n\r\n".encode() + payload)
-    c.shutdown(socket.SHUT_WR)
-    if size < 65536:
-        time.sleep(0.2)
-        os.kill(sluice.proc.pid, signal.SIGCONT)
+    # The head, the first tunnel bytes and the half-close, before sluice has answered.
+    head = (f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+            f"Proxy-Authorization: {basic_auth(sluice.key)}\r\n\r\n").encode()
+    send_all_at_once(sluice.proc.pid, c, head + payload, stop=size < 65536)
     got = read_all(c)
     c.close()
     head, _, body = got.partition(b"\r\n\r\n")
@@ -210,15 +216,10 @@ def test_socks5_bytes_and_end_sent_with_the_request_reach_the_destination(start_
     key = s.key.encode()
     c = socket.create_connection(("127.0.0.1", socks_port), timeout=10)
     # Greeting, credentials, request, the first tunnel bytes and the half-close, all at once.
-    if size < 65536:
-        os.kill(s.proc.pid, signal.SIGSTOP)
-    c.sendall(b"\x05\x01\x02" + b"\x01\x01u" + bytes([len(key)]) + key +
-              b"\x05\x01\x00\x01" + socket.inet_aton("127.0.0.1") + struct.pack(">H", echo.port) +
-              payload)
-    c.shutdown(socket.SHUT_WR)
-    if size < 65536:
-        time.sleep(0.2)
-        os.kill(s.proc.pid, signal.SIGCONT)
+    handshake = (b"\x05\x01\x02" + b"\x01\x01u" + bytes([len(key)]) + key +
+                 b"\x05\x01\x00\x01" + socket.inet_aton("127.0.0.1") +
+                 struct.pack(">H", echo.port))
+    send_all_at_once(s.proc.pid, c, handshake + payload, stop=size < 65536)
     got = read_all(c)
     c.close()
     assert got[:4] == b"\x05\x02\x01\x00", got[:4]  # method, then auth status

@@ -395,8 +395,11 @@ void Http2ProxyFilter::Stream::onTunnelEnd(upstream::TunnelEnd end) {
       reset(ErrorCode::Cancel);
       break;
     case upstream::TunnelEnd::UpstreamReset:
-    case upstream::TunnelEnd::DownstreamReset:
       config().stats.upstream_reset.inc();
+      reset(ErrorCode::ConnectError);
+      break;
+    case upstream::TunnelEnd::DownstreamReset:  // only a spliced client socket reports this
+      config().stats.downstream_reset.inc();
       reset(ErrorCode::ConnectError);
       break;
   }

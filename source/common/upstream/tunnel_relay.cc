@@ -68,11 +68,10 @@ void TunnelRelay::dispose(std::unique_ptr<TunnelRelay>& relay) {
 
 void TunnelRelay::start(buffer::Buffer& early, bool downstream_ended, bool upstream_ended) {
   started_ = true;
-  for (const TunnelStats* s : {listener_stats_, key_stats_}) {
-    if (s == nullptr) continue;
-    s->tunnels_total.inc();
-    s->tunnels_active.inc();
-  }
+  forEachStats([](const TunnelStats& s) {
+    s.tunnels_total.inc();
+    s.tunnels_active.inc();
+  });
   touch();
   timer_.enable(idle_timeout_);
   if (!early.empty()) {
@@ -94,14 +93,12 @@ void TunnelRelay::start(buffer::Buffer& early, bool downstream_ended, bool upstr
 
 void TunnelRelay::countToUpstream(size_t n) {
   bytes_to_upstream_ += n;
-  if (listener_stats_ != nullptr) listener_stats_->bytes_to_upstream.add(n);
-  if (key_stats_ != nullptr) key_stats_->bytes_to_upstream.add(n);
+  forEachStats([n](const TunnelStats& s) { s.bytes_to_upstream.add(n); });
 }
 
 void TunnelRelay::countToDownstream(size_t n) {
   bytes_to_downstream_ += n;
-  if (listener_stats_ != nullptr) listener_stats_->bytes_to_downstream.add(n);
-  if (key_stats_ != nullptr) key_stats_->bytes_to_downstream.add(n);
+  forEachStats([n](const TunnelStats& s) { s.bytes_to_downstream.add(n); });
 }
 
 void TunnelRelay::onDownstreamData(buffer::Buffer& data, bool end_stream) {
@@ -206,13 +203,11 @@ void TunnelRelay::maybeDone() {
 
 void TunnelRelay::finish(TunnelEnd end) {
   if (finished_) return;
-  const TunnelStats* sets[] = {listener_stats_, key_stats_};
-  for (const TunnelStats* s : sets) {
-    if (s == nullptr) continue;
-    if (end == TunnelEnd::IdleTimeout) s->idle_timeout.inc();
-    if (end == TunnelEnd::UpstreamReset) s->upstream_reset.inc();
-    if (end == TunnelEnd::DownstreamReset) s->downstream_reset.inc();
-  }
+  forEachStats([end](const TunnelStats& s) {
+    if (end == TunnelEnd::IdleTimeout) s.idle_timeout.inc();
+    if (end == TunnelEnd::UpstreamReset) s.upstream_reset.inc();
+    if (end == TunnelEnd::DownstreamReset) s.downstream_reset.inc();
+  });
   stop();
   end_ = end;
   end_pending_ = true;
@@ -236,9 +231,7 @@ void TunnelRelay::stop() {
   finished_ = true;
   timer_.disable();
   if (started_) {
-    for (const TunnelStats* s : {listener_stats_, key_stats_}) {
-      if (s != nullptr) s->tunnels_active.dec();
-    }
+    forEachStats([](const TunnelStats& s) { s.tunnels_active.dec(); });
   }
   releasePipes();
   if (upstream_) {
@@ -311,9 +304,7 @@ void TunnelRelay::pump(Direction& d) {
         } else {
           countToDownstream(k);
         }
-        for (const TunnelStats* s : {listener_stats_, key_stats_}) {
-          if (s != nullptr) s->bytes_spliced.add(k);
-        }
+        forEachStats([k](const TunnelStats& s) { s.bytes_spliced.add(k); });
         if (d.in_pipe == 0 && moved >= kSpliceBudget) {
           // Enough for one event: the rest of this socket waits for the next loop turn.
           d.from->scheduleRead();
@@ -348,9 +339,7 @@ void TunnelRelay::pump(Direction& d) {
       if (!d.pipe) {
         // The worker's pipes are all in use, or no descriptor is left for one: this tunnel
         // copies through user space from here on.
-        for (const TunnelStats* s : {listener_stats_, key_stats_}) {
-          if (s != nullptr) s->splice_fallback.inc();
-        }
+        forEachStats([](const TunnelStats& s) { s.splice_fallback.inc(); });
         leaving_splice_ = true;
         break;
       }

@@ -155,6 +155,12 @@ class TunnelRelay : public event::DeferredDeletable,
   void onRawWritable(network::Connection& connection) override;
 
   void touch() { last_activity_ = dispatcher_.now(); }
+  // The listener's counters and, for an authenticated request, the key's.
+  template <class F>
+  void forEachStats(F f) const {
+    if (listener_stats_ != nullptr) f(*listener_stats_);
+    if (key_stats_ != nullptr) f(*key_stats_);
+  }
   void countToUpstream(size_t n);
   void countToDownstream(size_t n);
   // Both sides ended: done once the destination took what was written to it.

@@ -186,6 +186,21 @@ class TunnelRelayTest : public testing::Test {
     EXPECT_TRUE(reader.received == data);
   }
 
+  // `sender` streams toward `receiver` until the tunnel splices, then resets (RST): the tunnel
+  // ends, and the receiver sees its side closed.
+  void resetMidSplice(std::optional<Peer>& sender, std::optional<Peer>& receiver) {
+    const std::string data = pattern(2 * 1024 * 1024);
+    size_t sent = 0;
+    ASSERT_TRUE(run([&] {
+      sent += sender->send(std::string_view(data).substr(sent));
+      return relay_ != nullptr && relay_->spliced() && receiver->received.size() > 512 * 1024;
+    }));
+    sender->reset_close();
+    sender.reset();
+    ASSERT_TRUE(run([&] { return !ends_.empty(); }));
+    ASSERT_TRUE(run([&] { return receiver->eof || receiver->reset; }));
+  }
+
   // Pumps the loop and both raw peers until done() holds.
   bool run(const std::function<bool()>& done, milliseconds timeout = milliseconds(10000)) {
     return runUntil(
@@ -357,35 +372,17 @@ TEST_F(TunnelRelayTest, NoPipeFallsBackToCopying) {
 TEST_F(TunnelRelayTest, OriginResetMidSplice) {
   const uint64_t reset0 = counter("upstream_reset");
   open({});
-  const std::string down = pattern(2 * 1024 * 1024);
-  size_t sent = 0;
-  ASSERT_TRUE(run([&] {
-    sent += origin_->send(std::string_view(down).substr(sent));
-    return relay_ != nullptr && relay_->spliced() && client_->received.size() > 512 * 1024;
-  }));
-  // The client stops reading; the origin resets.
-  origin_->reset_close();
-  ASSERT_TRUE(runUntil(dispatcher_, [&] { return !ends_.empty(); }));
+  resetMidSplice(origin_, client_);
   EXPECT_EQ(TunnelEnd::UpstreamReset, ends_[0]);
   EXPECT_EQ(reset0 + 1, counter("upstream_reset"));
-  ASSERT_TRUE(run([&] { return client_->eof || client_->reset; }));
 }
 
 TEST_F(TunnelRelayTest, ClientResetMidSplice) {
   const uint64_t reset0 = counter("downstream_reset");
   open({});
-  const std::string up = pattern(2 * 1024 * 1024);
-  size_t sent = 0;
-  ASSERT_TRUE(run([&] {
-    sent += client_->send(std::string_view(up).substr(sent));
-    return relay_ != nullptr && relay_->spliced() && origin_->received.size() > 512 * 1024;
-  }));
-  client_->reset_close();
-  client_.reset();
-  ASSERT_TRUE(run([&] { return !ends_.empty(); }));
+  resetMidSplice(client_, origin_);
   EXPECT_EQ(TunnelEnd::DownstreamReset, ends_[0]);
   EXPECT_EQ(reset0 + 1, counter("downstream_reset"));
-  ASSERT_TRUE(run([&] { return origin_->eof || origin_->reset; }));
 }
 
 TEST_F(TunnelRelayTest, AbortEndsWithoutACallback) {
