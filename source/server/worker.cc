@@ -374,7 +374,7 @@ void Worker::drain() {
   dispatcher_.post([this] {
     draining_ = true;
     for (auto& listener : listeners_) listener->stopAccepting();
-    pool_->closeAll();
+    pool_->drain();
     // onDrain may close connections (and remove them from the list) under us.
     std::vector<ActiveConnection*> current;
     for (auto& c : connections_) current.push_back(c.get());

@@ -40,22 +40,25 @@ class Http1ProxyFactory : public extensions::FactoryBase<extensions::NetworkFilt
     auto config = std::make_shared<Http1Config>();
     config::setIfNonZero(proto.max_request_head_bytes(), config->request_limits.max_head_bytes);
     config::setIfNonZero(proto.max_request_headers(), config->request_limits.max_headers);
-    config->response_limits.max_headers = http1::kMaxHeaderCapacity;
-    config::setIfNonZero(proto.max_response_head_bytes(), config->response_limits.max_head_bytes);
+    config->exchange.response_limits.max_headers = http1::kMaxHeaderCapacity;
+    config::setIfNonZero(proto.max_response_head_bytes(),
+                         config->exchange.response_limits.max_head_bytes);
     config->request_head_timeout =
         durationOr(proto.has_request_head_timeout(), proto.request_head_timeout(),
                    config->request_head_timeout);
     config->idle_timeout =
         durationOr(proto.has_idle_timeout(), proto.idle_timeout(), config->idle_timeout);
     config->max_request_body_bytes = proto.max_request_body_bytes();
-    config->request_body_timeout =
+    config->exchange.max_request_body_bytes = proto.max_request_body_bytes();
+    config->exchange.request_body_timeout =
         durationOr(proto.has_request_body_timeout(), proto.request_body_timeout(),
-                   config->request_body_timeout);
+                   config->exchange.request_body_timeout);
     config->websocket = !proto.disable_websocket();
     auto filters = extensions::createRequestFilterFactories(proto.request_filters(), context);
     if (!filters.ok()) return filters.status();
     config->request_filters = std::move(*filters);
     config->stats = makeStats(context.chain_name);
+    config->exchange.stats = &config->stats;
     config->tunnel_stats = upstream::listenerTunnelStats(context.listener_name);
     Http1ConfigSharedPtr shared = std::move(config);
     return network::NetworkFilterFactoryCb([shared](network::FilterManager& manager) {

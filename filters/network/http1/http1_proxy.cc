@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 
 #include "source/common/common/logger.h"
+#include "source/common/http/field_line.h"
 #include "source/common/http/head_scan.h"
 #include "source/common/http/proxy_credential.h"
 #include "source/common/http/status.h"
@@ -46,20 +47,9 @@ class PendingPool {
 };
 
 thread_local PendingPool t_pending_pool;
-// Response heads are parsed and re-serialized within one callback: one scratch per worker.
-thread_local http1::ResponseHead t_response_head;
-
-bool idempotent(http1::Method m) {
-  return m == http1::Method::Get || m == http1::Method::Head || m == http1::Method::Options ||
-         m == http1::Method::Trace || m == http1::Method::Put || m == http1::Method::Delete;
-}
-
-void addHeaderLine(buffer::Buffer& out, std::string_view name, std::string_view value) {
-  out.add(name);
-  out.add(": ", 2);
-  out.add(value);
-  out.add("\r\n", 2);
-}
+// A response head waits here for the body bytes that came with it (onResponseHead is always
+// followed by onResponseBody in the same turn): they leave in one write.
+thread_local buffer::Buffer t_response_out;
 
 // "HTTP/1.1 <status> <reason>\r\n" without a formatting library (no allocation).
 void addStatusLine(buffer::Buffer& out, uint16_t status, std::string_view reason) {
@@ -86,58 +76,21 @@ void addForwardedHeaders(buffer::Buffer& out, const http1::HeaderField* headers,
       length_sent = true;
       char digits[20];
       const auto result = std::to_chars(digits, digits + sizeof(digits), content_length);
-      addHeaderLine(out, h.name, std::string_view(digits, result.ptr - digits));
+      http::addFieldLine(out, h.name, std::string_view(digits, result.ptr - digits));
       continue;
     }
-    addHeaderLine(out, h.name, h.value);
+    http::addFieldLine(out, h.name, h.value);
   }
-}
-
-// Moves the part of `in` that belongs to a body with this framing into `out`. Returns false on
-// a framing error; sets done when the body ended.
-bool moveBody(http1::BodyFraming framing, uint64_t& left, http1::ChunkedDecoder& chunks,
-              buffer::Buffer& in, buffer::Buffer& out, bool& done) {
-  switch (framing) {
-    case http1::BodyFraming::None:
-      done = true;
-      return true;
-    case http1::BodyFraming::ContentLength: {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(left, in.length()));
-      out.move(in, n);
-      left -= n;
-      done = left == 0;
-      return true;
-    }
-    case http1::BodyFraming::Chunked:
-      while (!in.empty()) {
-        std::string_view piece = in.front();
-        size_t used = 0;
-        http1::ChunkedDecoder::Status st = chunks.consume(piece, used);
-        out.move(in, used);
-        if (st == http1::ChunkedDecoder::Status::Error) return false;
-        if (st == http1::ChunkedDecoder::Status::Done) {
-          done = true;
-          return true;
-        }
-      }
-      done = false;
-      return true;
-    case http1::BodyFraming::UntilClose:
-      out.move(in);
-      done = false;
-      return true;
-  }
-  return false;
 }
 
 }  // namespace
 
 Http1ProxyFilter::Http1ProxyFilter(Http1ConfigSharedPtr config)
-    : config_(std::move(config)), upstream_callbacks_(*this) {}
+    : config_(std::move(config)), exchange_(*this, config_->exchange) {}
 
 Http1ProxyFilter::~Http1ProxyFilter() {
   if (chain_) chain_->end();
-  releaseUpstream(false);
+  releaseUpstream();
   releaseHead();
   setState(State::Closed);
 }
@@ -343,9 +296,6 @@ void Http1ProxyFilter::onDenied(proxy::Denial denial, std::string_view reason) {
 }
 
 void Http1ProxyFilter::onUpstreamReady(upstream::UpstreamHandle upstream) {
-  upstream_ = std::move(upstream);
-  upstream_->setCallbacks(&upstream_callbacks_);
-  upstream_info_ = upstream_.info();
   key_tunnel_stats_ = pending_->request.principal_tunnel_stats;
   chain_->end();
   if (pending_->request.kind == proxy::RequestKind::Tunnel) {
@@ -358,284 +308,228 @@ void Http1ProxyFilter::onUpstreamReady(upstream::UpstreamHandle upstream) {
     releaseHead();
     // Bytes the client sent after the CONNECT head (an eager TLS hello) go first, then its end
     // if it already half-closed.
-    startTunnel(downstream().readBuffer(), false);
+    startTunnel(std::move(upstream), downstream().readBuffer(), false);
     downstream().readDisable(false);
     return;
   }
   setState(State::Forwarding);
-  sendRequestHead();
+  sendRequest(std::move(upstream));
 }
 
-void Http1ProxyFilter::sendRequestHead() {
+void Http1ProxyFilter::sendRequest(upstream::UpstreamHandle upstream) {
   const http1::RequestHead& head = pending_->head;
-  buffer::Buffer out;
-  if (upgrade_) {
-    // HTTP/1.1 only (so Host is there); the encoder writes Upgrade and Connection itself and
-    // drops Content-Length: 0, the only body framing an upgrade may carry.
-    http::UpgradeRequestEncoder encoder(out, head.path);
-    constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
-    for (uint32_t i = 0; i < head.header_count; ++i) {
-      if ((head.headers[i].flags & kSkip) == 0) {
-        encoder.header(head.headers[i].name, head.headers[i].value);
-      }
-    }
-    for (uint32_t i = 0; i < pending_->added_count; ++i) {
-      encoder.header(pending_->added[i].name, pending_->added[i].value);
-    }
-    encoder.finish();
-  } else {
-    out.add(head.method_text);
-    out.add(" ", 1);
-    out.add(head.path);
-    out.add(client_http10_ ? std::string_view(" HTTP/1.0\r\n") : std::string_view(" HTTP/1.1\r\n"));
-    addForwardedHeaders(out, head.headers.data(), head.header_count, head.content_length);
-  }
+  upstream::OriginRequest r;
+  r.method_text = head.method_text;
+  r.method = head.method;
+  r.path = head.path;
   if (!upgrade_ && head.host_header < 0) {
     // HTTP/1.0 clients may omit Host; origins need it.
-    bool v6 = head.host.find(':') != std::string_view::npos;
-    std::string host = absl::StrFormat(v6 ? "[%s]" : "%s", head.host);
-    if (head.port != 80) host += absl::StrFormat(":%d", head.port);
-    addHeaderLine(out, "Host", host);
+    const bool v6 = head.host.find(':') != std::string_view::npos;
+    pending_->host = absl::StrFormat(v6 ? "[%s]" : "%s", head.host);
+    if (head.port != 80) pending_->host += absl::StrFormat(":%d", head.port);
+    r.host = pending_->host;
   }
-  if (!upgrade_) {
-    for (uint32_t i = 0; i < pending_->added_count; ++i)
-      addHeaderLine(out, pending_->added[i].name, pending_->added[i].value);
-    if (client_http10_ && client_keep_alive_) addHeaderLine(out, "Connection", "keep-alive");
-    out.add("\r\n", 2);
+  r.version_minor = client_http10_ ? 0 : 1;
+  r.keep_alive_10 = client_http10_ && client_keep_alive_;
+  r.fields = head.headers.data();
+  r.field_count = head.header_count;
+  r.added = pending_->added;
+  r.added_count = pending_->added_count;
+  switch (request_framing_) {
+    case http1::BodyFraming::ContentLength:
+      r.body = upstream::RequestBody::Length;
+      r.content_length = head.content_length;
+      break;
+    case http1::BodyFraming::Chunked:
+      r.body = upstream::RequestBody::Chunked;
+      break;
+    default:
+      r.body = upstream::RequestBody::None;
+      break;
   }
-
-  request_body_left_ = head.content_length;
-  request_chunks_.reset();
-  request_done_ = request_framing_ == http1::BodyFraming::None;
-  response_started_ = false;
-  response_scanned_ = 0;
+  // The client's handshake passes through: the client checks the origin's accept value.
+  r.upgrade = upgrade_ ? upstream::Upgrade::WebSocket : upstream::Upgrade::None;
+  r.retry_allowed = !retried_;
+  // A request that may be retried keeps its head at the front of the client's buffer until
+  // the origin answers; any other is past its head once the head is written.
+  const bool keep_head = upstream::OriginExchange::mayRetry(r, upstream.info());
   buffer::Buffer& client = downstream().readBuffer();
-  if (!retryable()) {
-    // Past the head: body bytes follow it in the client's buffer.
-    client.drain(head_size_);
+  const upstream::BodyProgress progress =
+      exchange_.start(std::move(upstream), r, *timer_, client, keep_head ? 0 : head_size_);
+  if (!keep_head) {
     head_in_buffer_ = false;
     releaseHead();
-    if (!request_done_) {
-      bool ok = moveBody(request_framing_, request_body_left_, request_chunks_, client, out,
-                         request_done_);
-      if (!ok) {
-        config_->stats.rq_rejected.inc();
-        sendLocalReply(400, request_chunks_.error(), true);
-        return;
-      }
-      if (requestBodyOverLimit()) {
-        onRequestBodyTooLarge();
-        return;
-      }
-      if (!request_done_ && downstream_ended_) {
-        // The client ended its side in the middle of its body: nothing more will come.
-        config_->stats.downstream_reset.inc();
-        closeAll();
-        return;
-      }
-    }
   }
-  config_->stats.bytes_upstream_tx.add(out.length());
-  upstream_->write(out);
-  if (state_ != State::Forwarding) return;
-  // The response deadline starts once the whole request is out; until then the client must
-  // keep its body coming.
-  timer_->enable(request_done_ ? upstream_info_.response_timeout : config_->request_body_timeout);
-  // Read the rest of the body; a body-less request leaves pipelined bytes unread for now.
-  if (!request_done_) downstream().readDisable(false);
+  afterBody(progress, downstream_ended_, false);
 }
 
 void Http1ProxyFilter::relayRequestBody(buffer::Buffer& data, bool end_stream) {
   if (end_stream) downstream_ended_ = true;
-  if (request_done_) {
+  if (exchange_.requestDone()) {
     // The next pipelined request waits until this response is done.
     if (!data.empty() && downstream().readEnabled()) downstream().readDisable(true);
     return;
   }
-  buffer::Buffer out;
-  bool ok =
-      moveBody(request_framing_, request_body_left_, request_chunks_, data, out, request_done_);
-  if (ok && requestBodyOverLimit()) {
-    onRequestBodyTooLarge();
-    return;
-  }
-  const bool progressed = !out.empty();
-  if (!out.empty()) {
-    config_->stats.bytes_upstream_tx.add(out.length());
-    upstream_->write(out);
-    if (state_ != State::Forwarding) return;
-  }
-  if (!ok) {
+  afterBody(exchange_.sendBody(data, end_stream), end_stream, true);
+}
+
+void Http1ProxyFilter::afterBody(upstream::BodyProgress progress, bool client_ended, bool reading) {
+  if (progress == upstream::BodyProgress::Error) {
     config_->stats.rq_rejected.inc();
-    if (!response_started_) {
-      sendLocalReply(400, request_chunks_.error(), true);
+    if (!exchange_.responseStarted()) {
+      sendLocalReply(400, exchange_.requestBodyError(), true);
     } else {
       closeAll();
     }
     return;
   }
-  if (request_done_) {
-    downstream().readDisable(true);
-    if (!response_started_) timer_->enable(upstream_info_.response_timeout);
-  } else if (end_stream) {
-    // The client left in the middle of its body.
-    config_->stats.downstream_reset.inc();
-    closeAll();
-  } else if (progressed && !response_started_) {
-    timer_->enable(config_->request_body_timeout);
-  }
-}
-
-bool Http1ProxyFilter::requestBodyOverLimit() const {
-  return config_->max_request_body_bytes != 0 && request_framing_ == http1::BodyFraming::Chunked &&
-         request_chunks_.payloadBytes() > config_->max_request_body_bytes;
-}
-
-void Http1ProxyFilter::onRequestBodyTooLarge() {
-  config_->stats.rq_body_too_large.inc();
-  if (!response_started_) {
-    sendLocalReply(413, "request body larger than the proxy allows", true);
-  } else {
-    closeAll();
-  }
-}
-
-bool Http1ProxyFilter::retryable() const {
-  return upstream_info_.reused && !retried_ && request_framing_ == http1::BodyFraming::None &&
-         idempotent(method_) && !response_started_;
-}
-
-void Http1ProxyFilter::onUpstreamData(buffer::Buffer& data, bool end_stream) {
-  if (state_ != State::Forwarding) {
-    data.clear();
+  if (progress == upstream::BodyProgress::TooLarge) {
+    config_->stats.rq_body_too_large.inc();
+    if (!exchange_.responseStarted()) {
+      sendLocalReply(413, "request body larger than the proxy allows", true);
+    } else {
+      closeAll();
+    }
     return;
   }
-  config_->stats.bytes_upstream_rx.add(data.length());
-  // The response head and the body bytes that came with it leave in one write.
+  if (progress == upstream::BodyProgress::Done) {
+    // Pipelined bytes stay unread until the response is done.
+    if (reading) downstream().readDisable(true);
+  } else if (client_ended) {
+    // The client ended its side in the middle of its body: nothing more will come.
+    config_->stats.downstream_reset.inc();
+    closeAll();
+  } else if (!reading) {
+    // Read the rest of the body.
+    downstream().readDisable(false);
+  }
+}
+
+void Http1ProxyFilter::forgetHead() {
+  // The origin answered: this request will not be retried, its head is done with.
+  if (head_in_buffer_) {
+    downstream().readBuffer().drain(head_size_);
+    head_in_buffer_ = false;
+    releaseHead();
+  }
+}
+
+void Http1ProxyFilter::onInterimResponse(const http1::ResponseHead& rh) {
+  forgetHead();
+  // Interim responses (100 Continue, 103 Early Hints) go to HTTP/1.1 clients as they come.
+  if (client_http10_) return;
   buffer::Buffer out;
-  if (!response_started_) {
-    if (!processResponseHead(data, out)) {
-      if (state_ == State::Tunnel) {
-        onUpgraded(data, end_stream, out);
-        return;
-      }
-      if (!out.empty() && state_ == State::Forwarding) downstream().write(out);
-      if (state_ == State::Forwarding && end_stream) {
-        onUpstreamEvent(network::ConnectionEvent::RemoteClose);
-      }
-      return;
-    }
-  }
-  relayResponseBody(data, end_stream, out);
+  addStatusLine(out, rh.status, rh.reason);
+  addForwardedHeaders(out, rh.headers.data(), rh.header_count, rh.content_length);
+  out.add("\r\n", 2);
+  config_->stats.countStatus(rh.status);
+  downstream().write(out);
 }
 
-bool Http1ProxyFilter::processResponseHead(buffer::Buffer& data, buffer::Buffer& out) {
-  http1::ResponseHead& rh = t_response_head;
-  while (true) {
-    const std::string_view view =
-        http::headToParse(data, config_->response_limits.max_head_bytes, response_scanned_);
-    if (view.empty()) return false;
-    http1::ParseError err;
-    http1::ParseStatus st =
-        http1::parseResponseHead(view, config_->response_limits, method_, rh, err);
-    if (st == http1::ParseStatus::Incomplete) return false;
-    response_scanned_ = 0;
-    if (st == http1::ParseStatus::Error) {
-      config_->stats.upstream_rs_bad.inc();
-      sendLocalReply(502, err.reason, true);
-      return false;
-    }
-    // The origin answered: this request will not be retried, its head is done with.
-    if (head_in_buffer_) {
-      downstream().readBuffer().drain(head_size_);
-      head_in_buffer_ = false;
-      releaseHead();
-    }
-    if (rh.status >= 100 && rh.status < 200) {
-      if (rh.status == 101) {
-        if (upgrade_ && http::acceptsUpgrade(rh)) {
-          // The 101 goes out with the fields the origin sent (Sec-WebSocket-Accept, -Protocol,
-          // -Extensions), minus the hop-by-hop and framing ones, which are the proxy's to write.
-          addStatusLine(out, 101, rh.reason.empty() ? http::statusText(101) : rh.reason);
-          constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
-          for (uint32_t i = 0; i < rh.header_count; ++i) {
-            const http1::HeaderField& h = rh.headers[i];
-            if ((h.flags & kSkip) == 0 && !http::isUpgradeControlledField(h.name)) {
-              addHeaderLine(out, h.name, h.value);
-            }
-          }
-          addHeaderLine(out, "Upgrade", http::kWebSocket);
-          addHeaderLine(out, "Connection", "Upgrade");
-          out.add("\r\n", 2);
-          data.drain(rh.head_size);
-          config_->stats.countStatus(101);
-          config_->stats.upgrade_switched.inc();
-          upgraded_ = true;
-          setState(State::Tunnel);
-          return false;
-        }
-        config_->stats.upstream_rs_bad.inc();
-        sendLocalReply(502,
-                       upgrade_ ? "origin switched protocols but not to websocket"
-                                : "origin switched protocols without an upgrade request",
-                       true);
-        return false;
-      }
-      // Interim responses (100 Continue, 103 Early Hints) go to HTTP/1.1 clients as they come.
-      if (!client_http10_) {
-        addStatusLine(out, rh.status, rh.reason);
-        addForwardedHeaders(out, rh.headers.data(), rh.header_count, rh.content_length);
-        out.add("\r\n", 2);
-        config_->stats.countStatus(rh.status);
-      }
-      data.drain(rh.head_size);
-      continue;
-    }
-    // A final answer to an upgrade request: the origin declined; the exchange ends as a plain
-    // one (its Upgrade and Connection fields were stripped as hop-by-hop).
-    if (upgrade_) config_->stats.upgrade_refused.inc();
-    response_framing_ = rh.framing;
-    response_body_left_ = rh.content_length;
-    response_keep_alive_ = rh.keep_alive;
-    response_chunks_.reset();
-    response_close_client_ = !client_keep_alive_ || draining_ || callbacks_->worker().draining() ||
-                             rh.framing == http1::BodyFraming::UntilClose;
-    addStatusLine(out, rh.status, rh.reason);
-    addForwardedHeaders(out, rh.headers.data(), rh.header_count, rh.content_length);
-    if (response_close_client_) {
-      addHeaderLine(out, "Connection", "close");
-    } else if (client_http10_) {
-      addHeaderLine(out, "Connection", "keep-alive");
-    }
-    out.add("\r\n", 2);
-    data.drain(rh.head_size);
-    config_->stats.countStatus(rh.status);
-    response_started_ = true;
-    return true;
+void Http1ProxyFilter::onResponseHead(const http1::ResponseHead& rh) {
+  forgetHead();
+  // A final answer to an upgrade request: the origin declined; the exchange ends as a plain
+  // one (its Upgrade and Connection fields were stripped as hop-by-hop).
+  if (upgrade_) config_->stats.upgrade_refused.inc();
+  response_close_client_ = !client_keep_alive_ || draining_ || callbacks_->worker().draining() ||
+                           rh.framing == http1::BodyFraming::UntilClose;
+  // The head goes out with the body bytes that came with it, in one write (onResponseBody).
+  buffer::Buffer& out = t_response_out;
+  out.clear();
+  addStatusLine(out, rh.status, rh.reason);
+  addForwardedHeaders(out, rh.headers.data(), rh.header_count, rh.content_length);
+  if (response_close_client_) {
+    http::addFieldLine(out, "Connection", "close");
+  } else if (client_http10_) {
+    http::addFieldLine(out, "Connection", "keep-alive");
   }
+  out.add("\r\n", 2);
+  config_->stats.countStatus(rh.status);
 }
 
-void Http1ProxyFilter::onUpgraded(buffer::Buffer& data, bool end_stream, buffer::Buffer& out) {
-  // Frames the origin sent right behind its 101 go out with it.
-  out.move(data);
+void Http1ProxyFilter::onResponseBody(buffer::Buffer& body, bool end) {
+  buffer::Buffer& out = t_response_out;
+  out.move(body);
+  if (!out.empty()) downstream().write(out);
+  if (end) finishExchange();
+}
+
+void Http1ProxyFilter::onUpgraded(const http1::ResponseHead& rh, upstream::UpstreamHandle upstream,
+                                  buffer::Buffer& early, bool origin_ended) {
+  forgetHead();
+  // The 101 goes out with the fields the origin sent (Sec-WebSocket-Accept, -Protocol,
+  // -Extensions), minus the hop-by-hop and framing ones, which are the proxy's to write; the
+  // frames the origin sent right behind it go with it.
+  buffer::Buffer out;
+  addStatusLine(out, 101, rh.reason.empty() ? http::statusText(101) : rh.reason);
+  constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
+  for (uint32_t i = 0; i < rh.header_count; ++i) {
+    const http1::HeaderField& h = rh.headers[i];
+    if ((h.flags & kSkip) == 0 && !http::isUpgradeControlledField(h.name)) {
+      http::addFieldLine(out, h.name, h.value);
+    }
+  }
+  http::addFieldLine(out, "Upgrade", http::kWebSocket);
+  http::addFieldLine(out, "Connection", "Upgrade");
+  out.add("\r\n", 2);
+  out.move(early);
+  config_->stats.countStatus(101);
+  config_->stats.upgrade_switched.inc();
+  upgraded_ = true;
   downstream().write(out);
   // Bytes the client sent behind its request head were left unread in its buffer (reading was
   // off): only now, after the 101, may they reach the origin.
-  startTunnel(downstream().readBuffer(), end_stream);
+  startTunnel(std::move(upstream), downstream().readBuffer(), origin_ended);
   downstream().readDisable(false);
 }
 
-void Http1ProxyFilter::startTunnel(buffer::Buffer& early, bool upstream_ended) {
+void Http1ProxyFilter::onRetry() {
+  // A pooled connection the origin had already closed: once more on a new one.
+  retried_ = true;
+  pending_->request.fresh_connection = true;
+  setState(State::Filtering);
+  timer_->disable();
+  chain_->start(pending_->request);
+}
+
+void Http1ProxyFilter::onExchangeError(upstream::ExchangeError error, std::string_view detail) {
+  t_response_out.clear();
+  switch (error) {
+    case upstream::ExchangeError::BodyTimeout:
+      config_->stats.rq_body_timeout.inc();
+      sendLocalReply(408, detail, true);
+      return;
+    case upstream::ExchangeError::BadResponse:
+    case upstream::ExchangeError::OriginClosed:
+    case upstream::ExchangeError::ResponseTimeout:
+      break;
+  }
+  if (exchange_.responseStarted()) {
+    // The client must see a truncated message.
+    closeAll();
+    return;
+  }
+  sendLocalReply(error == upstream::ExchangeError::ResponseTimeout ? 504 : 502, detail, true);
+}
+
+void Http1ProxyFilter::onOriginBackedUp(bool backed_up) {
+  // The origin is not taking the body: stop reading the client until it drains (in pairs).
+  downstream().readDisable(backed_up);
+}
+
+void Http1ProxyFilter::startTunnel(upstream::UpstreamHandle upstream, buffer::Buffer& early,
+                                   bool upstream_ended) {
   setState(State::Tunnel);
   // No request follows on a tunnel: its filter instances are not needed any more.
   chain_->releaseFilters();
+  const upstream::UpstreamInfo& info = upstream.info();
   upstream::TunnelOptions options;
-  options.idle_timeout = upstream_info_.tunnel_idle_timeout;
-  options.splice = upstream_info_.splice;
-  options.max_pipes = upstream_info_.max_splice_pipes;
+  options.idle_timeout = info.tunnel_idle_timeout;
+  options.splice = info.splice;
+  options.max_pipes = info.max_splice_pipes;
   options.listener_stats = &config_->tunnel_stats;
   options.key_stats = key_tunnel_stats_;
-  tunnel_ = std::make_unique<upstream::TunnelRelay>(std::move(upstream_), downstream(), *this,
+  tunnel_ = std::make_unique<upstream::TunnelRelay>(std::move(upstream), downstream(), *this,
                                                     *timer_, options);
   tunnel_->start(early, downstream_ended_, upstream_ended);
 }
@@ -647,48 +541,9 @@ void Http1ProxyFilter::onTunnelEnd(upstream::TunnelEnd end) {
   closeAll();
 }
 
-void Http1ProxyFilter::relayResponseBody(buffer::Buffer& data, bool end_stream,
-                                         buffer::Buffer& out) {
-  bool done = false;
-  bool ok = moveBody(response_framing_, response_body_left_, response_chunks_, data, out, done);
-  if (!out.empty()) {
-    downstream().write(out);
-    if (state_ != State::Forwarding) return;
-  }
-  if (!ok) {
-    config_->stats.upstream_rs_bad.inc();
-    closeAll();
-    return;
-  }
-  if (response_framing_ == http1::BodyFraming::UntilClose && end_stream) done = true;
-  if (done) {
-    // Anything after the response is not ours to relay: the origin connection is spoiled.
-    if (!data.empty()) {
-      response_keep_alive_ = false;
-      data.clear();
-    }
-    if (end_stream) response_keep_alive_ = false;
-    finishExchange();
-    return;
-  }
-  if (end_stream) {
-    // The origin closed before the body's end: the client must see a truncated message.
-    config_->stats.upstream_reset.inc();
-    closeAll();
-    return;
-  }
-  timer_->enable(upstream_info_.response_timeout);
-}
-
 void Http1ProxyFilter::finishExchange() {
   timer_->disable();
-  // An origin that declined an upgrade has seen Connection: Upgrade; its connection is not
-  // pooled (it is rare, and no one depends on what the origin makes of it).
-  bool reusable = response_keep_alive_ && request_done_ && !upgrade_ &&
-                  response_framing_ != http1::BodyFraming::UntilClose;
-  releaseUpstream(reusable);
-  response_started_ = false;
-  if (response_close_client_ || !request_done_ || downstream_ended_ || draining_) {
+  if (response_close_client_ || !exchange_.requestDone() || downstream_ended_ || draining_) {
     setState(State::Closed);
     downstream().close(network::CloseType::FlushWrite);
     return;
@@ -699,28 +554,6 @@ void Http1ProxyFilter::finishExchange() {
   downstream().readDisable(false);
 }
 
-void Http1ProxyFilter::onUpstreamEvent(network::ConnectionEvent event) {
-  if (event != network::ConnectionEvent::RemoteClose) return;
-  if (state_ != State::Forwarding) return;
-  if (!response_started_ && retryable() && head_in_buffer_) {
-    // A pooled connection the origin had already closed: try once more on a new one.
-    config_->stats.rq_retry.inc();
-    releaseUpstream(false);
-    retried_ = true;
-    pending_->request.fresh_connection = true;
-    setState(State::Filtering);
-    timer_->disable();
-    chain_->start(pending_->request);
-    return;
-  }
-  config_->stats.upstream_reset.inc();
-  if (!response_started_) {
-    sendLocalReply(502, "origin closed the connection", true);
-  } else {
-    closeAll();
-  }
-}
-
 void Http1ProxyFilter::onEvent(network::ConnectionEvent event) {
   if (event == network::ConnectionEvent::Connected) return;
   if (state_ == State::Forwarding || state_ == State::Filtering) {
@@ -729,23 +562,23 @@ void Http1ProxyFilter::onEvent(network::ConnectionEvent event) {
   setState(State::Closed);
   if (chain_) chain_->end();
   if (timer_) timer_->disable();
-  releaseUpstream(false);
+  releaseUpstream();
   releaseHead();
 }
 
 void Http1ProxyFilter::onAboveWriteHighWatermark() {
   if (tunnel_) {
     tunnel_->onDownstreamBackedUp(true);
-  } else if (upstream_) {
-    upstream_->readDisable(true);
+  } else {
+    exchange_.pauseResponse(true);
   }
 }
 
 void Http1ProxyFilter::onBelowWriteLowWatermark() {
   if (tunnel_) {
     tunnel_->onDownstreamBackedUp(false);
-  } else if (upstream_) {
-    upstream_->readDisable(false);
+  } else {
+    exchange_.pauseResponse(false);
   }
 }
 
@@ -771,20 +604,8 @@ void Http1ProxyFilter::onTimer() {
         downstream().close(network::CloseType::FlushWrite);
       }
       break;
-    case State::Forwarding:
-      // Reading is enabled while a body is due unless the origin pushes back: then the stall
-      // is the origin's.
-      if (!request_done_ && !response_started_ && downstream().readEnabled()) {
-        config_->stats.rq_body_timeout.inc();
-        sendLocalReply(408, "request body not received in time", true);
-        break;
-      }
-      config_->stats.upstream_rs_timeout.inc();
-      if (!response_started_) {
-        sendLocalReply(504, "origin did not answer in time", true);
-      } else {
-        closeAll();
-      }
+    case State::Forwarding:  // the exchange keeps the body and response deadlines
+      exchange_.onTimer();
       break;
     case State::Tunnel:  // the relay keeps its idle deadline on this timer
       if (tunnel_) tunnel_->onTimer();
@@ -814,21 +635,21 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, 
   if (!close) return;
   setState(State::Closed);
   if (chain_) chain_->end();
-  releaseUpstream(false);
+  releaseUpstream();
   releaseHead();
   downstream().close(network::CloseType::FlushWrite);
 }
 
-void Http1ProxyFilter::releaseUpstream(bool reusable) {
+void Http1ProxyFilter::releaseUpstream() {
   upstream::TunnelRelay::dispose(tunnel_);
-  upstream_.release(reusable && !draining_);
+  exchange_.abort();
 }
 
 void Http1ProxyFilter::closeAll() {
   setState(State::Closed);
   if (chain_) chain_->end();
   if (timer_) timer_->disable();
-  releaseUpstream(false);
+  releaseUpstream();
   releaseHead();
   downstream().close(network::CloseType::FlushWrite);
 }

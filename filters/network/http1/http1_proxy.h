@@ -6,14 +6,13 @@
 #include <vector>
 
 #include "source/common/event/dispatcher.h"
-#include "source/common/http/chunked.h"
 #include "source/common/http/h1_parser.h"
 #include "source/common/http/proxy_credential.h"
 #include "source/common/http/proxy_stats.h"
 #include "source/common/network/filter.h"
 #include "source/common/proxy/request_filter.h"
-#include "source/common/proxy/tunnel.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/origin_exchange.h"
 #include "source/common/upstream/tunnel_relay.h"
 
 namespace sluice {
@@ -34,11 +33,12 @@ struct Http1Stats : http::ProxyStats {
 // Immutable, shared by every worker: built once from Http1ProxyConfig.
 struct Http1Config {
   http1::ParseLimits request_limits;
-  http1::ParseLimits response_limits;
   std::chrono::milliseconds request_head_timeout{10000};
   std::chrono::milliseconds idle_timeout{60000};
   uint64_t max_request_body_bytes = 0;  // 0: unlimited
-  std::chrono::milliseconds request_body_timeout{30000};
+  // The exchange with origins: response limits, the request body deadline, stats (pointing at
+  // `stats` below).
+  upstream::ExchangeOptions exchange;
   // Relay WebSocket upgrades (absolute-form ws:// or http:// with Upgrade: websocket). When
   // off, Upgrade is stripped as any hop-by-hop header and ws:// URLs get 400.
   bool websocket = true;
@@ -55,20 +55,18 @@ using Http1ConfigSharedPtr = std::shared_ptr<const Http1Config>;
 class Http1ProxyFilter : public network::ReadFilter,
                          public proxy::RequestSink,
                          public proxy::RequestHeaders,
+                         public upstream::ExchangeOwner,
                          public upstream::TunnelOwner {
  public:
-  struct AddedHeader {
-    std::string_view name;
-    std::string_view value;
-  };
   static constexpr uint32_t kMaxAddedHeaders = 16;
   // What one request needs from its head being parsed until that head is sent (or refused).
   struct PendingRequest {
     http1::RequestHead head;
     proxy::ProxyRequest request;
-    AddedHeader added[kMaxAddedHeaders];
+    upstream::AddedField added[kMaxAddedHeaders];
     uint32_t added_count = 0;
     http::CredentialScratch credential_scratch;  // a decoded Basic credential
+    std::string host;                            // Host for an HTTP/1.0 request that has none
   };
 
   explicit Http1ProxyFilter(Http1ConfigSharedPtr config);
@@ -101,47 +99,50 @@ class Http1ProxyFilter : public network::ReadFilter,
     Closed,
   };
 
-  friend class proxy::UpstreamCallbacks<Http1ProxyFilter>;
-
   network::Connection& downstream() { return callbacks_->connection(); }
   // Every state change goes through here so the tunnel gauge stays exact.
   void setState(State state);
   void processHead(buffer::Buffer& data);
   void startRequest();
-  void sendRequestHead();
+  // The request head (and what came of the body) goes to the origin through the exchange.
+  void sendRequest(upstream::UpstreamHandle upstream);
   void relayRequestBody(buffer::Buffer& data, bool end_stream);
-  void onUpstreamData(buffer::Buffer& data, bool end_stream);
-  void onUpstreamEvent(network::ConnectionEvent event);
-  // Both append what goes to the client to `out`; relayResponseBody writes it.
-  bool processResponseHead(buffer::Buffer& data, buffer::Buffer& out);
-  // The origin accepted the upgrade (the 101 head is in `out`): relay it and what followed it,
-  // release the client bytes held back behind the request head, carry on as a tunnel.
-  void onUpgraded(buffer::Buffer& data, bool end_stream, buffer::Buffer& out);
+  // After the exchange took body bytes: refuse a broken or oversized body, read on or stop.
+  // reading: the client is being read now (not while the request was being started).
+  void afterBody(upstream::BodyProgress progress, bool client_ended, bool reading);
+  // The origin answered: the request head kept for a retry leaves the client's buffer.
+  void forgetHead();
+
+  // upstream::ExchangeOwner
+  void onInterimResponse(const http1::ResponseHead& head) override;
+  void onResponseHead(const http1::ResponseHead& head) override;
+  void onResponseBody(buffer::Buffer& body, bool end) override;
+  void onUpgraded(const http1::ResponseHead& head, upstream::UpstreamHandle upstream,
+                  buffer::Buffer& early, bool origin_ended) override;
+  void onRetry() override;
+  void onExchangeError(upstream::ExchangeError error, std::string_view detail) override;
+  void onOriginBackedUp(bool backed_up) override;
+
   // CONNECT answered or upgrade accepted: the relay carries the bytes from here on.
-  void startTunnel(buffer::Buffer& early, bool upstream_ended);
+  void startTunnel(upstream::UpstreamHandle upstream, buffer::Buffer& early, bool upstream_ended);
   // upstream::TunnelOwner
   void onTunnelEnd(upstream::TunnelEnd end) override;
-  void relayResponseBody(buffer::Buffer& data, bool end_stream, buffer::Buffer& out);
   void finishExchange();
   void onTimer();
   void armHeadTimer();
-  // True when a chunked request body has grown past max_request_body_bytes.
-  bool requestBodyOverLimit() const;
-  void onRequestBodyTooLarge();
   // A reply made by the proxy itself; closes the connection after it when close is set.
   void sendLocalReply(uint16_t status, std::string_view detail, bool close,
                       bool auth_challenge = false);
-  void releaseUpstream(bool reusable);
+  void releaseUpstream();
   void closeAll();
   void releaseHead();
-  bool retryable() const;
 
   Http1ConfigSharedPtr config_;
   network::ReadFilterCallbacks* callbacks_ = nullptr;
   // Built in onNewConnection (they need the worker); held in place, not on the heap.
   std::optional<proxy::RequestFilterChain> chain_;
-  proxy::UpstreamCallbacks<Http1ProxyFilter> upstream_callbacks_;
-  upstream::UpstreamHandle upstream_;
+  // The exchange with the origin of an http:// request; it holds the origin connection.
+  upstream::OriginExchange exchange_;
   // The tunnel (CONNECT, or an upgrade the origin accepted); it holds the origin connection.
   std::unique_ptr<upstream::TunnelRelay> tunnel_;
   const upstream::TunnelStats* key_tunnel_stats_ = nullptr;
@@ -151,7 +152,6 @@ class Http1ProxyFilter : public network::ReadFilter,
   // The request in flight. The head lives in a per-worker pooled object while it is needed and
   // points into the client's read buffer, which is not drained until the head is sent.
   PendingRequest* pending_ = nullptr;
-  proxy::UpstreamInfo upstream_info_;
   http1::Method method_ = http1::Method::Other;
   bool client_keep_alive_ = true;
   bool client_http10_ = false;
@@ -159,9 +159,6 @@ class Http1ProxyFilter : public network::ReadFilter,
   size_t head_scanned_ = 0;      // bytes of the next head already looked at
   uint32_t head_size_ = 0;
   http1::BodyFraming request_framing_ = http1::BodyFraming::None;
-  uint64_t request_body_left_ = 0;
-  bool request_done_ = false;
-  http1::ChunkedDecoder request_chunks_;
   bool retried_ = false;
   bool head_timer_armed_ = false;
   bool draining_ = false;
@@ -171,14 +168,8 @@ class Http1ProxyFilter : public network::ReadFilter,
   // In the tunnel state because of an accepted upgrade (for upgrades_active).
   bool upgraded_ = false;
 
-  // The response in flight.
-  bool response_started_ = false;  // its head was sent to the client
-  size_t response_scanned_ = 0;    // bytes of the response head already looked at
-  http1::BodyFraming response_framing_ = http1::BodyFraming::None;
-  uint64_t response_body_left_ = 0;
-  bool response_keep_alive_ = true;
+  // The response in flight ends with Connection: close (the client is closed after it).
   bool response_close_client_ = false;
-  http1::ChunkedDecoder response_chunks_;
 
   // The client half-closed (while its request was served, or before its tunnel started).
   bool downstream_ended_ = false;

@@ -70,17 +70,19 @@ class Http2ProxyFactory : public extensions::FactoryBase<extensions::NetworkFilt
     config::setIfNonZero(proto.initial_connection_window_size(), codec.connection_window);
     config::setIfNonZero(proto.max_outbound_control_frames(), codec.max_outbound_control_frames);
     config::setIfNonZero(proto.max_request_headers(), config->max_request_headers);
-    config->response_limits.max_headers = http1::kMaxHeaderCapacity;
-    config::setIfNonZero(proto.max_response_head_bytes(), config->response_limits.max_head_bytes);
+    config->exchange.response_limits.max_headers = http1::kMaxHeaderCapacity;
+    config::setIfNonZero(proto.max_response_head_bytes(),
+                         config->exchange.response_limits.max_head_bytes);
+    config->exchange.response_body = upstream::ResponseBody::Payload;
     config::setIfNonZero(proto.stream_buffer_bytes(), config->stream_buffer_bytes);
     config->max_request_body_bytes = proto.max_request_body_bytes();
     config->disable_websocket = proto.disable_websocket();
     codec.enable_connect_protocol = !proto.disable_websocket();
     config->idle_timeout =
         durationOr(proto.has_idle_timeout(), proto.idle_timeout(), config->idle_timeout);
-    config->request_body_timeout =
+    config->exchange.request_body_timeout =
         durationOr(proto.has_request_body_timeout(), proto.request_body_timeout(),
-                   config->request_body_timeout);
+                   config->exchange.request_body_timeout);
     http2::FloodLimits& flood = config->flood;
     flood.window = durationOr(proto.has_flood_window(), proto.flood_window(), flood.window);
     config::setIfNonZero(proto.max_rapid_resets(), flood.max_rapid_resets);
@@ -94,6 +96,7 @@ class Http2ProxyFactory : public extensions::FactoryBase<extensions::NetworkFilt
     if (!filters.ok()) return filters.status();
     config->request_filters = std::move(*filters);
     config->stats = makeStats(context.chain_name);
+    config->exchange.stats = &config->stats;
     config->tunnel_stats = upstream::listenerTunnelStats(context.listener_name);
     Http2ConfigSharedPtr shared = std::move(config);
     return network::NetworkFilterFactoryCb([shared](network::FilterManager& manager) {

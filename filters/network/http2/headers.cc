@@ -39,13 +39,6 @@ bool fail(RequestError& err, uint16_t status, const char* reason) {
   return false;
 }
 
-void addLine(buffer::Buffer& out, std::string_view name, std::string_view value) {
-  out.add(name);
-  out.add(": ", 2);
-  out.add(value);
-  out.add("\r\n", 2);
-}
-
 // Connection-specific fields (RFC 9113 8.2.2) and what the proxy itself consumes or re-frames.
 bool notForwarded(std::string_view name) {
   static constexpr std::string_view kNames[] = {
@@ -71,11 +64,6 @@ http1::Method methodOf(std::string_view m) {
   if (m == "TRACE") return Method::Trace;
   if (m == "PATCH") return Method::Patch;
   return Method::Other;
-}
-
-bool idempotent(http1::Method m) {
-  return m == http1::Method::Get || m == http1::Method::Head || m == http1::Method::Options ||
-         m == http1::Method::Trace || m == http1::Method::Put || m == http1::Method::Delete;
 }
 
 bool parseRequest(http1::HeaderField* fields, uint32_t count, RequestInfo& out, RequestError& err,
@@ -213,48 +201,6 @@ bool parseRequest(http1::HeaderField* fields, uint32_t count, RequestInfo& out, 
   return true;
 }
 
-void writeHttp1Head(const RequestInfo& info, const http1::HeaderField* fields, uint32_t count,
-                    const AddedHeader* added, uint32_t added_count, bool chunked,
-                    buffer::Buffer& out) {
-  constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
-  out.add(info.method_text);
-  out.add(" ", 1);
-  out.add(info.path);
-  out.add(" HTTP/1.1\r\n", 11);
-  // :authority as the client wrote it (validated): "host", "host:port" or "[v6]:port".
-  addLine(out, "host", info.authority);
-  bool cookie_done = false;
-  for (uint32_t i = 0; i < count; ++i) {
-    const http1::HeaderField& f = fields[i];
-    if ((f.flags & kSkip) != 0) continue;
-    if (f.name == "cookie") {
-      // RFC 9113 8.2.3: HTTP/2 may split Cookie; HTTP/1.1 carries one field.
-      if (cookie_done) continue;
-      cookie_done = true;
-      out.add("cookie: ", 8);
-      bool first = true;
-      for (uint32_t j = i; j < count; ++j) {
-        if ((fields[j].flags & kSkip) != 0 || fields[j].name != "cookie") continue;
-        if (!first) out.add("; ", 2);
-        out.add(fields[j].value);
-        first = false;
-      }
-      out.add("\r\n", 2);
-      continue;
-    }
-    addLine(out, f.name, f.value);
-  }
-  for (uint32_t i = 0; i < added_count; ++i) addLine(out, added[i].name, added[i].value);
-  if (info.has_content_length) {
-    char digits[20];
-    auto r = std::to_chars(digits, digits + sizeof(digits), info.content_length);
-    addLine(out, "content-length", std::string_view(digits, r.ptr - digits));
-  } else if (chunked) {
-    addLine(out, "transfer-encoding", "chunked");
-  }
-  out.add("\r\n", 2);
-}
-
 bool dropResponseField(const http1::HeaderField& field) {
   if ((field.flags & (http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved)) != 0) {
     return true;
@@ -265,73 +211,6 @@ bool dropResponseField(const http1::HeaderField& field) {
          http1::equalsIgnoreCase(field.name, "keep-alive") ||
          http1::equalsIgnoreCase(field.name, "proxy-connection") ||
          http1::equalsIgnoreCase(field.name, "upgrade");
-}
-
-void Dechunker::reset() {
-  validator_.reset();
-  state_ = State::Line;
-  left_ = 0;
-  in_extension_ = false;
-  trailer_line_empty_ = true;
-}
-
-Dechunker::Status Dechunker::decode(buffer::Buffer& in, buffer::Buffer& out) {
-  while (!in.empty() && state_ != State::Done) {
-    std::string_view piece = in.front();
-    size_t used = 0;
-    http1::ChunkedDecoder::Status st = validator_.consume(piece, used);
-    if (st == http1::ChunkedDecoder::Status::Error) return Status::Error;
-    // The validator accepted piece[0, used): follow the framing to copy out the data.
-    size_t i = 0;
-    while (i < used) {
-      char c = piece[i];
-      switch (state_) {
-        case State::Line:
-          if (c == '\n') {
-            state_ = left_ == 0 ? State::Trailer : State::Data;
-            trailer_line_empty_ = true;
-            in_extension_ = false;
-          } else if (!in_extension_ && http1::detail::is(c, http1::detail::kHex)) {
-            const int digit = c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
-            left_ = left_ * 16 + static_cast<uint64_t>(digit);
-          } else {
-            in_extension_ = true;  // ';', BWS, CR: the size is complete
-          }
-          ++i;
-          break;
-        case State::Data: {
-          const size_t n = static_cast<size_t>(std::min<uint64_t>(left_, used - i));
-          out.add(piece.data() + i, n);
-          left_ -= n;
-          i += n;
-          if (left_ == 0) state_ = State::DataEnd;
-          break;
-        }
-        case State::DataEnd:
-          if (c == '\n') state_ = State::Line;
-          ++i;
-          break;
-        case State::Trailer:
-          if (c == '\n') {
-            if (trailer_line_empty_) state_ = State::Done;
-            trailer_line_empty_ = true;
-          } else if (c != '\r') {
-            trailer_line_empty_ = false;
-          }
-          ++i;
-          break;
-        case State::Done:
-          i = used;
-          break;
-      }
-    }
-    in.drain(used);
-    if (st == http1::ChunkedDecoder::Status::Done) {
-      state_ = State::Done;
-      return Status::Done;
-    }
-  }
-  return state_ == State::Done ? Status::Done : Status::NeedMore;
 }
 
 }  // namespace http2

@@ -48,48 +48,12 @@ struct RequestError {
 bool parseRequest(http1::HeaderField* fields, uint32_t count, RequestInfo& out, RequestError& err,
                   bool allow_websocket = false);
 
-// A filter's header addition.
-struct AddedHeader {
-  std::string_view name;
-  std::string_view value;
-};
-
-// Appends the HTTP/1.1 request head for a Forward request: request line, Host from the
-// authority, the forwardable fields (Cookie fields joined with "; "), the filters' additions,
-// then Content-Length when known or Transfer-Encoding: chunked when a body of unknown length
-// follows (chunked). Fields flagged kHopByHop or kRemoved are skipped.
-void writeHttp1Head(const RequestInfo& info, const http1::HeaderField* fields, uint32_t count,
-                    const AddedHeader* added, uint32_t added_count, bool chunked,
-                    buffer::Buffer& out);
-
 // True for response fields that must not be sent over HTTP/2 (RFC 9113 8.2.2) or that the
 // proxy re-frames (Content-Length, Transfer-Encoding).
 bool dropResponseField(const http1::HeaderField& field);
 
-// Removes the chunked framing of a response body as it streams by. The ChunkedDecoder checks
-// the framing strictly; this only follows it to pick out the data bytes, so it needs no
-// validation of its own.
-class Dechunker {
- public:
-  enum class Status : uint8_t { NeedMore, Done, Error };
-  // Moves the chunk data in `in` to `out`, draining everything that belongs to the body.
-  Status decode(buffer::Buffer& in, buffer::Buffer& out);
-  void reset();
-  const char* error() const { return validator_.error(); }
-  uint64_t payloadBytes() const { return validator_.payloadBytes(); }
-
- private:
-  enum class State : uint8_t { Line, Data, DataEnd, Trailer, Done };
-  http1::ChunkedDecoder validator_;
-  State state_ = State::Line;
-  uint64_t left_ = 0;  // data bytes left in the current chunk
-  bool in_extension_ = false;
-  bool trailer_line_empty_ = true;
-};
-
-// "CONNECT"-style helpers.
+// The method of a :method value (case-sensitive, as HTTP/2 methods are).
 http1::Method methodOf(std::string_view method_text);
-bool idempotent(http1::Method m);
 
 }  // namespace http2
 }  // namespace filters

@@ -15,13 +15,12 @@
 #include "source/common/network/filter.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/origin_exchange.h"
 #include "source/common/upstream/tunnel_relay.h"
 
 namespace sluice {
 namespace filters {
 namespace http2proxy {
-
-using http2::AddedHeader;
 
 // The shared HTTP proxy stats (http/proxy_stats.h) and the HTTP/2 codec's own.
 struct Http2Stats : http::ProxyStats {
@@ -52,12 +51,13 @@ struct Http2Config {
   http2::CodecSettings codec;
   http2::FloodLimits flood;
   uint32_t max_request_headers = 100;
-  http1::ParseLimits response_limits;
   uint64_t max_request_body_bytes = 0;  // 0: unlimited
   uint32_t stream_buffer_bytes = 256 * 1024;
   bool disable_websocket = false;  // no RFC 8441 (SETTINGS_ENABLE_CONNECT_PROTOCOL not sent)
   std::chrono::milliseconds idle_timeout{60000};
-  std::chrono::milliseconds request_body_timeout{30000};
+  // The exchange with origins: response limits, the request body deadline (also the header
+  // block's), stats (pointing at `stats` below).
+  upstream::ExchangeOptions exchange;
   std::vector<proxy::RequestFilterSpec> request_filters;
   Http2Stats stats;
   upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*

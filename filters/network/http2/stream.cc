@@ -4,16 +4,10 @@
 #include <charconv>
 #include <cstring>
 
-#include <openssl/rand.h>
-#include <openssl/sha.h>
-
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 
-#include "source/common/http/head_scan.h"
 #include "source/common/http/proxy_credential.h"
 #include "source/common/http/status.h"
-#include "source/common/http/upgrade.h"
 #include "source/common/proxy/worker_context.h"
 #include "source/common/upstream/pool.h"
 
@@ -28,39 +22,16 @@ using http2::ErrorCode;
 // Response heads are translated within one callback: scratch per worker, capacity kept.
 thread_local std::string t_names;
 thread_local std::vector<http2::ResponseHeader> t_headers;
-thread_local http1::ResponseHead t_response_head;
 // A decoded Basic credential, until its key is copied into the stream's header storage.
 thread_local http::CredentialScratch t_credential_scratch;
-
-// RFC 6455 4.2.2: base64(SHA-1(key + GUID)).
-std::string webSocketAccept(std::string_view key) {
-  static constexpr std::string_view kGuid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-  uint8_t digest[SHA_DIGEST_LENGTH];
-  SHA_CTX ctx;
-  SHA1_Init(&ctx);
-  SHA1_Update(&ctx, key.data(), key.size());
-  SHA1_Update(&ctx, kGuid.data(), kGuid.size());
-  SHA1_Final(digest, &ctx);
-  std::string out;
-  absl::Base64Escape(absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)),
-                     &out);
-  return out;
-}
-
-void addChunkHeader(buffer::Buffer& out, size_t n) {
-  char line[20];
-  auto r = std::to_chars(line, line + 16, static_cast<uint64_t>(n), 16);
-  *r.ptr++ = '\r';
-  *r.ptr++ = '\n';
-  out.add(line, static_cast<size_t>(r.ptr - line));
-}
 
 }  // namespace
 
 Http2ProxyFilter::Stream::Stream(Http2ProxyFilter& parent)
     : parent_(parent),
       chain_(parent.callbacks_->worker(), *this),
-      timer_(parent.downstream().dispatcher(), [this] { onTimer(); }) {
+      timer_(parent.downstream().dispatcher(), [this] { onTimer(); }),
+      exchange_(*this, parent.config_->exchange) {
   buildChain();
 }
 
@@ -84,10 +55,7 @@ void Http2ProxyFilter::Stream::begin(int32_t id) {
   unconsumed_ = 0;
   body_received_ = 0;
   request_ended_ = false;
-  chunked_request_ = false;
   response_started_ = false;
-  response_scanned_ = 0;
-  response_keep_alive_ = true;
   out_eof_ = false;
   deferred_ = false;
   upstream_paused_ = false;
@@ -99,7 +67,7 @@ void Http2ProxyFilter::Stream::begin(int32_t id) {
   config().stats.streams_total.inc();
   config().stats.streams_active.inc();
   // A header block left unfinished blocks the whole connection (HPACK state is shared).
-  timer_.enable(config().request_body_timeout);
+  timer_.enable(config().exchange.request_body_timeout);
 }
 
 void Http2ProxyFilter::Stream::addHeader(std::string_view name, std::string_view value) {
@@ -201,13 +169,10 @@ void Http2ProxyFilter::Stream::onClientData(const uint8_t* data, size_t length) 
         unconsumed_ += length;
         return;
       }
-      buffer::Buffer out;
-      if (chunked_request_) addChunkHeader(out, length);
-      out.add(data, length);
-      if (chunked_request_) out.add("\r\n", 2);
-      writeUpstream(out, false);
+      buffer::Buffer in;
+      in.add(data, length);
+      exchange_.sendBody(in, false);
       credit(length);
-      if (!response_started_) timer_.enable(config().request_body_timeout);
       return;
     }
     case State::Tunnel: {
@@ -236,12 +201,8 @@ void Http2ProxyFilter::Stream::onClientEnd() {
   request_ended_ = true;
   if (state_ == State::Forwarding) {
     if (websocket_pending_) return;  // half-closed upstream once switched
-    if (chunked_request_) {
-      buffer::Buffer out;
-      out.add("0\r\n\r\n", 5);
-      writeUpstream(out, false);
-    }
-    if (!response_started_) timer_.enable(upstream_info_.response_timeout);
+    buffer::Buffer none;
+    exchange_.sendBody(none, true);
   } else if (state_ == State::Tunnel && tunnel_relay_) {
     buffer::Buffer none;
     tunnel_relay_->onDownstreamData(none, true);
@@ -294,7 +255,14 @@ size_t Http2ProxyFilter::Stream::readBody(uint8_t* buf, size_t max, bool& eof) {
     upstream_paused_ = false;
     pauseOrigin(false);
   }
-  if (n > 0 && state_ == State::Forwarding) timer_.enable(upstream_info_.response_timeout);
+  if (n > 0 && state_ == State::Forwarding) {
+    // The client reads: the origin's deadline (or, once it is done, the client's) starts over.
+    if (exchange_.active()) {
+      exchange_.onResponseProgress();
+    } else {
+      timer_.enable(parent_.config_->idle_timeout);
+    }
+  }
   return n;
 }
 
@@ -302,7 +270,7 @@ void Http2ProxyFilter::Stream::abort() {
   if (state_ == State::Idle) return;
   chain_.end();
   timer_.disable();
-  releaseUpstream(false);
+  releaseUpstream();
   pending_body_.clear();
   out_.clear();
   // Capacity is kept for the next stream, but not what one large header list needed: an idle
@@ -314,27 +282,6 @@ void Http2ProxyFilter::Stream::abort() {
   tunnel_ = false;
   config().stats.streams_active.dec();
   state_ = State::Idle;
-}
-
-void Http2ProxyFilter::Stream::onUpstreamReady(upstream::UpstreamHandle upstream) {
-  upstream_ = std::move(upstream);
-  upstream_->setCallbacks(this);
-  upstream_info_ = upstream_.info();
-  key_tunnel_stats_ = request_.principal_tunnel_stats;
-  chain_.end();
-  if (info_.kind == proxy::RequestKind::Tunnel) {
-    parent_.codec_->submitResponse(id_, 200, nullptr, 0, false);
-    config().stats.countStatus(200);
-    buffer::Buffer none;
-    enterTunnel(none, false);
-    return;
-  }
-  state_ = State::Forwarding;
-  if (info_.websocket) {
-    sendUpgradeHead();
-    return;
-  }
-  sendRequestHead();
 }
 
 void Http2ProxyFilter::Stream::onDenied(proxy::Denial denial, std::string_view reason) {
@@ -405,39 +352,6 @@ void Http2ProxyFilter::Stream::onTunnelEnd(upstream::TunnelEnd end) {
   }
 }
 
-void Http2ProxyFilter::Stream::onData(buffer::Buffer& data, bool end_stream) {
-  if (state_ != State::Forwarding) {
-    data.clear();
-    return;
-  }
-  config().stats.bytes_upstream_rx.add(data.length());
-  if (!response_started_) {
-    if (!processResponseHead(data)) {
-      if (state_ == State::Tunnel) {
-        // Switched to WebSocket: what followed the 101 is the origin's first frames.
-        enterTunnel(data, end_stream);
-        return;
-      }
-      if (state_ == State::Forwarding && end_stream) onUpstreamClosed();
-      return;
-    }
-    if (out_eof_) {
-      // A response without a body: anything after its head spoils the connection.
-      if (!data.empty() || end_stream) response_keep_alive_ = false;
-      data.clear();
-      finishUpstream();
-      afterOutput();
-      return;
-    }
-  }
-  relayResponseBody(data, end_stream);
-}
-
-void Http2ProxyFilter::Stream::onEvent(network::ConnectionEvent event) {
-  if (event != network::ConnectionEvent::RemoteClose) return;
-  onUpstreamClosed();
-}
-
 void Http2ProxyFilter::Stream::findCredential() {
   credential_offset_ = 0;
   credential_len_ = 0;
@@ -463,25 +377,16 @@ void Http2ProxyFilter::Stream::findCredential() {
   }
 }
 
-void Http2ProxyFilter::Stream::writeUpstream(buffer::Buffer& out, bool end_stream) {
-  if (!upstream_) {
-    out.clear();
-    return;
-  }
-  config().stats.bytes_upstream_tx.add(out.length());
-  upstream_->write(out, end_stream);
-}
-
 bool Http2ProxyFilter::Stream::originBackedUp() const {
   if (tunnel_relay_) return tunnel_relay_->upstreamBackedUp();
-  return upstream_ && upstream_->aboveHighWatermark();
+  return exchange_.originBackedUp();
 }
 
 void Http2ProxyFilter::Stream::pauseOrigin(bool pause) {
   if (tunnel_relay_) {
     tunnel_relay_->onDownstreamBackedUp(pause);
-  } else if (upstream_) {
-    upstream_->readDisable(pause);
+  } else {
+    exchange_.pauseResponse(pause);
   }
 }
 
@@ -502,68 +407,113 @@ void Http2ProxyFilter::Stream::creditPending() {
   parent_.scheduleFlush();
 }
 
-void Http2ProxyFilter::Stream::sendRequestHead() {
-  if (request_ended_ && !info_.has_content_length && !pending_body_.empty()) {
-    // The whole body arrived while the filters ran: its length is known.
-    info_.has_content_length = true;
-    info_.content_length = pending_body_.length();
-  }
-  chunked_request_ = !request_ended_ && !info_.has_content_length;
-  buffer::Buffer out;
-  http2::writeHttp1Head(info_, fields_.data(), static_cast<uint32_t>(fields_.size()), added_,
-                        added_count_, chunked_request_, out);
-  response_started_ = false;
-  response_scanned_ = 0;
-  if (!pending_body_.empty()) {
-    if (chunked_request_) addChunkHeader(out, pending_body_.length());
-    const bool chunk = chunked_request_;
-    out.move(pending_body_);
-    if (chunk) out.add("\r\n", 2);
-  }
-  if (request_ended_ && chunked_request_) out.add("0\r\n\r\n", 5);
-  writeUpstream(out, false);
-  creditPending();
-  timer_.enable(request_ended_ ? upstream_info_.response_timeout : config().request_body_timeout);
-}
-
-void Http2ProxyFilter::Stream::sendUpgradeHead() {
-  uint8_t nonce[16];
-  RAND_bytes(nonce, sizeof(nonce));
-  ws_key_.clear();
-  absl::Base64Escape(absl::string_view(reinterpret_cast<const char*>(nonce), sizeof(nonce)),
-                     &ws_key_);
-  buffer::Buffer out;
-  http::UpgradeRequestEncoder encoder(out, info_.path);
-  encoder.header("host", info_.authority);
-  constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
-  for (const http1::HeaderField& f : fields_) {
-    if ((f.flags & kSkip) != 0 || f.name == "sec-websocket-key" ||
-        f.name == "sec-websocket-accept") {
-      continue;
-    }
-    encoder.header(f.name, f.value);
-  }
-  for (uint32_t i = 0; i < added_count_; ++i) encoder.header(added_[i].name, added_[i].value);
-  encoder.header("sec-websocket-key", ws_key_);
-  encoder.finish();
-  websocket_pending_ = true;
-  response_started_ = false;
-  response_scanned_ = 0;
-  writeUpstream(out, false);
-  timer_.enable(upstream_info_.response_timeout);
-}
-
-void Http2ProxyFilter::Stream::switchToWebSocket(const http1::ResponseHead& rh,
-                                                 buffer::Buffer& data) {
-  const int32_t accept =
-      http1::findHeader(rh.headers.data(), rh.header_count, "sec-websocket-accept");
-  if (!http::acceptsUpgrade(rh) || accept < 0 ||
-      rh.headers[accept].value != webSocketAccept(ws_key_)) {
-    config().stats.upstream_rs_bad.inc();
-    config().stats.websocket_rejected.inc();
-    localReply(502, "origin answered the websocket upgrade badly");
+void Http2ProxyFilter::Stream::onUpstreamReady(upstream::UpstreamHandle upstream) {
+  key_tunnel_stats_ = request_.principal_tunnel_stats;
+  chain_.end();
+  if (info_.kind == proxy::RequestKind::Tunnel) {
+    parent_.codec_->submitResponse(id_, 200, nullptr, 0, false);
+    config().stats.countStatus(200);
+    buffer::Buffer none;
+    enterTunnel(std::move(upstream), none, false);
     return;
   }
+  state_ = State::Forwarding;
+  sendRequest(std::move(upstream));
+}
+
+void Http2ProxyFilter::Stream::sendRequest(upstream::UpstreamHandle upstream) {
+  upstream::OriginRequest r;
+  r.method_text = info_.method_text;
+  r.method = info_.method;
+  r.path = info_.path;
+  // :authority as the client wrote it (validated): "host", "host:port" or "[v6]:port".
+  r.host = info_.authority;
+  r.fields = fields_.data();
+  r.field_count = static_cast<uint32_t>(fields_.size());
+  r.added = added_;
+  r.added_count = added_count_;
+  r.retry_allowed = !retried_;
+  buffer::Buffer none;
+  buffer::Buffer* body = &pending_body_;
+  if (info_.websocket) {
+    // The RFC 8441 bridge: GET :path with Upgrade: websocket and a key of the proxy's own (an
+    // HTTP/2 client sends none), on a fresh origin connection. Client bytes wait for the 101.
+    r.upgrade = upstream::Upgrade::WebSocketOwnKey;
+    websocket_pending_ = true;
+    body = &none;
+  } else {
+    if (request_ended_ && !info_.has_content_length && !pending_body_.empty()) {
+      // The whole body arrived while the filters ran: its length is known.
+      info_.has_content_length = true;
+      info_.content_length = pending_body_.length();
+    }
+    if (info_.has_content_length) {
+      r.body = upstream::RequestBody::Length;
+      r.content_length = info_.content_length;
+    } else if (!request_ended_) {
+      r.body = upstream::RequestBody::ChunkEncode;
+    }
+  }
+  response_started_ = false;
+  exchange_.start(std::move(upstream), r, timer_, *body, 0);
+  if (!info_.websocket) {
+    // A body longer than its content-length is nghttp2's to refuse; nothing more is sent.
+    pending_body_.clear();
+    if (request_ended_) exchange_.sendBody(none, true);
+  }
+  creditPending();
+}
+
+void Http2ProxyFilter::Stream::onInterimResponse(const http1::ResponseHead& rh) {
+  // Interim responses (100 Continue, 103 Early Hints) go out as non-final HEADERS.
+  buildResponseHeaders(rh);
+  parent_.codec_->submitInterim(id_, rh.status, t_headers.data(), t_headers.size());
+  config().stats.countStatus(rh.status);
+  parent_.scheduleFlush();
+}
+
+void Http2ProxyFilter::Stream::onResponseHead(const http1::ResponseHead& rh) {
+  buildResponseHeaders(rh);
+  char digits[20];
+  const bool send_length =
+      rh.framing == http1::BodyFraming::ContentLength ||
+      (info_.method == http1::Method::Head && rh.status != 204 &&
+       http1::findHeader(rh.headers.data(), rh.header_count, "content-length") >= 0);
+  if (send_length) {
+    auto r = std::to_chars(digits, digits + sizeof(digits), rh.content_length);
+    t_headers.push_back({"content-length", std::string_view(digits, r.ptr - digits)});
+  }
+  if (websocket_pending_) {
+    // The origin declined the upgrade: its answer is relayed as a normal response and the held
+    // client bytes are dropped with the stream.
+    websocket_pending_ = false;
+    config().stats.websocket_refused.inc();
+    parent_.codec_->consume(id_, unconsumed_);
+    unconsumed_ = 0;
+    pending_body_.clear();
+  }
+  const bool no_body = rh.framing == http1::BodyFraming::None ||
+                       (rh.framing == http1::BodyFraming::ContentLength && rh.content_length == 0);
+  parent_.codec_->submitResponse(id_, rh.status, t_headers.data(), t_headers.size(), no_body);
+  config().stats.countStatus(rh.status);
+  response_started_ = true;
+  if (no_body) out_eof_ = true;
+  parent_.scheduleFlush();
+}
+
+void Http2ProxyFilter::Stream::onResponseBody(buffer::Buffer& body, bool end) {
+  out_.move(body);
+  if (end) {
+    out_eof_ = true;
+    // The origin is done; a client that stops reading cannot keep the stream (and its queue).
+    timer_.enable(parent_.config_->idle_timeout);
+  }
+  afterOutput();
+}
+
+void Http2ProxyFilter::Stream::onUpgraded(const http1::ResponseHead& rh,
+                                          upstream::UpstreamHandle upstream, buffer::Buffer& early,
+                                          bool origin_ended) {
   t_headers.clear();
   for (uint32_t i = 0; i < rh.header_count; ++i) {
     const http1::HeaderField& f = rh.headers[i];
@@ -576,14 +526,50 @@ void Http2ProxyFilter::Stream::switchToWebSocket(const http1::ResponseHead& rh,
   }
   parent_.codec_->submitResponse(id_, 200, t_headers.data(), t_headers.size(), false);
   config().stats.countStatus(200);
-  data.drain(rh.head_size);
   config().stats.websocket_switched.inc();
   websocket_pending_ = false;
-  // The caller (onData) hands what followed the 101 to enterTunnel.
-  state_ = State::Tunnel;
+  // What followed the 101 is the origin's first frames.
+  enterTunnel(std::move(upstream), early, origin_ended);
 }
 
-void Http2ProxyFilter::Stream::enterTunnel(buffer::Buffer& from_origin, bool origin_ended) {
+void Http2ProxyFilter::Stream::onRetry() {
+  // A pooled connection the origin had already closed: once more on a new one.
+  retried_ = true;
+  request_.fresh_connection = true;
+  state_ = State::Filtering;
+  timer_.disable();
+  chain_.start(request_);
+}
+
+void Http2ProxyFilter::Stream::onExchangeError(upstream::ExchangeError error,
+                                               std::string_view detail) {
+  switch (error) {
+    case upstream::ExchangeError::BodyTimeout:
+      config().stats.rq_body_timeout.inc();
+      localReply(408, detail);
+      return;
+    case upstream::ExchangeError::BadResponse:
+      if (websocket_pending_) config().stats.websocket_rejected.inc();
+      break;
+    case upstream::ExchangeError::OriginClosed:
+    case upstream::ExchangeError::ResponseTimeout:
+      break;
+  }
+  if (response_started_) {
+    // The client must see a truncated stream.
+    reset(error == upstream::ExchangeError::ResponseTimeout ? ErrorCode::Cancel
+                                                            : ErrorCode::InternalError);
+    return;
+  }
+  localReply(error == upstream::ExchangeError::ResponseTimeout ? 504 : 502, detail);
+}
+
+void Http2ProxyFilter::Stream::onOriginBackedUp(bool backed_up) {
+  if (!backed_up) creditPending();
+}
+
+void Http2ProxyFilter::Stream::enterTunnel(upstream::UpstreamHandle upstream,
+                                           buffer::Buffer& from_origin, bool origin_ended) {
   // A tunnel runs no more requests: its filter instances go until the stream is reused.
   chain_.releaseFilters();
   response_started_ = true;
@@ -591,11 +577,11 @@ void Http2ProxyFilter::Stream::enterTunnel(buffer::Buffer& from_origin, bool ori
   tunnel_ = true;
   config().stats.tunnels_active.inc();
   upstream::TunnelOptions options;
-  options.idle_timeout = upstream_info_.tunnel_idle_timeout;
+  options.idle_timeout = upstream.info().tunnel_idle_timeout;
   options.listener_stats = &parent_.config_->tunnel_stats;
   options.key_stats = key_tunnel_stats_;
   tunnel_relay_ =
-      std::make_unique<upstream::TunnelRelay>(std::move(upstream_), *this, timer_, options);
+      std::make_unique<upstream::TunnelRelay>(std::move(upstream), *this, timer_, options);
   if (!from_origin.empty()) out_.move(from_origin);
   tunnel_relay_->start(pending_body_, request_ended_, origin_ended);
   creditPending();
@@ -616,172 +602,18 @@ void Http2ProxyFilter::Stream::buildResponseHeaders(const http1::ResponseHead& r
   }
 }
 
-bool Http2ProxyFilter::Stream::processResponseHead(buffer::Buffer& data) {
-  http1::ResponseHead& rh = t_response_head;
-  while (true) {
-    const std::string_view view =
-        http::headToParse(data, config().response_limits.max_head_bytes, response_scanned_);
-    if (view.empty()) return false;
-    http1::ParseError err;
-    // A WebSocket bridge asked the origin with a GET.
-    const http1::Method method = info_.websocket ? http1::Method::Get : info_.method;
-    http1::ParseStatus st =
-        http1::parseResponseHead(view, config().response_limits, method, rh, err);
-    if (st == http1::ParseStatus::Incomplete) return false;
-    response_scanned_ = 0;
-    if (st == http1::ParseStatus::Error) {
-      config().stats.upstream_rs_bad.inc();
-      localReply(502, err.reason);
-      return false;
-    }
-    if (rh.status == 101 && websocket_pending_) {
-      switchToWebSocket(rh, data);
-      return false;
-    }
-    if (rh.status >= 100 && rh.status < 200) {
-      if (rh.status == 101) {
-        config().stats.upstream_rs_bad.inc();
-        localReply(502, "origin switched protocols without an upgrade request");
-        return false;
-      }
-      // Interim responses (100 Continue, 103 Early Hints) go out as non-final HEADERS.
-      buildResponseHeaders(rh);
-      parent_.codec_->submitInterim(id_, rh.status, t_headers.data(), t_headers.size());
-      config().stats.countStatus(rh.status);
-      parent_.scheduleFlush();
-      data.drain(rh.head_size);
-      continue;
-    }
-    buildResponseHeaders(rh);
-    char digits[20];
-    const bool send_length =
-        rh.framing == http1::BodyFraming::ContentLength ||
-        (info_.method == http1::Method::Head && rh.status != 204 &&
-         http1::findHeader(rh.headers.data(), rh.header_count, "content-length") >= 0);
-    if (send_length) {
-      auto r = std::to_chars(digits, digits + sizeof(digits), rh.content_length);
-      t_headers.push_back({"content-length", std::string_view(digits, r.ptr - digits)});
-    }
-    if (websocket_pending_) {
-      // The origin declined the upgrade: its answer is relayed as a normal response and
-      // the held client bytes are dropped with the stream.
-      websocket_pending_ = false;
-      config().stats.websocket_refused.inc();
-      parent_.codec_->consume(id_, unconsumed_);
-      unconsumed_ = 0;
-      pending_body_.clear();
-    }
-    response_framing_ = rh.framing;
-    response_body_left_ = rh.content_length;
-    response_keep_alive_ = rh.keep_alive && !info_.websocket;
-    dechunker_.reset();
-    const bool no_body =
-        rh.framing == http1::BodyFraming::None ||
-        (rh.framing == http1::BodyFraming::ContentLength && rh.content_length == 0);
-    parent_.codec_->submitResponse(id_, rh.status, t_headers.data(), t_headers.size(), no_body);
-    data.drain(rh.head_size);
-    config().stats.countStatus(rh.status);
-    response_started_ = true;
-    if (no_body) out_eof_ = true;
-    timer_.enable(upstream_info_.response_timeout);
-    parent_.scheduleFlush();
-    return true;
-  }
-}
-
-void Http2ProxyFilter::Stream::relayResponseBody(buffer::Buffer& data, bool end_stream) {
-  bool done = false;
-  switch (response_framing_) {
-    case http1::BodyFraming::None:
-      done = true;
-      break;
-    case http1::BodyFraming::ContentLength: {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(response_body_left_, data.length()));
-      out_.move(data, n);
-      response_body_left_ -= n;
-      done = response_body_left_ == 0;
-      break;
-    }
-    case http1::BodyFraming::Chunked: {
-      http2::Dechunker::Status st = dechunker_.decode(data, out_);
-      if (st == http2::Dechunker::Status::Error) {
-        config().stats.upstream_rs_bad.inc();
-        reset(ErrorCode::InternalError);
-        return;
-      }
-      done = st == http2::Dechunker::Status::Done;
-      break;
-    }
-    case http1::BodyFraming::UntilClose:
-      out_.move(data);
-      done = end_stream;
-      break;
-  }
-  if (done) {
-    if (!data.empty() || end_stream) response_keep_alive_ = false;
-    data.clear();
-    out_eof_ = true;
-    finishUpstream();
-  } else if (end_stream) {
-    // The origin closed before the body's end: the client must see a truncated stream.
-    config().stats.upstream_reset.inc();
-    reset(ErrorCode::InternalError);
-    return;
-  } else {
-    timer_.enable(upstream_info_.response_timeout);
-  }
-  afterOutput();
-}
-
-void Http2ProxyFilter::Stream::finishUpstream() {
-  const bool reusable = response_keep_alive_ && request_ended_ &&
-                        response_framing_ != http1::BodyFraming::UntilClose && upstream_ &&
-                        upstream_->writeBufferLength() == 0;
-  releaseUpstream(reusable);
-}
-
 void Http2ProxyFilter::Stream::afterOutput() {
   if (deferred_ && (!out_.empty() || out_eof_)) {
     deferred_ = false;
     parent_.codec_->resumeBody(id_);
   }
-  if ((upstream_ || tunnel_relay_) && !upstream_paused_ &&
+  if ((exchange_.active() || tunnel_relay_) && !upstream_paused_ &&
       out_.length() >= config().stream_buffer_bytes) {
     upstream_paused_ = true;
     pauseOrigin(true);
     config().stats.upstream_read_paused.inc();
   }
   parent_.scheduleFlush();
-}
-
-bool Http2ProxyFilter::Stream::retryable() const {
-  return upstream_info_.reused && !retried_ && request_ended_ && body_received_ == 0 &&
-         http2::idempotent(info_.method) && !response_started_ && response_scanned_ == 0;
-}
-
-void Http2ProxyFilter::Stream::onUpstreamClosed() {
-  if (state_ != State::Forwarding) return;
-  if (retryable()) {
-    // A pooled connection the origin had already closed: once more on a new one. The close
-    // comes from the loop (a write never closes under its caller), so the chain restarts
-    // here.
-    config().stats.rq_retry.inc();
-    releaseUpstream(false);
-    retried_ = true;
-    request_.fresh_connection = true;
-    state_ = State::Filtering;
-    timer_.disable();
-    chain_.start(request_);
-    return;
-  }
-  config().stats.upstream_reset.inc();
-  if (!response_started_) {
-    localReply(502, "origin closed the connection");
-  } else if (!out_eof_) {
-    reset(ErrorCode::InternalError);
-  } else {
-    releaseUpstream(false);
-  }
 }
 
 void Http2ProxyFilter::Stream::onTimer() {
@@ -791,15 +623,10 @@ void Http2ProxyFilter::Stream::onTimer() {
       parent_.terminate(ErrorCode::ProtocolError);
       break;
     case State::Forwarding:
-      if (!request_ended_ && !response_started_ && !websocket_pending_) {
-        config().stats.rq_body_timeout.inc();
-        localReply(408, "request body not received in time");
-      } else if (!response_started_) {
-        config().stats.upstream_rs_timeout.inc();
-        localReply(504, "origin did not answer in time");
+      if (exchange_.active()) {
+        exchange_.onTimer();  // the body and response deadlines
       } else {
-        if (!out_eof_) config().stats.upstream_rs_timeout.inc();
-        reset(ErrorCode::Cancel);
+        reset(ErrorCode::Cancel);  // the response sat unread past the idle timeout
       }
       break;
     case State::Tunnel:  // the relay keeps its idle deadline on this timer
@@ -816,7 +643,7 @@ void Http2ProxyFilter::Stream::onTimer() {
 void Http2ProxyFilter::Stream::localReply(uint16_t status, std::string_view detail,
                                           bool auth_challenge) {
   timer_.disable();
-  releaseUpstream(false);
+  releaseUpstream();
   if (response_started_) {
     reset(ErrorCode::InternalError);
     return;
@@ -848,16 +675,16 @@ void Http2ProxyFilter::Stream::reset(ErrorCode code) {
   if (state_ == State::Done || state_ == State::Idle) return;
   chain_.end();
   timer_.disable();
-  releaseUpstream(false);
+  releaseUpstream();
   state_ = State::Done;
   parent_.codec_->resetStream(id_, code);
   parent_.scheduleFlush();
 }
 
-void Http2ProxyFilter::Stream::releaseUpstream(bool reusable) {
+void Http2ProxyFilter::Stream::releaseUpstream() {
   upstream::TunnelRelay::dispose(tunnel_relay_);
   upstream_paused_ = false;
-  upstream_.release(reusable && !parent_.draining_);
+  exchange_.abort();
 }
 
 }  // namespace http2proxy

@@ -11,6 +11,7 @@
 #include "source/common/event/dispatcher.h"
 #include "source/common/http/h1_parser.h"
 #include "source/common/proxy/request_filter.h"
+#include "source/common/upstream/origin_exchange.h"
 #include "source/common/upstream/tunnel_relay.h"
 
 namespace sluice {
@@ -22,7 +23,7 @@ namespace http2proxy {
 // for later streams of the same connection (the filter chain is built once per object).
 class Http2ProxyFilter::Stream : public proxy::RequestSink,
                                  public proxy::RequestHeaders,
-                                 public network::ConnectionCallbacks,
+                                 public upstream::ExchangeOwner,
                                  public upstream::TunnelDownstream {
  public:
   enum class State : uint8_t {
@@ -76,12 +77,15 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   void readDisableDownstream(bool disable) override;
   void onTunnelEnd(upstream::TunnelEnd end) override;
 
-  // network::ConnectionCallbacks of the upstream connection.
-  void onData(buffer::Buffer& data, bool end_stream) override;
-
-  void onEvent(network::ConnectionEvent event) override;
-  void onAboveWriteHighWatermark() override {}
-  void onBelowWriteLowWatermark() override { creditPending(); }
+  // upstream::ExchangeOwner: the http:// request's exchange with its origin.
+  void onInterimResponse(const http1::ResponseHead& head) override;
+  void onResponseHead(const http1::ResponseHead& head) override;
+  void onResponseBody(buffer::Buffer& body, bool end) override;
+  void onUpgraded(const http1::ResponseHead& head, upstream::UpstreamHandle upstream,
+                  buffer::Buffer& early, bool origin_ended) override;
+  void onRetry() override;
+  void onExchangeError(upstream::ExchangeError error, std::string_view detail) override;
+  void onOriginBackedUp(bool backed_up) override;
 
  private:
   struct FieldRef {
@@ -101,8 +105,6 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   // credential is appended; a Bearer token is already there). Runs before the field views are
   // made, since appending may move storage_.
   void findCredential();
-  void writeUpstream(buffer::Buffer& out, bool end_stream);
-
   bool originBackedUp() const;
   // Stops (resumes) reading the origin: the stream's queue toward the client is full (drained).
   void pauseOrigin(bool pause);
@@ -111,36 +113,22 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   // which case they are credited once it drains (onBelowWriteLowWatermark).
   void credit(size_t length);
   void creditPending();
-  void sendRequestHead();
-
-  // The RFC 8441 bridge: GET :path with Upgrade: websocket and a key of our own (an HTTP/2
-  // client sends none), on a fresh origin connection.
-  void sendUpgradeHead();
-
-  // The origin's 101: checked, answered with 200 on the stream, then the stream is a tunnel.
-  void switchToWebSocket(const http1::ResponseHead& rh, buffer::Buffer& data);
+  // The request goes to the origin through the exchange: an http:// request, or the RFC 8441
+  // bridge (GET with Upgrade: websocket).
+  void sendRequest(upstream::UpstreamHandle upstream);
 
   // The 200 is submitted: the stream becomes a byte tunnel (CONNECT, or a WebSocket the origin
   // switched to), relayed by the upstream layer. Request bytes held while the filters ran (or
   // the 101 was awaited) go first; `from_origin` is what the origin sent behind its 101.
-  void enterTunnel(buffer::Buffer& from_origin, bool origin_ended);
+  void enterTunnel(upstream::UpstreamHandle upstream, buffer::Buffer& from_origin,
+                   bool origin_ended);
 
   // The origin's fields for HTTP/2 into t_headers: lowercase names, without the
   // connection-specific ones (Content-Length is added by the caller when it applies).
   void buildResponseHeaders(const http1::ResponseHead& rh);
-  bool processResponseHead(buffer::Buffer& data);
-
-  void relayResponseBody(buffer::Buffer& data, bool end_stream);
-
-  // The origin's part of the exchange is over: pool the connection if it is clean.
-  void finishUpstream();
-
   // New bytes for the client: wake the stream's DATA and push back on the upstream when the
   // queue is full (the client's window is closed or the connection is backed up).
   void afterOutput();
-
-  bool retryable() const;
-  void onUpstreamClosed();
 
   void onTimer();
 
@@ -148,7 +136,7 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   void localReply(uint16_t status, std::string_view detail, bool auth_challenge = false);
   void reset(http2::ErrorCode code);
 
-  void releaseUpstream(bool reusable);
+  void releaseUpstream();
 
   Http2ProxyFilter& parent_;
   proxy::RequestFilterChain chain_;
@@ -164,36 +152,29 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   const char* header_error_ = nullptr;
   http2::RequestInfo info_;
   proxy::ProxyRequest request_;
-  AddedHeader added_[kMaxAddedHeaders];
+  upstream::AddedField added_[kMaxAddedHeaders];
   uint32_t added_count_ = 0;
   // The key of the first proxy-authorization field, within storage_ (credential_len_ 0: none).
   uint32_t credential_offset_ = 0;
   uint32_t credential_len_ = 0;
 
-  upstream::UpstreamHandle upstream_;
+  // http:// and RFC 8441 streams until the origin switched; it holds the origin connection.
+  upstream::OriginExchange exchange_;
   // CONNECT streams and WebSocket streams once switched; it holds the origin connection.
   std::unique_ptr<upstream::TunnelRelay> tunnel_relay_;
   const upstream::TunnelStats* key_tunnel_stats_ = nullptr;
-  proxy::UpstreamInfo upstream_info_;
   buffer::Buffer pending_body_;  // request bytes received while the filters ran
   size_t unconsumed_ = 0;        // request bytes not yet credited to the client's window
   uint64_t body_received_ = 0;
   bool request_ended_ = false;
-  bool chunked_request_ = false;
   bool retried_ = false;
   bool websocket_pending_ = false;  // upgrade sent, waiting for the origin's 101
   bool drain_after_reply_ = false;  // a filter asked to close the connection (a ban)
-  std::string ws_key_;
 
   bool response_started_ = false;  // HEADERS submitted
-  size_t response_scanned_ = 0;
-  http1::BodyFraming response_framing_ = http1::BodyFraming::None;
-  uint64_t response_body_left_ = 0;
-  bool response_keep_alive_ = true;
-  http2::Dechunker dechunker_;
-  buffer::Buffer out_;     // response bytes waiting for DATA frames
-  bool out_eof_ = false;   // out_ holds the rest of the body
-  bool deferred_ = false;  // the codec is waiting for resumeBody
+  buffer::Buffer out_;             // response bytes waiting for DATA frames
+  bool out_eof_ = false;           // out_ holds the rest of the body
+  bool deferred_ = false;          // the codec is waiting for resumeBody
   bool upstream_paused_ = false;
   bool response_sent_ = false;  // our END_STREAM went out
   bool tunnel_ = false;         // counted in tunnels_active

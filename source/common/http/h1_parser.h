@@ -101,6 +101,11 @@ ParseStatus parseResponseHead(std::string_view data, const ParseLimits& limits,
 
 // Case-insensitive (ASCII) comparison.
 bool equalsIgnoreCase(std::string_view a, std::string_view b);
+// RFC 9110 9.2.2: a request that can be repeated with the same effect (safe to retry).
+inline bool idempotent(Method m) {
+  return m == Method::Get || m == Method::Head || m == Method::Options || m == Method::Trace ||
+         m == Method::Put || m == Method::Delete;
+}
 // Index of the first header with that name (case-insensitive) not flagged kRemoved; -1 if none.
 int32_t findHeader(const HeaderField* headers, uint32_t count, std::string_view name);
 // Does a comma-separated header value list contain token (case-insensitive, OWS-trimmed)?

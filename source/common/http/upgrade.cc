@@ -1,5 +1,7 @@
 #include "source/common/http/upgrade.h"
 
+#include "source/common/http/field_line.h"
+
 namespace sluice::http {
 
 namespace {
@@ -63,10 +65,7 @@ UpgradeRequestEncoder::UpgradeRequestEncoder(buffer::Buffer& out, std::string_vi
 
 void UpgradeRequestEncoder::header(std::string_view name, std::string_view value) {
   if (isUpgradeControlledField(name)) return;
-  out_.add(name);
-  out_.add(": ", 2);
-  out_.add(value);
-  out_.add("\r\n", 2);
+  addFieldLine(out_, name, value);
 }
 
 void UpgradeRequestEncoder::finish() {

@@ -58,7 +58,7 @@ network::ConnectionPtr Pool::acquire(const network::Address& to) {
 }
 
 void Pool::release(network::ConnectionPtr conn) {
-  if (!conn->open() || !conn->readBuffer().empty() || conn->writeBufferLength() > 0) {
+  if (draining_ || !conn->open() || !conn->readBuffer().empty() || conn->writeBufferLength() > 0) {
     close(std::move(conn));
     return;
   }
@@ -107,6 +107,11 @@ void Pool::sweepEmpty() {
   // not allocate a new one per request; past a bound they are dropped in one sweep, so many
   // distinct destinations cannot grow the map without limit.
   absl::erase_if(idle_, [](const auto& entry) { return entry.second.empty(); });
+}
+
+void Pool::drain() {
+  draining_ = true;
+  closeAll();
 }
 
 void Pool::closeAll() {

@@ -30,8 +30,11 @@ class Pool {
   // destination is full.
   void release(network::ConnectionPtr conn);
   size_t idleCount() const { return idle_count_; }
-  // Closes every idle connection (drain).
+  // Closes every idle connection.
   void closeAll();
+  // The worker is draining: idle connections are closed and none is taken back from now on.
+  void drain();
+  bool draining() const { return draining_; }
 
  private:
   class Idle;
@@ -47,6 +50,7 @@ class Pool {
   absl::flat_hash_map<network::Address, std::vector<IdlePtr>> idle_;
   std::vector<IdlePtr> spare_;  // recycled wrappers: no allocation per release
   size_t idle_count_ = 0;
+  bool draining_ = false;
   stats::Gauge idle_gauge_;  // upstream.pool_idle, summed over workers
 };
 

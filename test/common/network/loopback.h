@@ -6,7 +6,9 @@
 #include <vector>
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -77,6 +79,56 @@ class LoopbackListener {
  private:
   int fd_ = -1;
   uint16_t port_ = 0;
+};
+
+// A raw, non-blocking peer socket (a test's client, or a test's origin).
+class RawPeer {
+ public:
+  explicit RawPeer(int fd) : fd_(fd) { fcntl(fd_, F_SETFL, O_NONBLOCK); }
+  ~RawPeer() { closeNow(); }
+  int fd() const { return fd_; }
+  // Writes what the socket takes now; returns how much.
+  size_t send(std::string_view data) {
+    size_t done = 0;
+    while (done < data.size()) {
+      ssize_t n = ::send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    return done;
+  }
+  // Reads what is there; true once the peer's FIN was read.
+  bool receive() {
+    char buf[65536];
+    while (true) {
+      ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n > 0) {
+        received.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) eof = true;
+      if (n < 0 && errno == ECONNRESET) reset = true;
+      return eof;
+    }
+  }
+  void shutWrite() { ::shutdown(fd_, SHUT_WR); }
+  // Closes with a RST.
+  void reset_close() {
+    linger l{1, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    closeNow();
+  }
+  void closeNow() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  std::string received;
+  bool eof = false;
+  bool reset = false;
+
+ private:
+  int fd_;
 };
 
 // A loopback port with nothing listening on it (bound once, then released).

@@ -5,6 +5,8 @@
 
 #include "gtest/gtest.h"
 
+#include "source/common/upstream/origin_exchange.h"
+
 namespace sluice {
 namespace filters {
 namespace http2 {
@@ -213,7 +215,29 @@ TEST(ParseRequest, HostHeaderWhenNoAuthority) {
   EXPECT_EQ(info.authority, "h.example:81");
 }
 
-TEST(WriteHttp1Head, TranslatesAndJoinsCookies) {
+// The request a stream hands to the origin exchange, as Stream::sendRequest builds it.
+upstream::OriginRequest originRequest(const RequestInfo& info, const Block& b) {
+  upstream::OriginRequest r;
+  r.method_text = info.method_text;
+  r.method = info.method;
+  r.path = info.path;
+  r.host = info.authority;
+  r.fields = b.fields.data();
+  r.field_count = static_cast<uint32_t>(b.fields.size());
+  if (info.has_content_length) {
+    r.body = upstream::RequestBody::Length;
+    r.content_length = info.content_length;
+  }
+  return r;
+}
+
+std::string head(const upstream::OriginRequest& r) {
+  buffer::Buffer out;
+  upstream::OriginExchange::writeRequestHead(r, {}, out);
+  return str(out);
+}
+
+TEST(OriginHead, TranslatesAndJoinsCookies) {
   Block b{{":method", "POST"},
           {":scheme", "http"},
           {":authority", "example.com"},
@@ -229,29 +253,28 @@ TEST(WriteHttp1Head, TranslatesAndJoinsCookies) {
   RequestError err;
   ASSERT_TRUE(b.parse(info, err)) << err.reason;
   b.fields[8].flags |= http1::HeaderField::kRemoved;  // a filter removed x-drop
-  AddedHeader added[] = {{"x-added", "v"}};
-  buffer::Buffer out;
-  writeHttp1Head(info, b.fields.data(), static_cast<uint32_t>(b.fields.size()), added, 1, false,
-                 out);
-  EXPECT_EQ(str(out),
+  upstream::AddedField added[] = {{"x-added", "v"}};
+  upstream::OriginRequest r = originRequest(info, b);
+  r.added = added;
+  r.added_count = 1;
+  EXPECT_EQ(head(r),
             "POST /p HTTP/1.1\r\n"
-            "host: example.com\r\n"
+            "Host: example.com\r\n"
             "cookie: a=1; b=2\r\n"
             "x-keep: yes\r\n"
             "x-added: v\r\n"
-            "content-length: 5\r\n"
+            "Content-Length: 5\r\n"
             "\r\n");
 }
 
-TEST(WriteHttp1Head, ChunkedWhenLengthUnknown) {
+TEST(OriginHead, ChunkedWhenLengthUnknown) {
   Block b{{":method", "PUT"}, {":scheme", "http"}, {":authority", "a:8080"}, {":path", "/"}};
   RequestInfo info;
   RequestError err;
   ASSERT_TRUE(b.parse(info, err));
-  buffer::Buffer out;
-  writeHttp1Head(info, b.fields.data(), static_cast<uint32_t>(b.fields.size()), nullptr, 0, true,
-                 out);
-  EXPECT_EQ(str(out), "PUT / HTTP/1.1\r\nhost: a:8080\r\ntransfer-encoding: chunked\r\n\r\n");
+  upstream::OriginRequest r = originRequest(info, b);
+  r.body = upstream::RequestBody::ChunkEncode;
+  EXPECT_EQ(head(r), "PUT / HTTP/1.1\r\nHost: a:8080\r\nTransfer-Encoding: chunked\r\n\r\n");
 }
 
 TEST(DropResponseField, ConnectionSpecific) {
@@ -263,57 +286,11 @@ TEST(DropResponseField, ConnectionSpecific) {
   EXPECT_FALSE(dropResponseField({"Content-Type", "text/plain", 0}));
 }
 
-Dechunker::Status dechunk(Dechunker& d, std::string_view in, std::string& out_text,
-                          size_t piece = 0) {
-  Dechunker::Status st = Dechunker::Status::NeedMore;
-  size_t at = 0;
-  while (at < in.size()) {
-    size_t n = piece == 0 ? in.size() : std::min(piece, in.size() - at);
-    buffer::Buffer b, out;
-    b.add(in.substr(at, n));
-    st = d.decode(b, out);
-    out_text += str(out);
-    at += n - b.length();
-    if (st != Dechunker::Status::NeedMore) return st;
-    if (!b.empty()) break;
-  }
-  return st;
-}
-
-TEST(Dechunker, WholeAndByteAtATime) {
-  const std::string body =
-      "5;ext=\"q\"\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nx-trailer: 1\r\n\r\n";
-  for (size_t piece : {size_t{0}, size_t{1}, size_t{3}, size_t{7}}) {
-    Dechunker d;
-    std::string out;
-    EXPECT_EQ(dechunk(d, body, out, piece), Dechunker::Status::Done) << piece;
-    EXPECT_EQ(out, "helloabcdefghijklmnopqrstuvwxyz") << piece;
-  }
-}
-
-TEST(Dechunker, LeavesWhatFollows) {
-  Dechunker d;
-  buffer::Buffer in, out;
-  in.add(std::string_view("3\r\nabc\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n"));
-  EXPECT_EQ(d.decode(in, out), Dechunker::Status::Done);
-  EXPECT_EQ(str(out), "abc");
-  EXPECT_EQ(str(in), "HTTP/1.1 200 OK\r\n");
-}
-
-TEST(Dechunker, RejectsBadFraming) {
-  for (std::string_view bad :
-       {"x\r\n", "3\r\nabcX\r\n", "3\nabc\r\n", "-1\r\n", "11111111111111111\r\n"}) {
-    Dechunker d;
-    std::string out;
-    EXPECT_EQ(dechunk(d, bad, out), Dechunker::Status::Error) << bad;
-  }
-}
-
 TEST(Methods, Idempotent) {
-  EXPECT_TRUE(idempotent(methodOf("GET")));
-  EXPECT_TRUE(idempotent(methodOf("PUT")));
-  EXPECT_FALSE(idempotent(methodOf("POST")));
-  EXPECT_FALSE(idempotent(methodOf("get")));  // HTTP/2 methods are case-sensitive
+  EXPECT_TRUE(http1::idempotent(methodOf("GET")));
+  EXPECT_TRUE(http1::idempotent(methodOf("PUT")));
+  EXPECT_FALSE(http1::idempotent(methodOf("POST")));
+  EXPECT_FALSE(http1::idempotent(methodOf("get")));  // HTTP/2 methods are case-sensitive
   EXPECT_EQ(methodOf("CONNECT"), http1::Method::Connect);
 }
 
