@@ -18,6 +18,16 @@ CLEAN_ENV = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS
 _handed_out = set()
 
 
+def read_all(sock):
+    """Everything the peer sends until it closes."""
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
 def free_port():
     """A loopback TCP port that was free a moment ago and that this process has not handed out
     before (the kernel readily returns a just-closed port twice in a row)."""

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from helpers import CLEAN_ENV, free_port, wait_for_port
+from helpers import CLEAN_ENV, free_port, read_all, wait_for_port
 
 NGINX_BIN = os.environ.get("NGINX_BIN", "/usr/sbin/nginx")
 
@@ -305,3 +305,58 @@ class EchoServer(TcpServer):
                 c.sendall(d)
         except OSError:
             pass
+
+
+class SluiceOrigin:
+    """A sluice-origin process: an HTTP port (also /stats), a sink, a source and a UDP echo."""
+
+    def __init__(self, binary, threads=2, tls=None, env=None):
+        args = [str(binary), "--listen", "127.0.0.1:0", "-t", str(threads), "--sink",
+                "127.0.0.1:0", "--source", "127.0.0.1:0", "--udp-echo", "127.0.0.1:0"]
+        if tls:
+            # Load goes to the TLS port; /stats is read on the plain one, so that reading it adds
+            # no TLS handshake bytes of its own to the counts.
+            args += ["--tls-listen", "127.0.0.1:0", "--tls-cert", str(tls / "server-chain.pem"),
+                     "--tls-key", str(tls / "server.key")]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, env=env or CLEAN_ENV)
+        lines = {}
+        for _ in range(5 if tls else 4):
+            line = self.proc.stdout.readline().decode().strip()
+            assert line, "sluice-origin exited early"
+            name, _, addr = line.rpartition(" ")
+            lines[name] = int(addr.rsplit(":", 1)[1])
+        self.port = lines["listening on"]
+        self.sink = lines["sink listening on"]
+        self.source = lines["source listening on"]
+        self.udp = lines["udp echo on"]
+        self.url = f"http://127.0.0.1:{self.port}"
+        if tls:
+            self.url = f"https://127.0.0.1:{lines['tls listening on']}"
+
+    def stats(self):
+        """(stats, bytes of the request, bytes of the whole response)."""
+        req = b"GET /stats HTTP/1.1\r\nHost: origin\r\nConnection: close\r\n\r\n"
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.sendall(req)
+        data = read_all(s)
+        s.close()
+        body = data.split(b"\r\n\r\n", 1)[1]
+        return json.loads(body), len(req), len(data)
+
+    def measure(self, fn):
+        """Runs fn() and returns (its result, what the origin served meanwhile)."""
+        before, _, before_resp = self.stats()
+        result = fn()
+        after, after_req, _ = self.stats()
+        d = {k: after[k] - before[k] for k in after}
+        # The second /stats counts itself (request and its bytes); the first one's response
+        # was sent after its own snapshot.
+        d["requests"] -= 1
+        d["bytes_received"] -= after_req
+        d["bytes_sent"] -= before_resp
+        return result, d
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)

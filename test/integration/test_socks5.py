@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import closed_port_socket, curl, free_port
+from helpers import closed_port_socket, curl, free_port, read_all
 from origins import ipv6_loopback_works
 from sluice_proc import find_typed_configs
 
@@ -263,12 +263,7 @@ def test_pysocks_client(socks, py_origin):
     s.settimeout(5)
     s.connect(("localhost", py_origin.port))
     s.sendall(b"GET /hello HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-    data = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
+    data = read_all(s)
     s.close()
     assert data.startswith(b"HTTP/1.0 200") or data.startswith(b"HTTP/1.1 200"), data[:200]
     assert data.endswith(b"hello from the python origin\n")

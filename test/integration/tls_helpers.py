@@ -5,7 +5,7 @@ import ssl
 import subprocess
 from pathlib import Path
 
-from helpers import CLEAN_ENV, basic_auth
+from helpers import CLEAN_ENV, basic_auth, read_all  # noqa: F401 (re-exported)
 
 
 def client_context(ca, alpn=None, max_version=None, min_version=None):
@@ -22,15 +22,6 @@ def client_context(ca, alpn=None, max_version=None, min_version=None):
 def tls_connect(port, ctx, server_hostname="localhost", session=None, timeout=10.0):
     raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     return ctx.wrap_socket(raw, server_hostname=server_hostname, session=session)
-
-
-def read_all(sock):
-    data = b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
 
 
 def proxied_get(sock, url, host, key):

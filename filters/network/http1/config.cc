@@ -60,6 +60,7 @@ class Http1ProxyFactory : public extensions::FactoryBase<extensions::NetworkFilt
     config->stats = makeStats(context.chain_name);
     config->exchange.stats = &config->stats;
     config->tunnel_stats = upstream::listenerTunnelStats(context.listener_name);
+    config->listener_name = context.listener_name;
     Http1ConfigSharedPtr shared = std::move(config);
     return network::NetworkFilterFactoryCb([shared](network::FilterManager& manager) {
       manager.addReadFilter(std::make_unique<Http1ProxyFilter>(shared));

@@ -92,6 +92,7 @@ Http1ProxyFilter::~Http1ProxyFilter() {
   if (chain_) chain_->end();
   releaseUpstream();
   releaseHead();
+  endRecord();
   setState(State::Closed);
 }
 
@@ -174,6 +175,7 @@ void Http1ProxyFilter::processHead(buffer::Buffer& data) {
   if (status == http1::ParseStatus::Incomplete) return;
   if (status == http1::ParseStatus::Error) {
     config_->stats.rq_rejected.inc();
+    trace_.begin(proxy::Protocol::Http1, "-", {}, 0, downstream().peer());
     sendLocalReply(err.status, err.reason, true);
     return;
   }
@@ -197,6 +199,7 @@ void Http1ProxyFilter::startRequest() {
   retried_ = false;
   upgrade_ = false;
   downstream_ended_ = false;
+  trace_.begin(proxy::Protocol::Http1, head.method_text, head.host, head.port, downstream().peer());
 
   if (head.form == http1::TargetForm::Authority) {
     if (head.framing != http1::BodyFraming::None) {
@@ -279,6 +282,8 @@ void Http1ProxyFilter::startRequest() {
 
 void Http1ProxyFilter::onDenied(proxy::Denial denial, std::string_view reason) {
   uint16_t status = http::denialStatus(denial);
+  trace_.routed(pending_->request);
+  trace_.fail(reason, pending_->request.failure.kind);
   // A body we did not read would be taken for the next request: close instead of skipping it.
   bool close = !client_keep_alive_ || request_framing_ != http1::BodyFraming::None ||
                downstream_ended_ || pending_->request.close_connection;
@@ -297,12 +302,14 @@ void Http1ProxyFilter::onDenied(proxy::Denial denial, std::string_view reason) {
 
 void Http1ProxyFilter::onUpstreamReady(upstream::UpstreamHandle upstream) {
   key_tunnel_stats_ = pending_->request.principal_tunnel_stats;
+  trace_.routed(pending_->request);
   chain_->end();
   if (pending_->request.kind == proxy::RequestKind::Tunnel) {
     buffer::Buffer out;
     out.add(std::string_view("HTTP/1.1 200 Connection Established\r\n\r\n"));
     downstream().write(out);
     config_->stats.countStatus(200);
+    trace_.setStatus(200);
     downstream().readBuffer().drain(head_size_);
     head_in_buffer_ = false;
     releaseHead();
@@ -445,6 +452,7 @@ void Http1ProxyFilter::onResponseHead(const http1::ResponseHead& rh) {
   }
   out.add("\r\n", 2);
   config_->stats.countStatus(rh.status);
+  trace_.setStatus(rh.status);
 }
 
 void Http1ProxyFilter::onResponseBody(buffer::Buffer& body, bool end) {
@@ -475,6 +483,8 @@ void Http1ProxyFilter::onUpgraded(const http1::ResponseHead& rh, upstream::Upstr
   out.move(early);
   config_->stats.countStatus(101);
   config_->stats.upgrade_switched.inc();
+  trace_.setStatus(101);
+  exchange_.reportTo(trace_);
   upgraded_ = true;
   downstream().write(out);
   // Bytes the client sent behind its request head were left unread in its buffer (reading was
@@ -485,6 +495,7 @@ void Http1ProxyFilter::onUpgraded(const http1::ResponseHead& rh, upstream::Upstr
 
 void Http1ProxyFilter::onRetry() {
   // A pooled connection the origin had already closed: once more on a new one.
+  exchange_.reportTo(trace_);
   retried_ = true;
   pending_->request.fresh_connection = true;
   setState(State::Filtering);
@@ -494,6 +505,8 @@ void Http1ProxyFilter::onRetry() {
 
 void Http1ProxyFilter::onExchangeError(upstream::ExchangeError error, std::string_view detail) {
   t_response_out.clear();
+  exchange_.reportTo(trace_);
+  trace_.fail(detail, upstream::failureKind(error));
   switch (error) {
     case upstream::ExchangeError::BodyTimeout:
       config_->stats.rq_body_timeout.inc();
@@ -535,6 +548,9 @@ void Http1ProxyFilter::startTunnel(upstream::UpstreamHandle upstream, buffer::Bu
 }
 
 void Http1ProxyFilter::onTunnelEnd(upstream::TunnelEnd end) {
+  if (end == upstream::TunnelEnd::UpstreamReset) {
+    trace_.fail("the destination closed the tunnel", upstream::FailureKind::Reset);
+  }
   if (end == upstream::TunnelEnd::IdleTimeout) config_->stats.tunnel_idle_timeout.inc();
   if (end == upstream::TunnelEnd::UpstreamReset) config_->stats.upstream_reset.inc();
   if (end == upstream::TunnelEnd::DownstreamReset) config_->stats.downstream_reset.inc();
@@ -543,6 +559,8 @@ void Http1ProxyFilter::onTunnelEnd(upstream::TunnelEnd end) {
 
 void Http1ProxyFilter::finishExchange() {
   timer_->disable();
+  exchange_.reportTo(trace_);
+  endRecord();
   if (response_close_client_ || !exchange_.requestDone() || downstream_ended_ || draining_) {
     setState(State::Closed);
     downstream().close(network::CloseType::FlushWrite);
@@ -558,12 +576,14 @@ void Http1ProxyFilter::onEvent(network::ConnectionEvent event) {
   if (event == network::ConnectionEvent::Connected) return;
   if (state_ == State::Forwarding || state_ == State::Filtering) {
     config_->stats.downstream_reset.inc();
+    trace_.fail("the client closed the connection");
   }
   setState(State::Closed);
   if (chain_) chain_->end();
   if (timer_) timer_->disable();
   releaseUpstream();
   releaseHead();
+  endRecord();
 }
 
 void Http1ProxyFilter::onAboveWriteHighWatermark() {
@@ -632,6 +652,10 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, 
   if (method_ != http1::Method::Head || state_ == State::ReadingHead) out.add(body);
   config_->stats.countStatus(status);
   downstream().write(out);
+  trace_.setStatus(status);
+  trace_.fail(detail);
+  exchange_.reportTo(trace_);
+  endRecord();
   if (!close) return;
   setState(State::Closed);
   if (chain_) chain_->end();
@@ -641,7 +665,9 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, 
 }
 
 void Http1ProxyFilter::releaseUpstream() {
+  if (tunnel_) tunnel_->reportTo(trace_);
   upstream::TunnelRelay::dispose(tunnel_);
+  exchange_.reportTo(trace_);
   exchange_.abort();
 }
 
@@ -651,8 +677,11 @@ void Http1ProxyFilter::closeAll() {
   if (timer_) timer_->disable();
   releaseUpstream();
   releaseHead();
+  endRecord();
   downstream().close(network::CloseType::FlushWrite);
 }
+
+void Http1ProxyFilter::endRecord() { trace_.end(config_->listener_name); }
 
 void Http1ProxyFilter::releaseHead() {
   if (pending_ != nullptr) {

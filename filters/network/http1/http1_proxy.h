@@ -3,6 +3,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "source/common/event/dispatcher.h"
@@ -13,6 +14,7 @@
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/origin_exchange.h"
+#include "source/common/upstream/request_record.h"
 #include "source/common/upstream/tunnel_relay.h"
 
 namespace sluice {
@@ -45,6 +47,7 @@ struct Http1Config {
   std::vector<proxy::RequestFilterSpec> request_filters;
   Http1Stats stats;
   upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
+  std::string listener_name;           // for the end-of-request records
 };
 using Http1ConfigSharedPtr = std::shared_ptr<const Http1Config>;
 
@@ -136,6 +139,8 @@ class Http1ProxyFilter : public network::ReadFilter,
   void releaseUpstream();
   void closeAll();
   void releaseHead();
+  // The request in flight ends: its record goes out (once).
+  void endRecord();
 
   Http1ConfigSharedPtr config_;
   network::ReadFilterCallbacks* callbacks_ = nullptr;
@@ -170,6 +175,9 @@ class Http1ProxyFilter : public network::ReadFilter,
 
   // The response in flight ends with Connection: close (the client is closed after it).
   bool response_close_client_ = false;
+
+  // What the request in flight leaves in its end-of-request record.
+  upstream::RequestTrace trace_;
 
   // The client half-closed (while its request was served, or before its tunnel started).
   bool downstream_ended_ = false;

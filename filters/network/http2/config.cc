@@ -98,6 +98,7 @@ class Http2ProxyFactory : public extensions::FactoryBase<extensions::NetworkFilt
     config->stats = makeStats(context.chain_name);
     config->exchange.stats = &config->stats;
     config->tunnel_stats = upstream::listenerTunnelStats(context.listener_name);
+    config->listener_name = context.listener_name;
     Http2ConfigSharedPtr shared = std::move(config);
     return network::NetworkFilterFactoryCb([shared](network::FilterManager& manager) {
       manager.addReadFilter(std::make_unique<Http2ProxyFilter>(shared));

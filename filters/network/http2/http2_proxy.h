@@ -16,6 +16,7 @@
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/origin_exchange.h"
+#include "source/common/upstream/request_record.h"
 #include "source/common/upstream/tunnel_relay.h"
 
 namespace sluice {
@@ -61,6 +62,7 @@ struct Http2Config {
   std::vector<proxy::RequestFilterSpec> request_filters;
   Http2Stats stats;
   upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
+  std::string listener_name;           // for the end-of-request records
 };
 using Http2ConfigSharedPtr = std::shared_ptr<const Http2Config>;
 

@@ -90,6 +90,7 @@ void Http2ProxyFilter::Stream::addHeader(std::string_view name, std::string_view
 void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
   timer_.disable();
   request_ended_ = end_stream;
+  trace_.begin(proxy::Protocol::Http2, "-", {}, 0, parent_.downstream().peer());
   if (header_error_ != nullptr) {
     config().stats.rq_header_list_too_large.inc();
     localReply(431, header_error_);
@@ -116,6 +117,8 @@ void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
     localReply(413, "request body larger than the proxy allows");
     return;
   }
+  trace_.begin(proxy::Protocol::Http2, info_.method_text, info_.host, info_.port,
+               parent_.downstream().peer());
   request_ = proxy::ProxyRequest();
   request_.protocol = proxy::Protocol::Http2;
   request_.kind = info_.kind;
@@ -213,6 +216,7 @@ bool Http2ProxyFilter::Stream::onClientReset() {
   if (response_sent_) return false;
   if (state_ == State::Filtering || state_ == State::Forwarding || state_ == State::Tunnel) {
     config().stats.downstream_reset.inc();
+    trace_.fail("the client reset the stream");
   }
   return true;
 }
@@ -271,6 +275,7 @@ void Http2ProxyFilter::Stream::abort() {
   chain_.end();
   timer_.disable();
   releaseUpstream();
+  trace_.end(parent_.config_->listener_name);
   pending_body_.clear();
   out_.clear();
   // Capacity is kept for the next stream, but not what one large header list needed: an idle
@@ -286,6 +291,8 @@ void Http2ProxyFilter::Stream::abort() {
 
 void Http2ProxyFilter::Stream::onDenied(proxy::Denial denial, std::string_view reason) {
   chain_.end();
+  trace_.routed(request_);
+  trace_.fail(reason, request_.failure.kind);
   // The refusal goes out first, then the GOAWAY (onResponseSent).
   drain_after_reply_ = request_.close_connection;
   localReply(http::denialStatus(denial), reason, denial == proxy::Denial::Unauthorized);
@@ -332,7 +339,11 @@ void Http2ProxyFilter::Stream::readDisableDownstream(bool disable) {
 }
 
 void Http2ProxyFilter::Stream::onTunnelEnd(upstream::TunnelEnd end) {
+  if (tunnel_relay_) tunnel_relay_->reportTo(trace_);
   upstream::TunnelRelay::dispose(tunnel_relay_);
+  if (end == upstream::TunnelEnd::UpstreamReset) {
+    trace_.fail("the destination closed the tunnel", upstream::FailureKind::Reset);
+  }
   switch (end) {
     case upstream::TunnelEnd::Done:
       // Both ends passed on; the queued bytes and our END_STREAM still go out.
@@ -409,10 +420,12 @@ void Http2ProxyFilter::Stream::creditPending() {
 
 void Http2ProxyFilter::Stream::onUpstreamReady(upstream::UpstreamHandle upstream) {
   key_tunnel_stats_ = request_.principal_tunnel_stats;
+  trace_.routed(request_);
   chain_.end();
   if (info_.kind == proxy::RequestKind::Tunnel) {
     parent_.codec_->submitResponse(id_, 200, nullptr, 0, false);
     config().stats.countStatus(200);
+    trace_.setStatus(200);
     buffer::Buffer none;
     enterTunnel(std::move(upstream), none, false);
     return;
@@ -496,6 +509,7 @@ void Http2ProxyFilter::Stream::onResponseHead(const http1::ResponseHead& rh) {
                        (rh.framing == http1::BodyFraming::ContentLength && rh.content_length == 0);
   parent_.codec_->submitResponse(id_, rh.status, t_headers.data(), t_headers.size(), no_body);
   config().stats.countStatus(rh.status);
+  trace_.setStatus(rh.status);
   response_started_ = true;
   if (no_body) out_eof_ = true;
   parent_.scheduleFlush();
@@ -504,6 +518,7 @@ void Http2ProxyFilter::Stream::onResponseHead(const http1::ResponseHead& rh) {
 void Http2ProxyFilter::Stream::onResponseBody(buffer::Buffer& body, bool end) {
   out_.move(body);
   if (end) {
+    exchange_.reportTo(trace_);
     out_eof_ = true;
     // The origin is done; a client that stops reading cannot keep the stream (and its queue).
     timer_.enable(parent_.config_->idle_timeout);
@@ -527,6 +542,8 @@ void Http2ProxyFilter::Stream::onUpgraded(const http1::ResponseHead& rh,
   parent_.codec_->submitResponse(id_, 200, t_headers.data(), t_headers.size(), false);
   config().stats.countStatus(200);
   config().stats.websocket_switched.inc();
+  trace_.setStatus(200);
+  exchange_.reportTo(trace_);
   websocket_pending_ = false;
   // What followed the 101 is the origin's first frames.
   enterTunnel(std::move(upstream), early, origin_ended);
@@ -534,6 +551,7 @@ void Http2ProxyFilter::Stream::onUpgraded(const http1::ResponseHead& rh,
 
 void Http2ProxyFilter::Stream::onRetry() {
   // A pooled connection the origin had already closed: once more on a new one.
+  exchange_.reportTo(trace_);
   retried_ = true;
   request_.fresh_connection = true;
   state_ = State::Filtering;
@@ -543,6 +561,8 @@ void Http2ProxyFilter::Stream::onRetry() {
 
 void Http2ProxyFilter::Stream::onExchangeError(upstream::ExchangeError error,
                                                std::string_view detail) {
+  exchange_.reportTo(trace_);
+  trace_.fail(detail, upstream::failureKind(error));
   switch (error) {
     case upstream::ExchangeError::BodyTimeout:
       config().stats.rq_body_timeout.inc();
@@ -665,6 +685,8 @@ void Http2ProxyFilter::Stream::localReply(uint16_t status, std::string_view deta
   out_eof_ = true;
   response_started_ = true;
   config().stats.countStatus(status);
+  trace_.setStatus(status);
+  trace_.fail(detail);
   parent_.codec_->submitResponse(id_, status, headers, count, head);
   // A client that stops reading cannot keep the stream (and its queued reply) forever.
   timer_.enable(parent_.config_->idle_timeout);
@@ -681,7 +703,13 @@ void Http2ProxyFilter::Stream::reset(ErrorCode code) {
   parent_.scheduleFlush();
 }
 
+void Http2ProxyFilter::Stream::reportUpstream() {
+  if (tunnel_relay_) tunnel_relay_->reportTo(trace_);
+  exchange_.reportTo(trace_);
+}
+
 void Http2ProxyFilter::Stream::releaseUpstream() {
+  reportUpstream();
   upstream::TunnelRelay::dispose(tunnel_relay_);
   upstream_paused_ = false;
   exchange_.abort();

@@ -137,6 +137,8 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   void reset(http2::ErrorCode code);
 
   void releaseUpstream();
+  // Takes what the exchange or the tunnel moved into the record.
+  void reportUpstream();
 
   Http2ProxyFilter& parent_;
   proxy::RequestFilterChain chain_;
@@ -178,6 +180,8 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   bool upstream_paused_ = false;
   bool response_sent_ = false;  // our END_STREAM went out
   bool tunnel_ = false;         // counted in tunnels_active
+  // What the stream's request leaves in its end-of-request record.
+  upstream::RequestTrace trace_;
 };
 
 }  // namespace http2proxy

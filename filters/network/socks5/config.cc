@@ -87,6 +87,7 @@ class Socks5Factory : public extensions::FactoryBase<extensions::NetworkFilterFa
     }
     config->stats = makeStats(context.chain_name);
     config->tunnel_stats = upstream::listenerTunnelStats(context.listener_name);
+    config->listener_name = context.listener_name;
     Socks5ProxyConfigSharedPtr shared = std::move(config);
     return network::NetworkFilterFactoryCb([shared](network::FilterManager& manager) {
       manager.addReadFilter(std::make_unique<Socks5Filter>(shared));

@@ -178,6 +178,43 @@ size_t writeUdpHeader(uint8_t* out, const network::Address& from) {
   return 3 + writeAddress(out + 3, from);
 }
 
+const char* commandName(uint8_t command) {
+  switch (command) {
+    case static_cast<uint8_t>(Command::Connect):
+      return "connect";
+    case static_cast<uint8_t>(Command::Bind):
+      return "bind";
+    case static_cast<uint8_t>(Command::UdpAssociate):
+      return "udp_associate";
+    default:
+      return "unknown";
+  }
+}
+
+const char* replyName(Reply reply) {
+  switch (reply) {
+    case Reply::Succeeded:
+      return "succeeded";
+    case Reply::GeneralFailure:
+      return "general_failure";
+    case Reply::NotAllowed:
+      return "not_allowed";
+    case Reply::NetworkUnreachable:
+      return "network_unreachable";
+    case Reply::HostUnreachable:
+      return "host_unreachable";
+    case Reply::ConnectionRefused:
+      return "connection_refused";
+    case Reply::TtlExpired:
+      return "ttl_expired";
+    case Reply::CommandNotSupported:
+      return "command_not_supported";
+    case Reply::AddressTypeNotSupported:
+      return "address_type_not_supported";
+  }
+  return "unknown";
+}
+
 }  // namespace socks5
 }  // namespace filters
 }  // namespace sluice

@@ -43,6 +43,10 @@ enum class Reply : uint8_t {
   AddressTypeNotSupported = 0x08,
 };
 
+// Stable lower-case names, for records and logs ("connect", "host_unreachable", ...).
+const char* commandName(uint8_t command);
+const char* replyName(Reply reply);
+
 enum class ParseStatus : uint8_t { Incomplete, Ok, Error };
 
 struct Greeting {

@@ -287,6 +287,7 @@ void UdpRelay::onPeerDatagram(const network::Address& from, std::string_view pay
   }
   stats.udp_client_tx.inc();
   stats.udp_bytes_tx.add(payload.size());
+  bytes_from_destinations_ += payload.size();
   idle_timer_.enable(config_->udp_idle_timeout);
 }
 
@@ -314,6 +315,7 @@ void UdpRelay::sendTo(const Destination& to, std::string_view payload) {
   }
   stats.udp_client_rx.inc();
   stats.udp_bytes_rx.add(payload.size());
+  bytes_to_destinations_ += payload.size();
   idle_timer_.enable(config_->udp_idle_timeout);
 }
 
@@ -411,8 +413,10 @@ Socks5Filter::~Socks5Filter() {
   request_stage_.reset();
   releaseTunnel();
   closeBindListener();
+  if (udp_) trace_.addBytes(udp_->bytesToDestinations(), udp_->bytesFromDestinations());
   udp_.reset();
   setState(State::Closed);
+  endRecord();
 }
 
 void Socks5Filter::setState(State state) {
@@ -600,6 +604,7 @@ void Socks5Filter::onStageUpstream(Stage& stage, upstream::UpstreamHandle upstre
     sendReply(Reply::GeneralFailure, network::Address());
     return;
   }
+  trace_.routed(request_);
   // BND.ADDR/BND.PORT: the address sluice connects from.
   sendReply(Reply::Succeeded, socketName(upstream->fd()));
   startTunnel(std::move(upstream));
@@ -609,6 +614,9 @@ void Socks5Filter::onStageDenied(Stage& stage, proxy::Denial denial, std::string
   stage.end();
   if (auth_stage_ && &stage == &*auth_stage_) {
     config_->stats.auth_failed.inc();
+    // No command came yet: the record is of the refused authentication.
+    trace_.begin(proxy::Protocol::Socks5, "auth", {}, 0, downstream().peer());
+    trace_.fail(reason);
     if (method_user_pass_) {
       // RFC 1929: any non-zero status, then the server closes the connection.
       sendAuthStatus(0x01);
@@ -618,6 +626,8 @@ void Socks5Filter::onStageDenied(Stage& stage, proxy::Denial denial, std::string
     }
     return;
   }
+  trace_.routed(request_);
+  trace_.fail(reason, request_.failure.kind);
   sendReply(replyForDenial(denial, request_), network::Address());
 }
 
@@ -629,6 +639,8 @@ bool Socks5Filter::processRequest(buffer::Buffer& data) {
   if (st == ParseStatus::Incomplete) return false;
   if (st == ParseStatus::Error) {
     if (error != Reply::AddressTypeNotSupported) config_->stats.handshake_malformed.inc();
+    trace_.begin(proxy::Protocol::Socks5, "-", {}, 0, downstream().peer());
+    trace_.fail("malformed request");
     sendReply(error, network::Address());
     return false;
   }
@@ -636,6 +648,13 @@ bool Socks5Filter::processRequest(buffer::Buffer& data) {
   if (target_.type == AddressType::Domain) {
     memcpy(host_, target_.domain.data(), target_.domain.size());
     target_.domain = std::string_view(host_, target_.domain.size());
+  }
+  {
+    char text[64];
+    const std::string_view host =
+        target_.type == AddressType::Domain ? target_.domain : target_.hostText(text, sizeof(text));
+    trace_.begin(proxy::Protocol::Socks5, commandName(request.command), host, target_.port,
+                 downstream().peer());
   }
   data.drain(request.size);
   timer_->disable();
@@ -827,6 +846,9 @@ void Socks5Filter::startTunnel(upstream::UpstreamHandle upstream) {
 }
 
 void Socks5Filter::onTunnelEnd(upstream::TunnelEnd end) {
+  if (end == upstream::TunnelEnd::UpstreamReset) {
+    trace_.fail("the destination closed the tunnel", upstream::FailureKind::Reset);
+  }
   if (end == upstream::TunnelEnd::IdleTimeout) config_->stats.tunnel_idle_timeout.inc();
   if (end == upstream::TunnelEnd::UpstreamReset) config_->stats.upstream_reset.inc();
   if (end == upstream::TunnelEnd::DownstreamReset) config_->stats.downstream_reset.inc();
@@ -886,6 +908,8 @@ void Socks5Filter::sendReply(Reply reply, const network::Address& bound) {
   const size_t n = writeReply(bytes, reply, bound);
   const auto code = static_cast<size_t>(reply);
   if (code < kReplyCodes) config_->stats.replies[code].inc();
+  trace_.setStatus(static_cast<uint16_t>(code));
+  if (reply != Reply::Succeeded) trace_.fail(replyName(reply));
   writeToClient(bytes, n);
   if (reply != Reply::Succeeded) closeAll();
 }
@@ -915,7 +939,10 @@ void Socks5Filter::closeBindListener() {
   }
 }
 
-void Socks5Filter::releaseTunnel() { upstream::TunnelRelay::dispose(tunnel_); }
+void Socks5Filter::releaseTunnel() {
+  if (tunnel_) tunnel_->reportTo(trace_);
+  upstream::TunnelRelay::dispose(tunnel_);
+}
 
 void Socks5Filter::releaseStages() {
   for (std::unique_ptr<Stage>* stage : {&auth_stage_, &request_stage_}) {
@@ -927,6 +954,7 @@ void Socks5Filter::releaseStages() {
 
 void Socks5Filter::releaseUdp() {
   if (!udp_) return;
+  trace_.addBytes(udp_->bytesToDestinations(), udp_->bytesFromDestinations());
   // The relay may be inside one of its own callbacks (its idle timer): stop it now, free it
   // after the callback.
   udp_->shutdown();
@@ -941,7 +969,10 @@ void Socks5Filter::releaseAll() {
   releaseTunnel();
   closeBindListener();
   releaseUdp();
+  endRecord();
 }
+
+void Socks5Filter::endRecord() { trace_.end(config_->listener_name); }
 
 void Socks5Filter::closeAll() {
   if (state_ == State::Closed) return;

@@ -13,6 +13,7 @@
 #include "source/common/network/filter.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/request_record.h"
 #include "source/common/upstream/tunnel_relay.h"
 
 namespace sluice {
@@ -77,6 +78,7 @@ struct Socks5ProxyConfig {
   bool bind_splice = true;
   Socks5Stats stats;
   upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
+  std::string listener_name;           // for the end-of-request records
 };
 using Socks5ProxyConfigSharedPtr = std::shared_ptr<const Socks5ProxyConfig>;
 
@@ -135,6 +137,9 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   // Binds the relay socket on `local`'s IP (port 0). errno on failure.
   int open(const network::Address& local);
   const network::Address& bound() const { return bound_; }
+  // Payload bytes sent to destinations and received from them, for the record.
+  uint64_t bytesToDestinations() const { return bytes_to_destinations_; }
+  uint64_t bytesFromDestinations() const { return bytes_from_destinations_; }
 
   // Stage::Owner (the destination checks)
   void onStagePassed(Stage& stage) override;
@@ -171,6 +176,8 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   network::Address control_peer_;
   network::Address client_;  // its IP from the control connection; its port once known
   bool client_port_known_ = false;
+  uint64_t bytes_to_destinations_ = 0;
+  uint64_t bytes_from_destinations_ = 0;
   network::Address bound_;
   int fd_ = -1;
   std::optional<event::FileEvent> file_event_;
@@ -257,6 +264,8 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   // Ends everything but the client connection (closed, or about to be).
   void releaseAll();
   void closeAll();
+  // The command in flight ends: its record goes out (once).
+  void endRecord();
 
   Socks5ProxyConfigSharedPtr config_;
   network::ReadFilterCallbacks* callbacks_ = nullptr;
@@ -284,6 +293,8 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   network::Address bind_address_;
   // UDP ASSOCIATE
   std::unique_ptr<UdpRelay> udp_;
+  // What the command (or a refused authentication) leaves in its end-of-request record.
+  upstream::RequestTrace trace_;
 };
 
 }  // namespace socks5

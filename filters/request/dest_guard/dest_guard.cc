@@ -229,6 +229,7 @@ proxy::RequestFilterStatus DestGuardFilter::onRequest(proxy::ProxyRequest& reque
 
   in_on_request_ = true;
   answered_ = false;
+  lookup_started_ = callbacks_->worker().dispatcher().now();
   query_ = callbacks_->worker().resolver().resolve(
       request.host, [this](const absl::Status& status, const std::vector<network::Address>& a) {
         query_ = nullptr;
@@ -244,6 +245,8 @@ void DestGuardFilter::onResolved(const absl::Status& status,
   // Read first: a refusal may end the request and, on the async path, the connection.
   const bool synchronous = in_on_request_;
   bool admitted = false;
+  request_->resolve_time = std::chrono::duration_cast<std::chrono::microseconds>(
+      callbacks_->worker().dispatcher().now() - lookup_started_);
   if (!status.ok() || addresses.empty()) {
     config_->stats.resolve_failed.inc();
     error_ = status.ok() ? absl::StrFormat("%s: no addresses", request_->host)

@@ -96,6 +96,7 @@ class DestGuardFilter : public proxy::RequestFilter {
   // An answer that arrives while onRequest is still on the stack is returned from it instead of
   // resuming the chain.
   bool in_on_request_ = false;
+  event::MonotonicTime lookup_started_{};  // for the request's record
   bool answered_ = false;
   bool admitted_ = false;
   std::string error_;  // a resolution failure's text; outlives the request for the reply

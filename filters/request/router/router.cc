@@ -22,6 +22,7 @@ proxy::RequestFilterStatus RouterFilter::onRequest(proxy::ProxyRequest& request)
     route();
     return proxy::RequestFilterStatus::StopIteration;
   }
+  started_ = callbacks_->worker().dispatcher().now();
   query_ = callbacks_->worker().resolver().resolve(
       request.host, [this](const absl::Status& status, const std::vector<network::Address>& a) {
         query_ = nullptr;
@@ -30,8 +31,17 @@ proxy::RequestFilterStatus RouterFilter::onRequest(proxy::ProxyRequest& request)
   return proxy::RequestFilterStatus::StopIteration;
 }
 
+namespace {
+
+std::chrono::microseconds since(event::MonotonicTime start, event::MonotonicTime now) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(now - start);
+}
+
+}  // namespace
+
 void RouterFilter::onResolved(const absl::Status& status,
                               const std::vector<network::Address>& addresses) {
+  request_->resolve_time = since(started_, callbacks_->worker().dispatcher().now());
   if (!status.ok() || addresses.empty()) {
     config_->stats.dns_fail.inc();
     request_->failure = {upstream::FailureKind::DnsFailure, 0};
@@ -58,6 +68,7 @@ void RouterFilter::route() {
         config_->stats.pool_reuse.inc();
         proxy::UpstreamInfo info = config_->upstream;
         info.reused = true;
+        request_->upstream_address = request_->pinned[i];
         callbacks_->upstreamReady(
             upstream::UpstreamHandle(std::move(pooled), &callbacks_->worker().pool(), info));
         return;
@@ -71,6 +82,7 @@ void RouterFilter::route() {
                                             [this] { onConnectTimeout(); });
   }
   timer_->enable(config_->connect_timeout);
+  started_ = callbacks_->worker().dispatcher().now();
   connectNext();
 }
 
@@ -96,6 +108,8 @@ void RouterFilter::onEvent(network::ConnectionEvent event) {
     timer_.reset();
     network::ConnectionPtr conn = std::move(connecting_);
     conn->setCallbacks(nullptr);
+    request_->connect_time = since(started_, callbacks_->worker().dispatcher().now());
+    request_->upstream_address = conn->peer();
     proxy::UpstreamInfo info = config_->upstream;
     info.reused = false;
     callbacks_->upstreamReady(

@@ -61,6 +61,8 @@ class RouterFilter : public proxy::RequestFilter, public network::ConnectionCall
   network::ConnectionPtr connecting_;
   std::unique_ptr<event::Timer> timer_;
   std::string error_;  // detail of the last failure, for the refusal text
+  // When the lookup or the connect began (the request's record takes their durations).
+  event::MonotonicTime started_{};
 };
 
 }  // namespace router

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string_view>
 
@@ -71,6 +72,13 @@ struct ProxyRequest {
   // codec can answer in its own terms (an HTTP status, a SOCKS5 reply code) without parsing
   // text.
   upstream::Failure failure;
+
+  // For the end-of-request record: the time the destination lookup and the connect took (-1:
+  // not done, e.g. a literal address or a pooled connection), set by the filter that did them,
+  // and the address the router handed over a connection to.
+  std::chrono::microseconds resolve_time{-1};
+  std::chrono::microseconds connect_time{-1};
+  network::Address upstream_address;
 };
 
 // Why a request was refused; each codec maps it to its own answer (HTTP status, SOCKS5 reply).

@@ -86,6 +86,20 @@ std::string webSocketAccept(std::string_view key) {
 
 }  // namespace
 
+FailureKind failureKind(ExchangeError error) {
+  switch (error) {
+    case ExchangeError::BadResponse:
+      return FailureKind::ProtocolError;
+    case ExchangeError::OriginClosed:
+      return FailureKind::Reset;
+    case ExchangeError::ResponseTimeout:
+      return FailureKind::Timeout;
+    case ExchangeError::BodyTimeout:
+      return FailureKind::None;
+  }
+  return FailureKind::None;
+}
+
 void OriginExchange::writeRequestHead(const OriginRequest& r, std::string_view websocket_key,
                                       buffer::Buffer& out) {
   if (r.upgrade != Upgrade::None) {
@@ -158,6 +172,9 @@ BodyProgress OriginExchange::start(UpstreamHandle upstream, const OriginRequest&
   response_body_left_ = 0;
   bytes_to_origin_ = 0;
   bytes_from_origin_ = 0;
+  reported_to_ = 0;
+  reported_from_ = 0;
+  first_byte_at_ = {};
 
   std::string_view key;
   if (upgrade_ == Upgrade::WebSocketOwnKey) {
@@ -252,6 +269,13 @@ void OriginExchange::armTimer() {
                                                       : response_timeout_);
 }
 
+void OriginExchange::reportTo(RequestTrace& trace) {
+  trace.addBytes(bytes_to_origin_ - reported_to_, bytes_from_origin_ - reported_from_);
+  reported_to_ = bytes_to_origin_;
+  reported_from_ = bytes_from_origin_;
+  trace.firstByte(first_byte_at_);
+}
+
 bool OriginExchange::originBackedUp() const { return upstream_ && upstream_->aboveHighWatermark(); }
 
 void OriginExchange::onTimer() {
@@ -290,7 +314,10 @@ void OriginExchange::onData(buffer::Buffer& data, bool end_stream) {
   }
   bytes_from_origin_ += data.length();
   if (options_.stats != nullptr) options_.stats->bytes_upstream_rx.add(data.length());
-  if (!data.empty()) any_response_byte_ = true;
+  if (!data.empty() && !any_response_byte_) {
+    any_response_byte_ = true;
+    first_byte_at_ = upstream_->dispatcher().now();
+  }
   if (state_ == State::Head) {
     onHeadData(data, end_stream);
   } else {

@@ -11,6 +11,7 @@
 #include "source/common/http/h1_parser.h"
 #include "source/common/http/proxy_stats.h"
 #include "source/common/network/connection.h"
+#include "source/common/upstream/request_record.h"
 #include "source/common/upstream/upstream_handle.h"
 
 namespace sluice {
@@ -84,6 +85,9 @@ enum class ExchangeError : uint8_t {
   ResponseTimeout,  // the origin was silent past response_timeout (upstream_rs_timeout)
   BodyTimeout,      // the client's body stalled before any response (the codec counts it)
 };
+
+// The upstream layer's failure kind of an exchange error (BodyTimeout is the client's: None).
+FailureKind failureKind(ExchangeError error);
 
 // What the exchange tells the codec. onResponseBody with end, onUpgraded, onRetry and
 // onExchangeError are the exchange's last act in the turn they happen in: the codec may end,
@@ -176,6 +180,11 @@ class OriginExchange : private network::ConnectionCallbacks {
   const UpstreamHandle& upstream() const { return upstream_; }
   uint64_t bytesToOrigin() const { return bytes_to_origin_; }
   uint64_t bytesFromOrigin() const { return bytes_from_origin_; }
+  // When the origin's first byte came (default-constructed: none yet).
+  event::MonotonicTime firstByteAt() const { return first_byte_at_; }
+  // Adds what this exchange moved so far (bytes, the first byte's time) to the request's
+  // record; counted once however often it is called.
+  void reportTo(RequestTrace& trace);
 
   // The HTTP/1.1 request head the exchange writes for `request` (exposed for tests).
   static void writeRequestHead(const OriginRequest& request, std::string_view websocket_key,
@@ -233,6 +242,9 @@ class OriginExchange : private network::ConnectionCallbacks {
   http1::ChunkedDecoder request_chunks_;
   uint64_t bytes_to_origin_ = 0;
   uint64_t bytes_from_origin_ = 0;
+  uint64_t reported_to_ = 0;  // of bytes_to_origin_ / bytes_from_origin_, in the record already
+  uint64_t reported_from_ = 0;
+  event::MonotonicTime first_byte_at_{};
   http1::Dechunker response_chunks_;
   // The key of a handshake the proxy makes (Upgrade::WebSocketOwnKey), base64 of 16 bytes.
   char websocket_key_[24] = {};

@@ -97,6 +97,7 @@ void TunnelRelay::countToUpstream(size_t n) {
 }
 
 void TunnelRelay::countToDownstream(size_t n) {
+  if (bytes_to_downstream_ == 0 && n > 0) first_byte_at_ = dispatcher_.now();
   bytes_to_downstream_ += n;
   forEachStats([n](const TunnelStats& s) { s.bytes_to_downstream.add(n); });
 }

@@ -9,6 +9,7 @@
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/connection.h"
 #include "source/common/upstream/pipe_pool.h"
+#include "source/common/upstream/request_record.h"
 #include "source/common/upstream/tunnel_stats.h"
 #include "source/common/upstream/upstream_handle.h"
 
@@ -126,6 +127,13 @@ class TunnelRelay : public event::DeferredDeletable,
   bool finished() const { return finished_; }
   uint64_t bytesToUpstream() const { return bytes_to_upstream_; }
   uint64_t bytesToDownstream() const { return bytes_to_downstream_; }
+  // When the destination's first byte came (default-constructed: none yet).
+  event::MonotonicTime firstByteAt() const { return first_byte_at_; }
+  // Adds the tunnel's bytes and first byte to the request's record (once: call it at the end).
+  void reportTo(RequestTrace& trace) const {
+    trace.addBytes(bytes_to_upstream_, bytes_to_downstream_);
+    trace.firstByte(first_byte_at_);
+  }
 
  private:
   TunnelRelay(UpstreamHandle upstream, TunnelDownstream* downstream, network::Connection* client,
@@ -195,6 +203,7 @@ class TunnelRelay : public event::DeferredDeletable,
   std::unique_ptr<SpliceState> splice_;
   uint64_t bytes_to_upstream_ = 0;
   uint64_t bytes_to_downstream_ = 0;
+  event::MonotonicTime first_byte_at_{};
   bool started_ = false;
   bool downstream_ended_ = false;  // the client's end was passed to the destination
   bool upstream_ended_ = false;    // the destination's end was passed to the client

@@ -21,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -30,6 +31,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "test" / "integration"))
+from origins import SluiceOrigin  # noqa: E402  (the shared sluice-origin driver)
 
 
 def _bin(env, rel):
@@ -126,61 +129,10 @@ def assert_clean(j, n=None, status="200"):
 
 # -- sluice-origin -------------------------------------------------------------------------------
 
-class Origin:
-    def __init__(self, threads=2, tls=None):
-        args = [need(ORIGIN), "--listen", "127.0.0.1:0", "-t", str(threads), "--sink",
-                "127.0.0.1:0", "--source", "127.0.0.1:0", "--udp-echo", "127.0.0.1:0"]
-        if tls:
-            # Load goes to the TLS port; /stats is read on the plain one, so that reading it adds
-            # no TLS handshake bytes of its own to the counts.
-            args += ["--tls-listen", "127.0.0.1:0", "--tls-cert", str(tls / "server-chain.pem"),
-                     "--tls-key", str(tls / "server.key")]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, env=CLEAN_ENV)
-        _procs.append(self.proc)
-        lines = {}
-        for _ in range(5 if tls else 4):
-            line = self.proc.stdout.readline().decode().strip()
-            assert line, "sluice-origin exited early"
-            name, _, addr = line.rpartition(" ")
-            lines[name] = int(addr.rsplit(":", 1)[1])
-        self.port = lines["listening on"]
-        self.sink = lines["sink listening on"]
-        self.source = lines["source listening on"]
-        self.udp = lines["udp echo on"]
-        self.url = f"http://127.0.0.1:{self.port}"
-        if tls:
-            self.url = f"https://127.0.0.1:{lines['tls listening on']}"
-
-    def stats(self):
-        """(stats, bytes of the request, bytes of the whole response)."""
-        req = b"GET /stats HTTP/1.1\r\nHost: origin\r\nConnection: close\r\n\r\n"
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
-        s.sendall(req)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        s.close()
-        body = data.split(b"\r\n\r\n", 1)[1]
-        return json.loads(body), len(req), len(data)
-
-    def measure(self, fn):
-        """Runs fn() and returns (its result, what the origin served meanwhile)."""
-        before, _, before_resp = self.stats()
-        result = fn()
-        after, after_req, _ = self.stats()
-        d = {k: after[k] - before[k] for k in after}
-        # The second /stats counts itself (request and its bytes); the first one's response
-        # was sent after its own snapshot.
-        d["requests"] -= 1
-        d["bytes_received"] -= after_req
-        d["bytes_sent"] -= before_resp
-        return result, d
-
-    def stop(self):
-        stop(self.proc, signal.SIGKILL)
+def Origin(threads=2, tls=None):
+    o = SluiceOrigin(need(ORIGIN), threads=threads, tls=tls, env=CLEAN_ENV)
+    _procs.append(o.proc)
+    return o
 
 
 @pytest.fixture(scope="module")

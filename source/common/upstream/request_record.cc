@@ -1,0 +1,159 @@
+#include "source/common/upstream/request_record.h"
+
+#include <string>
+
+#include "source/common/common/logger.h"
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace upstream {
+
+namespace {
+
+struct RecordStats {
+  stats::Counter total = stats::Store::get().counter("request_record.total");
+  stats::Counter denied = stats::Store::get().counter("request_record.denied");
+  stats::Counter bytes_to_origin = stats::Store::get().counter("request_record.bytes_to_origin");
+  stats::Counter bytes_from_origin =
+      stats::Store::get().counter("request_record.bytes_from_origin");
+};
+
+const RecordStats& recordStats() {
+  static const RecordStats s;
+  return s;
+}
+
+const char* protocolName(proxy::Protocol p) {
+  switch (p) {
+    case proxy::Protocol::Http1:
+      return "http1";
+    case proxy::Protocol::Http2:
+      return "http2";
+    case proxy::Protocol::Socks5:
+      return "socks5";
+  }
+  return "unknown";
+}
+
+void addField(std::string& out, std::string_view name, std::string_view value) {
+  out.push_back(' ');
+  out.append(name);
+  out.push_back('=');
+  if (value.empty() || value.find_first_of(" \"") != std::string_view::npos) {
+    out.push_back('"');
+    for (char c : value) {
+      if (c == '"' || c == '\\') out.push_back('\\');
+      out.push_back(c);
+    }
+    out.push_back('"');
+  } else {
+    out.append(value);
+  }
+}
+
+std::string micros(std::chrono::microseconds d) {
+  return d.count() < 0 ? std::string("-") : std::to_string(d.count());
+}
+
+}  // namespace
+
+std::string formatRecord(const RequestRecord& r) {
+  std::string out = "request";
+  addField(out, "protocol", protocolName(r.protocol));
+  addField(out, "listener", r.listener);
+  addField(out, "key", r.key.empty() ? std::string_view("-") : r.key);
+  addField(out, "client", r.client.valid() ? r.client.asString() : "-");
+  addField(out, "method", r.method);
+  std::string target = r.host.find(':') != std::string_view::npos ? "[" + std::string(r.host) + "]"
+                                                                  : std::string(r.host);
+  target += ":" + std::to_string(r.port);
+  addField(out, "target", r.host.empty() ? std::string_view("-") : std::string_view(target));
+  addField(out, "status", std::to_string(r.status));
+  addField(out, "bytes_to_origin", std::to_string(r.bytes_to_origin));
+  addField(out, "bytes_from_origin", std::to_string(r.bytes_from_origin));
+  addField(out, "resolve_us", micros(r.resolve));
+  addField(out, "connect_us", micros(r.connect));
+  addField(out, "first_byte_us", micros(r.first_byte));
+  addField(out, "total_us", micros(r.total));
+  addField(out, "upstream", r.upstream.valid() ? r.upstream.asString() : "-");
+  addField(out, "failure", failureName(r.failure));
+  addField(out, "denial", r.denial.empty() ? std::string_view("-") : r.denial);
+  return out;
+}
+
+void emitRecord(const RequestRecord& r) {
+  const RecordStats& s = recordStats();
+  s.total.inc();
+  if (!r.denial.empty()) s.denied.inc();
+  s.bytes_to_origin.add(r.bytes_to_origin);
+  s.bytes_from_origin.add(r.bytes_from_origin);
+  if (logger::enabled(LogLevel::Debug)) logger::write(LogLevel::Debug, formatRecord(r));
+}
+
+void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
+                         uint16_t port, const network::Address& client) {
+  protocol_ = protocol;
+  method_.assign(method);
+  host_.assign(host);
+  denial_.clear();
+  key_ = {};
+  port_ = port;
+  client_ = client;
+  upstream_ = network::Address();
+  start_ = std::chrono::steady_clock::now();
+  resolve_ = connect_ = std::chrono::microseconds(-1);
+  to_origin_ = from_origin_ = 0;
+  status_ = 0;
+  failure_ = FailureKind::None;
+  has_first_byte_ = false;
+  open_ = true;
+}
+
+void RequestTrace::routed(const proxy::ProxyRequest& request) {
+  key_ = request.principal;
+  resolve_ = request.resolve_time;
+  connect_ = request.connect_time;
+  upstream_ = request.upstream_address;
+}
+
+void RequestTrace::fail(std::string_view reason, FailureKind kind) {
+  if (!denial_.empty()) return;  // the first reason is the one
+  denial_.assign(reason.empty() ? std::string_view("refused") : reason);
+  failure_ = kind;
+}
+
+void RequestTrace::firstByte(event::MonotonicTime at) {
+  if (has_first_byte_ || at == event::MonotonicTime{}) return;
+  has_first_byte_ = true;
+  first_byte_ = at;
+}
+
+void RequestTrace::end(std::string_view listener) {
+  if (!open_) return;
+  const event::MonotonicTime now = std::chrono::steady_clock::now();
+  open_ = false;
+  RequestRecord r;
+  r.protocol = protocol_;
+  r.listener = listener;
+  r.key = key_;
+  r.client = client_;
+  r.method = method_;
+  r.host = host_;
+  r.port = port_;
+  r.status = status_;
+  r.bytes_to_origin = to_origin_;
+  r.bytes_from_origin = from_origin_;
+  r.resolve = resolve_;
+  r.connect = connect_;
+  if (has_first_byte_) {
+    r.first_byte = std::chrono::duration_cast<std::chrono::microseconds>(first_byte_ - start_);
+  }
+  r.total = std::chrono::duration_cast<std::chrono::microseconds>(now - start_);
+  r.upstream = upstream_;
+  r.denial = denial_;
+  r.failure = failure_;
+  emitRecord(r);
+}
+
+}  // namespace upstream
+}  // namespace sluice

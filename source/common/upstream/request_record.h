@@ -1,0 +1,92 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "source/common/event/dispatcher.h"
+#include "source/common/network/address.h"
+#include "source/common/proxy/request.h"
+#include "source/common/upstream/failure.h"
+
+namespace sluice {
+namespace upstream {
+
+// The end of one request, tunnel or SOCKS5 command, the same for every protocol: what the
+// access log and per-key quotas consume. Views are valid during emitRecord() only.
+struct RequestRecord {
+  proxy::Protocol protocol = proxy::Protocol::Http1;
+  std::string_view listener;
+  std::string_view key;  // the authenticated key's name (never the key); empty when none
+  network::Address client;
+  std::string_view method;  // the HTTP method, or the SOCKS5 command ("connect", "bind", ...)
+  std::string_view host;    // the target as the client named it
+  uint16_t port = 0;
+  // The HTTP status sent to the client (0: none, the client left first), or the SOCKS5 reply.
+  uint16_t status = 0;
+  uint64_t bytes_to_origin = 0;    // bytes written to the destination (heads included)
+  uint64_t bytes_from_origin = 0;  // bytes read from it
+  // -1: that step did not happen (a pooled connection needs no connect, a literal no lookup).
+  std::chrono::microseconds resolve{-1};
+  std::chrono::microseconds connect{-1};
+  std::chrono::microseconds first_byte{-1};  // from the start to the destination's first byte
+  std::chrono::microseconds total{0};
+  network::Address upstream;  // the address connected to (unset: none)
+  std::string_view denial;    // why the request was refused or failed; empty when served
+  FailureKind failure = FailureKind::None;
+};
+
+// Emits one record: counts it (request_record.total, .denied, .bytes_to_origin,
+// .bytes_from_origin) and, at log level debug, writes it as one line.
+void emitRecord(const RequestRecord& record);
+// The record as one "name=value" line (values with spaces quoted).
+std::string formatRecord(const RequestRecord& record);
+
+// What a codec keeps of one request from its start to its end, to emit its record once. The
+// codec calls begin() when a request starts, the setters as things happen, and end() wherever
+// the request can end (every path: served, refused, failed, the client gone); only the first
+// end() after a begin() emits. Strings are copied into storage that keeps its capacity, so a
+// connection's requests allocate nothing in steady state.
+class RequestTrace {
+ public:
+  void begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
+             uint16_t port, const network::Address& client);
+  bool open() const { return open_; }
+  // What the request filters found: the key's name, the lookup and connect times, where the
+  // router connected.
+  void routed(const proxy::ProxyRequest& request);
+  void setStatus(uint16_t status) { status_ = status; }
+  // The request was refused or failed (the reason is copied).
+  void fail(std::string_view reason, FailureKind kind = FailureKind::None);
+  void addBytes(uint64_t to_origin, uint64_t from_origin) {
+    to_origin_ += to_origin;
+    from_origin_ += from_origin;
+  }
+  // The destination's first byte (only the first call counts; a default time is none).
+  void firstByte(event::MonotonicTime at);
+  void end(std::string_view listener);
+
+ private:
+  std::string method_;
+  std::string host_;
+  std::string denial_;
+  std::string_view key_;
+  network::Address client_;
+  network::Address upstream_;
+  event::MonotonicTime start_{};
+  event::MonotonicTime first_byte_{};
+  std::chrono::microseconds resolve_{-1};
+  std::chrono::microseconds connect_{-1};
+  uint64_t to_origin_ = 0;
+  uint64_t from_origin_ = 0;
+  uint16_t port_ = 0;
+  uint16_t status_ = 0;
+  proxy::Protocol protocol_ = proxy::Protocol::Http1;
+  FailureKind failure_ = FailureKind::None;
+  bool open_ = false;
+  bool has_first_byte_ = false;
+};
+
+}  // namespace upstream
+}  // namespace sluice
