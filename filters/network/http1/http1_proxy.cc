@@ -85,8 +85,7 @@ void addForwardedHeaders(buffer::Buffer& out, const http1::HeaderField* headers,
 
 }  // namespace
 
-Http1ProxyFilter::Http1ProxyFilter(Http1ConfigSharedPtr config)
-    : config_(std::move(config)), exchange_(*this, config_->exchange) {}
+Http1ProxyFilter::Http1ProxyFilter(Http1ConfigSharedPtr config) : config_(std::move(config)) {}
 
 Http1ProxyFilter::~Http1ProxyFilter() {
   if (chain_) chain_->end();
@@ -361,8 +360,9 @@ void Http1ProxyFilter::sendRequest(upstream::UpstreamHandle upstream) {
   // the origin answers; any other is past its head once the head is written.
   const bool keep_head = upstream::OriginExchange::mayRetry(r, upstream.info());
   buffer::Buffer& client = downstream().readBuffer();
+  exchange_ = upstream::OriginExchange::acquire(*this, config_->exchange);
   const upstream::BodyProgress progress =
-      exchange_.start(std::move(upstream), r, *timer_, client, keep_head ? 0 : head_size_);
+      exchange_->start(std::move(upstream), r, *timer_, client, keep_head ? 0 : head_size_);
   if (!keep_head) {
     head_in_buffer_ = false;
     releaseHead();
@@ -372,19 +372,19 @@ void Http1ProxyFilter::sendRequest(upstream::UpstreamHandle upstream) {
 
 void Http1ProxyFilter::relayRequestBody(buffer::Buffer& data, bool end_stream) {
   if (end_stream) downstream_ended_ = true;
-  if (exchange_.requestDone()) {
+  if (!exchange_ || exchange_->requestDone()) {
     // The next pipelined request waits until this response is done.
     if (!data.empty() && downstream().readEnabled()) downstream().readDisable(true);
     return;
   }
-  afterBody(exchange_.sendBody(data, end_stream), end_stream, true);
+  afterBody(exchange_->sendBody(data, end_stream), end_stream, true);
 }
 
 void Http1ProxyFilter::afterBody(upstream::BodyProgress progress, bool client_ended, bool reading) {
   if (progress == upstream::BodyProgress::Error) {
     config_->stats.rq_rejected.inc();
-    if (!exchange_.responseStarted()) {
-      sendLocalReply(400, exchange_.requestBodyError(), true);
+    if (!exchange_->responseStarted()) {
+      sendLocalReply(400, exchange_->requestBodyError(), true);
     } else {
       closeAll();
     }
@@ -392,7 +392,7 @@ void Http1ProxyFilter::afterBody(upstream::BodyProgress progress, bool client_en
   }
   if (progress == upstream::BodyProgress::TooLarge) {
     config_->stats.rq_body_too_large.inc();
-    if (!exchange_.responseStarted()) {
+    if (!exchange_->responseStarted()) {
       sendLocalReply(413, "request body larger than the proxy allows", true);
     } else {
       closeAll();
@@ -484,7 +484,8 @@ void Http1ProxyFilter::onUpgraded(const http1::ResponseHead& rh, upstream::Upstr
   config_->stats.countStatus(101);
   config_->stats.upgrade_switched.inc();
   trace_.setStatus(101);
-  exchange_.reportTo(trace_);
+  exchange_->reportTo(trace_);
+  exchange_.reset();
   upgraded_ = true;
   downstream().write(out);
   // Bytes the client sent behind its request head were left unread in its buffer (reading was
@@ -495,7 +496,8 @@ void Http1ProxyFilter::onUpgraded(const http1::ResponseHead& rh, upstream::Upstr
 
 void Http1ProxyFilter::onRetry() {
   // A pooled connection the origin had already closed: once more on a new one.
-  exchange_.reportTo(trace_);
+  exchange_->reportTo(trace_);
+  exchange_.reset();
   retried_ = true;
   pending_->request.fresh_connection = true;
   setState(State::Filtering);
@@ -505,7 +507,7 @@ void Http1ProxyFilter::onRetry() {
 
 void Http1ProxyFilter::onExchangeError(upstream::ExchangeError error, std::string_view detail) {
   t_response_out.clear();
-  exchange_.reportTo(trace_);
+  exchange_->reportTo(trace_);
   trace_.fail(detail, upstream::failureKind(error));
   switch (error) {
     case upstream::ExchangeError::BodyTimeout:
@@ -517,7 +519,7 @@ void Http1ProxyFilter::onExchangeError(upstream::ExchangeError error, std::strin
     case upstream::ExchangeError::ResponseTimeout:
       break;
   }
-  if (exchange_.responseStarted()) {
+  if (exchange_->responseStarted()) {
     // The client must see a truncated message.
     closeAll();
     return;
@@ -559,9 +561,11 @@ void Http1ProxyFilter::onTunnelEnd(upstream::TunnelEnd end) {
 
 void Http1ProxyFilter::finishExchange() {
   timer_->disable();
-  exchange_.reportTo(trace_);
+  const bool request_done = exchange_->requestDone();
+  exchange_->reportTo(trace_);
+  exchange_.reset();
   endRecord();
-  if (response_close_client_ || !exchange_.requestDone() || downstream_ended_ || draining_) {
+  if (response_close_client_ || !request_done || downstream_ended_ || draining_) {
     setState(State::Closed);
     downstream().close(network::CloseType::FlushWrite);
     return;
@@ -590,7 +594,7 @@ void Http1ProxyFilter::onAboveWriteHighWatermark() {
   if (tunnel_) {
     tunnel_->onDownstreamBackedUp(true);
   } else {
-    exchange_.pauseResponse(true);
+    if (exchange_) exchange_->pauseResponse(true);
   }
 }
 
@@ -598,7 +602,7 @@ void Http1ProxyFilter::onBelowWriteLowWatermark() {
   if (tunnel_) {
     tunnel_->onDownstreamBackedUp(false);
   } else {
-    exchange_.pauseResponse(false);
+    if (exchange_) exchange_->pauseResponse(false);
   }
 }
 
@@ -625,7 +629,7 @@ void Http1ProxyFilter::onTimer() {
       }
       break;
     case State::Forwarding:  // the exchange keeps the body and response deadlines
-      exchange_.onTimer();
+      if (exchange_) exchange_->onTimer();
       break;
     case State::Tunnel:  // the relay keeps its idle deadline on this timer
       if (tunnel_) tunnel_->onTimer();
@@ -654,7 +658,7 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, 
   downstream().write(out);
   trace_.setStatus(status);
   trace_.fail(detail);
-  exchange_.reportTo(trace_);
+  if (exchange_) exchange_->reportTo(trace_);
   endRecord();
   if (!close) return;
   setState(State::Closed);
@@ -667,8 +671,10 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, 
 void Http1ProxyFilter::releaseUpstream() {
   if (tunnel_) tunnel_->reportTo(trace_);
   upstream::TunnelRelay::dispose(tunnel_);
-  exchange_.reportTo(trace_);
-  exchange_.abort();
+  if (exchange_) {
+    exchange_->reportTo(trace_);
+    exchange_.reset();
+  }
 }
 
 void Http1ProxyFilter::closeAll() {

@@ -146,8 +146,9 @@ class Http1ProxyFilter : public network::ReadFilter,
   network::ReadFilterCallbacks* callbacks_ = nullptr;
   // Built in onNewConnection (they need the worker); held in place, not on the heap.
   std::optional<proxy::RequestFilterChain> chain_;
-  // The exchange with the origin of an http:// request; it holds the origin connection.
-  upstream::OriginExchange exchange_;
+  // The exchange with the origin of an http:// request, while it is forwarded (from the
+  // worker's free list); it holds the origin connection.
+  upstream::OriginExchangePtr exchange_;
   // The tunnel (CONNECT, or an upgrade the origin accepted); it holds the origin connection.
   std::unique_ptr<upstream::TunnelRelay> tunnel_;
   const upstream::TunnelStats* key_tunnel_stats_ = nullptr;

@@ -30,8 +30,7 @@ thread_local http::CredentialScratch t_credential_scratch;
 Http2ProxyFilter::Stream::Stream(Http2ProxyFilter& parent)
     : parent_(parent),
       chain_(parent.callbacks_->worker(), *this),
-      timer_(parent.downstream().dispatcher(), [this] { onTimer(); }),
-      exchange_(*this, parent.config_->exchange) {
+      timer_(parent.downstream().dispatcher(), [this] { onTimer(); }) {
   buildChain();
 }
 
@@ -174,7 +173,7 @@ void Http2ProxyFilter::Stream::onClientData(const uint8_t* data, size_t length) 
       }
       buffer::Buffer in;
       in.add(data, length);
-      exchange_.sendBody(in, false);
+      if (exchange_) exchange_->sendBody(in, false);
       credit(length);
       return;
     }
@@ -205,7 +204,7 @@ void Http2ProxyFilter::Stream::onClientEnd() {
   if (state_ == State::Forwarding) {
     if (websocket_pending_) return;  // half-closed upstream once switched
     buffer::Buffer none;
-    exchange_.sendBody(none, true);
+    if (exchange_) exchange_->sendBody(none, true);
   } else if (state_ == State::Tunnel && tunnel_relay_) {
     buffer::Buffer none;
     tunnel_relay_->onDownstreamData(none, true);
@@ -261,8 +260,8 @@ size_t Http2ProxyFilter::Stream::readBody(uint8_t* buf, size_t max, bool& eof) {
   }
   if (n > 0 && state_ == State::Forwarding) {
     // The client reads: the origin's deadline (or, once it is done, the client's) starts over.
-    if (exchange_.active()) {
-      exchange_.onResponseProgress();
+    if (exchange_ && exchange_->active()) {
+      exchange_->onResponseProgress();
     } else {
       timer_.enable(parent_.config_->idle_timeout);
     }
@@ -390,14 +389,14 @@ void Http2ProxyFilter::Stream::findCredential() {
 
 bool Http2ProxyFilter::Stream::originBackedUp() const {
   if (tunnel_relay_) return tunnel_relay_->upstreamBackedUp();
-  return exchange_.originBackedUp();
+  return exchange_ && exchange_->originBackedUp();
 }
 
 void Http2ProxyFilter::Stream::pauseOrigin(bool pause) {
   if (tunnel_relay_) {
     tunnel_relay_->onDownstreamBackedUp(pause);
   } else {
-    exchange_.pauseResponse(pause);
+    if (exchange_) exchange_->pauseResponse(pause);
   }
 }
 
@@ -468,11 +467,12 @@ void Http2ProxyFilter::Stream::sendRequest(upstream::UpstreamHandle upstream) {
     }
   }
   response_started_ = false;
-  exchange_.start(std::move(upstream), r, timer_, *body, 0);
+  exchange_ = upstream::OriginExchange::acquire(*this, parent_.config_->exchange);
+  exchange_->start(std::move(upstream), r, timer_, *body, 0);
   if (!info_.websocket) {
     // A body longer than its content-length is nghttp2's to refuse; nothing more is sent.
     pending_body_.clear();
-    if (request_ended_) exchange_.sendBody(none, true);
+    if (request_ended_) exchange_->sendBody(none, true);
   }
   creditPending();
 }
@@ -518,7 +518,9 @@ void Http2ProxyFilter::Stream::onResponseHead(const http1::ResponseHead& rh) {
 void Http2ProxyFilter::Stream::onResponseBody(buffer::Buffer& body, bool end) {
   out_.move(body);
   if (end) {
-    exchange_.reportTo(trace_);
+    // The origin's part is over (its connection is pooled or closed): the exchange goes back.
+    exchange_->reportTo(trace_);
+    exchange_.reset();
     out_eof_ = true;
     // The origin is done; a client that stops reading cannot keep the stream (and its queue).
     timer_.enable(parent_.config_->idle_timeout);
@@ -543,7 +545,8 @@ void Http2ProxyFilter::Stream::onUpgraded(const http1::ResponseHead& rh,
   config().stats.countStatus(200);
   config().stats.websocket_switched.inc();
   trace_.setStatus(200);
-  exchange_.reportTo(trace_);
+  exchange_->reportTo(trace_);
+  exchange_.reset();
   websocket_pending_ = false;
   // What followed the 101 is the origin's first frames.
   enterTunnel(std::move(upstream), early, origin_ended);
@@ -551,7 +554,8 @@ void Http2ProxyFilter::Stream::onUpgraded(const http1::ResponseHead& rh,
 
 void Http2ProxyFilter::Stream::onRetry() {
   // A pooled connection the origin had already closed: once more on a new one.
-  exchange_.reportTo(trace_);
+  exchange_->reportTo(trace_);
+  exchange_.reset();
   retried_ = true;
   request_.fresh_connection = true;
   state_ = State::Filtering;
@@ -561,7 +565,8 @@ void Http2ProxyFilter::Stream::onRetry() {
 
 void Http2ProxyFilter::Stream::onExchangeError(upstream::ExchangeError error,
                                                std::string_view detail) {
-  exchange_.reportTo(trace_);
+  exchange_->reportTo(trace_);
+  exchange_.reset();
   trace_.fail(detail, upstream::failureKind(error));
   switch (error) {
     case upstream::ExchangeError::BodyTimeout:
@@ -627,7 +632,7 @@ void Http2ProxyFilter::Stream::afterOutput() {
     deferred_ = false;
     parent_.codec_->resumeBody(id_);
   }
-  if ((exchange_.active() || tunnel_relay_) && !upstream_paused_ &&
+  if ((exchange_ || tunnel_relay_) && !upstream_paused_ &&
       out_.length() >= config().stream_buffer_bytes) {
     upstream_paused_ = true;
     pauseOrigin(true);
@@ -643,8 +648,8 @@ void Http2ProxyFilter::Stream::onTimer() {
       parent_.terminate(ErrorCode::ProtocolError);
       break;
     case State::Forwarding:
-      if (exchange_.active()) {
-        exchange_.onTimer();  // the body and response deadlines
+      if (exchange_) {
+        exchange_->onTimer();  // the body and response deadlines
       } else {
         reset(ErrorCode::Cancel);  // the response sat unread past the idle timeout
       }
@@ -705,14 +710,14 @@ void Http2ProxyFilter::Stream::reset(ErrorCode code) {
 
 void Http2ProxyFilter::Stream::reportUpstream() {
   if (tunnel_relay_) tunnel_relay_->reportTo(trace_);
-  exchange_.reportTo(trace_);
+  if (exchange_) exchange_->reportTo(trace_);
 }
 
 void Http2ProxyFilter::Stream::releaseUpstream() {
   reportUpstream();
   upstream::TunnelRelay::dispose(tunnel_relay_);
   upstream_paused_ = false;
-  exchange_.abort();
+  exchange_.reset();
 }
 
 }  // namespace http2proxy

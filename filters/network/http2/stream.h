@@ -160,8 +160,9 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   uint32_t credential_offset_ = 0;
   uint32_t credential_len_ = 0;
 
-  // http:// and RFC 8441 streams until the origin switched; it holds the origin connection.
-  upstream::OriginExchange exchange_;
+  // http:// and RFC 8441 streams while the origin's part runs (from the worker's free list); it
+  // holds the origin connection.
+  upstream::OriginExchangePtr exchange_;
   // CONNECT streams and WebSocket streams once switched; it holds the origin connection.
   std::unique_ptr<upstream::TunnelRelay> tunnel_relay_;
   const upstream::TunnelStats* key_tunnel_stats_ = nullptr;

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <openssl/rand.h>
 #include <openssl/sha.h>
@@ -84,7 +85,45 @@ std::string webSocketAccept(std::string_view key) {
   return out;
 }
 
+// Exchanges not in use on this worker (bounded: a burst's worth is kept).
+class ExchangeFreeList {
+ public:
+  ~ExchangeFreeList() {
+    for (OriginExchange* e : free_) delete e;
+  }
+  OriginExchange* take() {
+    if (free_.empty()) return nullptr;
+    OriginExchange* e = free_.back();
+    free_.pop_back();
+    return e;
+  }
+  bool give(OriginExchange* e) {
+    if (free_.size() >= kMaxFree) return false;
+    free_.push_back(e);
+    return true;
+  }
+
+ private:
+  static constexpr size_t kMaxFree = 256;
+  std::vector<OriginExchange*> free_;
+};
+
+thread_local ExchangeFreeList t_free_exchanges;
+
 }  // namespace
+
+OriginExchangePtr OriginExchange::acquire(ExchangeOwner& owner, const ExchangeOptions& options) {
+  OriginExchange* e = t_free_exchanges.take();
+  if (e == nullptr) return OriginExchangePtr(new OriginExchange(owner, options));
+  e->owner_ = &owner;
+  e->options_ = &options;
+  return OriginExchangePtr(e);
+}
+
+void ExchangeRecycler::operator()(OriginExchange* exchange) const {
+  exchange->abort();
+  if (!t_free_exchanges.give(exchange)) delete exchange;
+}
 
 FailureKind failureKind(ExchangeError error) {
   switch (error) {
@@ -236,8 +275,8 @@ BodyProgress OriginExchange::takeBody(buffer::Buffer& from_client, bool client_e
         const http1::ChunkedDecoder::Status st = request_chunks_.consume(piece, used);
         out.move(from_client, used);
         if (st == http1::ChunkedDecoder::Status::Error) return BodyProgress::Error;
-        if (options_.max_request_body_bytes != 0 &&
-            request_chunks_.payloadBytes() > options_.max_request_body_bytes) {
+        if (options_->max_request_body_bytes != 0 &&
+            request_chunks_.payloadBytes() > options_->max_request_body_bytes) {
           return BodyProgress::TooLarge;
         }
         request_done_ = st == http1::ChunkedDecoder::Status::Done;
@@ -260,12 +299,12 @@ BodyProgress OriginExchange::takeBody(buffer::Buffer& from_client, bool client_e
 
 void OriginExchange::write(buffer::Buffer& out) {
   bytes_to_origin_ += out.length();
-  if (options_.stats != nullptr) options_.stats->bytes_upstream_tx.add(out.length());
+  if (options_->stats != nullptr) options_->stats->bytes_upstream_tx.add(out.length());
   upstream_->write(out);
 }
 
 void OriginExchange::armTimer() {
-  timer_->enable(!request_done_ && !response_started_ ? options_.request_body_timeout
+  timer_->enable(!request_done_ && !response_started_ ? options_->request_body_timeout
                                                       : response_timeout_);
 }
 
@@ -285,7 +324,7 @@ void OriginExchange::onTimer() {
     fail(ExchangeError::BodyTimeout, "request body not received in time");
     return;
   }
-  if (options_.stats != nullptr) options_.stats->upstream_rs_timeout.inc();
+  if (options_->stats != nullptr) options_->stats->upstream_rs_timeout.inc();
   fail(ExchangeError::ResponseTimeout, "origin did not answer in time");
 }
 
@@ -313,7 +352,7 @@ void OriginExchange::onData(buffer::Buffer& data, bool end_stream) {
     return;
   }
   bytes_from_origin_ += data.length();
-  if (options_.stats != nullptr) options_.stats->bytes_upstream_rx.add(data.length());
+  if (options_->stats != nullptr) options_->stats->bytes_upstream_rx.add(data.length());
   if (!data.empty() && !any_response_byte_) {
     any_response_byte_ = true;
     first_byte_at_ = upstream_->dispatcher().now();
@@ -334,24 +373,24 @@ void OriginExchange::onHeadData(buffer::Buffer& data, bool end_stream) {
   http1::ResponseHead& rh = t_response_head;
   while (true) {
     const std::string_view view =
-        http::headToParse(data, options_.response_limits.max_head_bytes, head_scanned_);
+        http::headToParse(data, options_->response_limits.max_head_bytes, head_scanned_);
     http1::ParseError err;
     const http1::ParseStatus st =
         view.empty() ? http1::ParseStatus::Incomplete
-                     : http1::parseResponseHead(view, options_.response_limits, method_, rh, err);
+                     : http1::parseResponseHead(view, options_->response_limits, method_, rh, err);
     if (st == http1::ParseStatus::Incomplete) {
       if (end_stream) onOriginClosed();
       return;
     }
     head_scanned_ = 0;
     if (st == http1::ParseStatus::Error) {
-      if (options_.stats != nullptr) options_.stats->upstream_rs_bad.inc();
+      if (options_->stats != nullptr) options_->stats->upstream_rs_bad.inc();
       fail(ExchangeError::BadResponse, err.reason);
       return;
     }
     if (rh.status == 101) {
       if (upgrade_ == Upgrade::None) {
-        if (options_.stats != nullptr) options_.stats->upstream_rs_bad.inc();
+        if (options_->stats != nullptr) options_->stats->upstream_rs_bad.inc();
         fail(ExchangeError::BadResponse, "origin switched protocols without an upgrade request");
         return;
       }
@@ -361,7 +400,7 @@ void OriginExchange::onHeadData(buffer::Buffer& data, bool end_stream) {
     if (rh.status < 200) {
       // Interim responses (100 Continue, 103 Early Hints) go on as they come.
       const uint32_t generation = generation_;
-      owner_.onInterimResponse(rh);
+      owner_->onInterimResponse(rh);
       if (generation != generation_ || state_ == State::Idle) return;
       data.drain(rh.head_size);
       continue;
@@ -375,7 +414,7 @@ void OriginExchange::onHeadData(buffer::Buffer& data, bool end_stream) {
     response_started_ = true;
     state_ = State::Body;
     const uint32_t generation = generation_;
-    owner_.onResponseHead(rh);
+    owner_->onResponseHead(rh);
     if (generation != generation_ || state_ == State::Idle) return;
     data.drain(rh.head_size);
     onBodyData(data, end_stream, true);
@@ -398,7 +437,7 @@ void OriginExchange::onSwitched(const http1::ResponseHead& parsed, buffer::Buffe
     }
   }
   if (bad != nullptr) {
-    if (options_.stats != nullptr) options_.stats->upstream_rs_bad.inc();
+    if (options_->stats != nullptr) options_->stats->upstream_rs_bad.inc();
     fail(ExchangeError::BadResponse, bad);
     return;
   }
@@ -409,12 +448,12 @@ void OriginExchange::onSwitched(const http1::ResponseHead& parsed, buffer::Buffe
   head_bytes.move(data, head_size);
   http1::ResponseHead& rh = t_response_head;
   http1::ParseError err;
-  http1::parseResponseHead(head_bytes.linearize(head_size), options_.response_limits, method_, rh,
+  http1::parseResponseHead(head_bytes.linearize(head_size), options_->response_limits, method_, rh,
                            err);
   response_started_ = true;
   state_ = State::Idle;
   timer_->disable();
-  owner_.onUpgraded(rh, std::move(upstream_), data, end_stream);
+  owner_->onUpgraded(rh, std::move(upstream_), data, end_stream);
 }
 
 void OriginExchange::onBodyData(buffer::Buffer& data, bool end_stream, bool after_head) {
@@ -433,7 +472,7 @@ void OriginExchange::onBodyData(buffer::Buffer& data, bool end_stream, bool afte
       break;
     }
     case http1::BodyFraming::Chunked: {
-      const http1::Dechunker::Status st = options_.response_body == ResponseBody::Payload
+      const http1::Dechunker::Status st = options_->response_body == ResponseBody::Payload
                                               ? response_chunks_.decode(data, body)
                                               : response_chunks_.pass(data, body);
       ok = st != http1::Dechunker::Status::Error;
@@ -449,11 +488,11 @@ void OriginExchange::onBodyData(buffer::Buffer& data, bool end_stream, bool afte
     // What came before the bad bytes (or the origin's close) is passed on, then the failure.
     if (!body.empty() || after_head) {
       const uint32_t generation = generation_;
-      owner_.onResponseBody(body, false);
+      owner_->onResponseBody(body, false);
       if (generation != generation_ || state_ == State::Idle) return;
     }
     if (!ok) {
-      if (options_.stats != nullptr) options_.stats->upstream_rs_bad.inc();
+      if (options_->stats != nullptr) options_->stats->upstream_rs_bad.inc();
       fail(ExchangeError::BadResponse, response_chunks_.error());
       return;
     }
@@ -467,25 +506,25 @@ void OriginExchange::onBodyData(buffer::Buffer& data, bool end_stream, bool afte
                           response_framing_ != http1::BodyFraming::UntilClose;
     data.clear();
     finish(reusable);
-    owner_.onResponseBody(body, true);
+    owner_->onResponseBody(body, true);
     return;
   }
   armTimer();
-  if (!body.empty() || after_head) owner_.onResponseBody(body, false);
+  if (!body.empty() || after_head) owner_->onResponseBody(body, false);
 }
 
 void OriginExchange::onOriginClosed() {
   if (state_ == State::Head && !any_response_byte_ && retryable()) {
     // A pooled connection the origin had already closed: the codec tries once more on a new
     // one. The close comes from the loop (a write never closes under its caller).
-    if (options_.stats != nullptr) options_.stats->rq_retry.inc();
+    if (options_->stats != nullptr) options_->stats->rq_retry.inc();
     state_ = State::Idle;
     timer_->disable();
     upstream_.release(false);
-    owner_.onRetry();
+    owner_->onRetry();
     return;
   }
-  if (options_.stats != nullptr) options_.stats->upstream_reset.inc();
+  if (options_->stats != nullptr) options_->stats->upstream_reset.inc();
   fail(ExchangeError::OriginClosed, state_ == State::Head
                                         ? "origin closed the connection"
                                         : "origin closed before the response ended");
@@ -505,7 +544,7 @@ void OriginExchange::fail(ExchangeError error, std::string_view detail) {
   state_ = State::Idle;
   timer_->disable();
   upstream_.release(false);
-  owner_.onExchangeError(error, detail);
+  owner_->onExchangeError(error, detail);
 }
 
 }  // namespace upstream

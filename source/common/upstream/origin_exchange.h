@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -136,12 +137,21 @@ struct ExchangeOptions {
 // response deadlines on the codec's timer (as the tunnel relay does: while an exchange runs,
 // the codec passes its timer's expiries to onTimer()).
 //
-// It lives inside the codec's request state and is reused; nothing in it allocates per request
-// beyond the buffers it writes.
+// A codec holds one only while it forwards a request: acquire() takes it from a per-worker free
+// list and dropping the pointer gives it back (aborted), so an idle keep-alive connection or a
+// tunnel holds none and steady traffic allocates none. The pointer may be dropped from inside
+// any callback that is the exchange's last act.
+class OriginExchange;
+struct ExchangeRecycler {
+  void operator()(OriginExchange* exchange) const;
+};
+using OriginExchangePtr = std::unique_ptr<OriginExchange, ExchangeRecycler>;
+
 class OriginExchange : private network::ConnectionCallbacks {
  public:
+  static OriginExchangePtr acquire(ExchangeOwner& owner, const ExchangeOptions& options);
   OriginExchange(ExchangeOwner& owner, const ExchangeOptions& options)
-      : owner_(owner), options_(options) {}
+      : owner_(&owner), options_(&options) {}
   ~OriginExchange() override { abort(); }
   OriginExchange(const OriginExchange&) = delete;
   OriginExchange& operator=(const OriginExchange&) = delete;
@@ -200,8 +210,8 @@ class OriginExchange : private network::ConnectionCallbacks {
   // network::ConnectionCallbacks (the origin connection)
   void onData(buffer::Buffer& data, bool end_stream) override;
   void onEvent(network::ConnectionEvent event) override;
-  void onAboveWriteHighWatermark() override { owner_.onOriginBackedUp(true); }
-  void onBelowWriteLowWatermark() override { owner_.onOriginBackedUp(false); }
+  void onAboveWriteHighWatermark() override { owner_->onOriginBackedUp(true); }
+  void onBelowWriteLowWatermark() override { owner_->onOriginBackedUp(false); }
 
   void write(buffer::Buffer& out);
   // Moves the body bytes of `from_client` into `out`, framed for the origin.
@@ -218,8 +228,9 @@ class OriginExchange : private network::ConnectionCallbacks {
   void fail(ExchangeError error, std::string_view detail);
   bool retryable() const;
 
-  ExchangeOwner& owner_;
-  const ExchangeOptions& options_;
+  friend struct ExchangeRecycler;
+  ExchangeOwner* owner_;
+  const ExchangeOptions* options_;
   UpstreamHandle upstream_;
   event::Timer* timer_ = nullptr;
   std::chrono::milliseconds response_timeout_{60000};

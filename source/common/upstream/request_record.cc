@@ -93,9 +93,12 @@ void emitRecord(const RequestRecord& r) {
 void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
                          uint16_t port, const network::Address& client) {
   protocol_ = protocol;
-  method_.assign(method);
-  host_.assign(host);
-  denial_.clear();
+  method = method.substr(0, 255);  // a token; hosts are at most 255 bytes already
+  host = host.substr(0, 1024);
+  text_.assign(method);
+  text_.append(host);
+  method_len_ = static_cast<uint16_t>(method.size());
+  host_len_ = static_cast<uint16_t>(host.size());
   key_ = {};
   port_ = port;
   client_ = client;
@@ -117,8 +120,8 @@ void RequestTrace::routed(const proxy::ProxyRequest& request) {
 }
 
 void RequestTrace::fail(std::string_view reason, FailureKind kind) {
-  if (!denial_.empty()) return;  // the first reason is the one
-  denial_.assign(reason.empty() ? std::string_view("refused") : reason);
+  if (!open_ || text_.size() > size_t{method_len_} + host_len_) return;  // the first one counts
+  text_.append(reason.empty() ? std::string_view("refused") : reason);
   failure_ = kind;
 }
 
@@ -137,8 +140,9 @@ void RequestTrace::end(std::string_view listener) {
   r.listener = listener;
   r.key = key_;
   r.client = client_;
-  r.method = method_;
-  r.host = host_;
+  const std::string_view text = text_;
+  r.method = text.substr(0, method_len_);
+  r.host = text.substr(method_len_, host_len_);
   r.port = port_;
   r.status = status_;
   r.bytes_to_origin = to_origin_;
@@ -150,7 +154,7 @@ void RequestTrace::end(std::string_view listener) {
   }
   r.total = std::chrono::duration_cast<std::chrono::microseconds>(now - start_);
   r.upstream = upstream_;
-  r.denial = denial_;
+  r.denial = text.substr(size_t{method_len_} + host_len_);
   r.failure = failure_;
   emitRecord(r);
 }

@@ -68,9 +68,11 @@ class RequestTrace {
   void end(std::string_view listener);
 
  private:
-  std::string method_;
-  std::string host_;
-  std::string denial_;
+  // The method, the host and the denial reason, one after the other (one string, its capacity
+  // kept across requests).
+  std::string text_;
+  uint16_t method_len_ = 0;
+  uint16_t host_len_ = 0;
   std::string_view key_;
   network::Address client_;
   network::Address upstream_;
