@@ -406,7 +406,45 @@ void UdpRelay::onIdle() {
 // ------------------------------------------------------------------------------------------
 // Socks5Filter
 
+namespace {
+
+// Memory for handshakes not in use on this worker (all of one size; a burst's worth is kept).
+class HandshakePool {
+ public:
+  ~HandshakePool() {
+    for (void* h : free_) ::operator delete(h);
+  }
+  void* take(size_t size) {
+    if (free_.empty()) return ::operator new(size);
+    void* h = free_.back();
+    free_.pop_back();
+    return h;
+  }
+  void give(void* h) {
+    if (free_.size() < kMaxFree) {
+      free_.push_back(h);
+    } else {
+      ::operator delete(h);
+    }
+  }
+
+ private:
+  static constexpr size_t kMaxFree = 64;
+  std::vector<void*> free_;
+};
+
+thread_local HandshakePool t_handshakes;
+
+}  // namespace
+
 Socks5Filter::Socks5Filter(Socks5ProxyConfigSharedPtr config) : config_(std::move(config)) {}
+
+void Socks5Filter::releaseHandshake() {
+  if (hs_ == nullptr) return;
+  hs_->~Handshake();
+  t_handshakes.give(hs_);
+  hs_ = nullptr;
+}
 
 Socks5Filter::~Socks5Filter() {
   auth_stage_.reset();
@@ -417,6 +455,7 @@ Socks5Filter::~Socks5Filter() {
   udp_.reset();
   setState(State::Closed);
   endRecord();
+  releaseHandshake();
 }
 
 void Socks5Filter::setState(State state) {
@@ -434,6 +473,7 @@ void Socks5Filter::initializeReadFilterCallbacks(network::ReadFilterCallbacks& c
 
 network::FilterStatus Socks5Filter::onNewConnection() {
   config_->stats.cx_total.inc();
+  hs_ = new (t_handshakes.take(sizeof(Handshake))) Handshake();
   timer_.emplace(downstream().dispatcher(), [this] { onTimer(); });
   // The whole handshake (greeting, authentication, request) must be in by this deadline.
   timer_->enable(config_->handshake_timeout);
@@ -549,18 +589,18 @@ bool Socks5Filter::processUserPass(buffer::Buffer& data) {
     return false;
   }
   // The password is the API key; any user name is accepted, as with HTTP Basic.
-  memcpy(password_, up.password.data(), up.password.size());
-  request_.credential = std::string_view(password_, up.password.size());
-  request_.has_credential = true;
+  memcpy(hs_->password, up.password.data(), up.password.size());
+  hs_->request.credential = std::string_view(hs_->password, up.password.size());
+  hs_->request.has_credential = true;
   data.drain(up.size);
   authorize();
   return state_ == State::Request;
 }
 
 void Socks5Filter::authorize() {
-  request_.protocol = proxy::Protocol::Socks5;
-  request_.kind = proxy::RequestKind::Tunnel;
-  request_.client = downstream().peer();
+  hs_->request.protocol = proxy::Protocol::Socks5;
+  hs_->request.kind = proxy::RequestKind::Tunnel;
+  hs_->request.client = downstream().peer();
   if (!config_->has_authenticate_phase) {
     onAuthorized();
     return;
@@ -572,7 +612,7 @@ void Socks5Filter::authorize() {
                                           proxy::RequestPhase::Authenticate,
                                           proxy::RequestPhase::Authenticate);
   }
-  auth_stage_->start(request_);
+  auth_stage_->start(hs_->request);
 }
 
 void Socks5Filter::onAuthorized() {
@@ -604,7 +644,7 @@ void Socks5Filter::onStageUpstream(Stage& stage, upstream::UpstreamHandle upstre
     sendReply(Reply::GeneralFailure, network::Address());
     return;
   }
-  trace_.routed(request_);
+  trace_.routed(hs_->request);
   // BND.ADDR/BND.PORT: the address sluice connects from.
   sendReply(Reply::Succeeded, socketName(upstream->fd()));
   startTunnel(std::move(upstream));
@@ -626,9 +666,9 @@ void Socks5Filter::onStageDenied(Stage& stage, proxy::Denial denial, std::string
     }
     return;
   }
-  trace_.routed(request_);
-  trace_.fail(reason, request_.failure.kind);
-  sendReply(replyForDenial(denial, request_), network::Address());
+  trace_.routed(hs_->request);
+  trace_.fail(reason, hs_->request.failure.kind);
+  sendReply(replyForDenial(denial, hs_->request), network::Address());
 }
 
 bool Socks5Filter::processRequest(buffer::Buffer& data) {
@@ -646,8 +686,8 @@ bool Socks5Filter::processRequest(buffer::Buffer& data) {
   }
   target_ = request.target;
   if (target_.type == AddressType::Domain) {
-    memcpy(host_, target_.domain.data(), target_.domain.size());
-    target_.domain = std::string_view(host_, target_.domain.size());
+    memcpy(hs_->host, target_.domain.data(), target_.domain.size());
+    target_.domain = std::string_view(hs_->host, target_.domain.size());
   }
   {
     char text[64];
@@ -692,12 +732,12 @@ bool Socks5Filter::processRequest(buffer::Buffer& data) {
 // The host for the request filters: the domain as sent, or the literal address as text.
 void Socks5Filter::fillRequestTarget() {
   if (target_.type == AddressType::Domain) {
-    request_.host = target_.domain;
+    hs_->request.host = target_.domain;
   } else {
-    request_.host = target_.hostText(host_, sizeof(host_));
+    hs_->request.host = target_.hostText(hs_->host, sizeof(hs_->host));
   }
-  request_.port = target_.port;
-  request_.pinned_count = 0;
+  hs_->request.port = target_.port;
+  hs_->request.pinned_count = 0;
 }
 
 void Socks5Filter::startConnect() {
@@ -707,7 +747,7 @@ void Socks5Filter::startConnect() {
   request_stage_ =
       std::make_unique<Stage>(*this, callbacks_->worker(), *config_, proxy::RequestPhase::Authorize,
                               proxy::RequestPhase::Route);
-  request_stage_->start(request_);
+  request_stage_->start(hs_->request);
 }
 
 void Socks5Filter::startBind() {
@@ -715,7 +755,7 @@ void Socks5Filter::startBind() {
   pauseReading(true);
   if (target_.type != AddressType::Domain && target_.unspecified()) {
     // "Any peer": nothing to check, nothing to filter the inbound connection by.
-    request_.pinned_count = 0;
+    hs_->request.pinned_count = 0;
     onBindChecked();
     return;
   }
@@ -725,21 +765,22 @@ void Socks5Filter::startBind() {
   request_stage_ =
       std::make_unique<Stage>(*this, callbacks_->worker(), *config_, proxy::RequestPhase::Authorize,
                               proxy::RequestPhase::Authorize);
-  request_stage_->start(request_);
+  request_stage_->start(hs_->request);
 }
 
 void Socks5Filter::onBindChecked() {
-  if (request_.pinned_count == 0 &&
+  if (hs_->request.pinned_count == 0 &&
       !(target_.type != AddressType::Domain && target_.unspecified())) {
     // No filter pinned the peer (no destination guard): a literal stands for itself; a name,
     // unchecked, cannot be trusted to filter by.
     network::Address literal;
-    if (target_.type == AddressType::Domain || !network::parseIpLiteral(request_.host, literal)) {
+    if (target_.type == AddressType::Domain ||
+        !network::parseIpLiteral(hs_->request.host, literal)) {
       sendReply(Reply::NotAllowed, network::Address());
       return;
     }
-    request_.pinned[0] = literal;
-    request_.pinned_count = 1;
+    hs_->request.pinned[0] = literal;
+    hs_->request.pinned_count = 1;
   }
   const network::Address local = localAddress();
   if (!local.valid()) {
@@ -760,8 +801,8 @@ void Socks5Filter::onBindChecked() {
   bind_event_.emplace(downstream().dispatcher(), bind_fd_, [this](uint32_t events) {
     if (events & event::FileEvent::kRead) onBindAccept();
   });
+  // A write never closes the connection under its caller: the state holds.
   sendReply(Reply::Succeeded, bind_address_);
-  if (state_ == State::Closed) return;
   setState(State::BindWaiting);
   timer_->enable(config_->bind_timeout);
 }
@@ -778,10 +819,10 @@ void Socks5Filter::onBindAccept() {
     }
     const network::Address peer =
         network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len);
-    bool allowed = request_.pinned_count == 0;
-    for (uint32_t i = 0; i < request_.pinned_count && !allowed; ++i) {
+    bool allowed = hs_->request.pinned_count == 0;
+    for (uint32_t i = 0; i < hs_->request.pinned_count && !allowed; ++i) {
       network::Address expected;
-      allowed = toFamily(request_.pinned[i], peer.family(), expected) && sameIp(expected, peer);
+      allowed = toFamily(hs_->request.pinned[i], peer.family(), expected) && sameIp(expected, peer);
     }
     if (!allowed) {
       // RFC 1928: DST.ADDR of a BIND request is what the server filters the inbound peer by.
@@ -819,7 +860,6 @@ void Socks5Filter::startUdpAssociate() {
     return;
   }
   sendReply(Reply::Succeeded, udp_->bound());
-  if (state_ == State::Closed) return;
   setState(State::Udp);
   // Read on, to see the client close: the association ends with this connection.
   pauseReading(false);
@@ -828,7 +868,6 @@ void Socks5Filter::startUdpAssociate() {
 void Socks5Filter::onUdpIdle() { closeAll(); }
 
 void Socks5Filter::startTunnel(upstream::UpstreamHandle upstream) {
-  if (state_ == State::Closed) return;
   setState(State::Tunnel);
   // The command is served: its filters (and the authentication's) are not needed any more.
   releaseStages();
@@ -837,7 +876,10 @@ void Socks5Filter::startTunnel(upstream::UpstreamHandle upstream) {
   options.splice = upstream.info().splice;
   options.max_pipes = upstream.info().max_splice_pipes;
   options.listener_stats = &config_->tunnel_stats;
-  options.key_stats = request_.principal_tunnel_stats;
+  options.key_stats = hs_->request.principal_tunnel_stats;
+  // The command is done with: a tunnel keeps nothing of its handshake.
+  target_.domain = {};
+  releaseHandshake();
   tunnel_ = std::make_unique<upstream::TunnelRelay>(std::move(upstream), downstream(), *this,
                                                     *timer_, options);
   // Bytes the client sent behind its request go first, then its end if it already half-closed.
@@ -970,6 +1012,7 @@ void Socks5Filter::releaseAll() {
   closeBindListener();
   releaseUdp();
   endRecord();
+  releaseHandshake();
 }
 
 void Socks5Filter::endRecord() { trace_.end(config_->listener_name); }

@@ -278,12 +278,17 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   bool read_paused_ = false;
   bool downstream_ended_ = false;
 
-  // The request in flight; its views point into these buffers.
-  proxy::ProxyRequest request_;
-  char host_[256];
-  char password_[256];
+  // The command in flight: held from the connection's start until its tunnel starts (an idle
+  // tunnel holds none), from the worker's free list. Its views point into its own buffers.
+  struct Handshake {
+    proxy::ProxyRequest request;
+    char host[256];
+    char password[256];
+  };
+  Handshake* hs_ = nullptr;
+  void releaseHandshake();
   Command command_ = Command::Connect;
-  Target target_;  // target_.domain points into host_
+  Target target_;  // target_.domain points into hs_->host
 
   // CONNECT and BIND, once the reply went out.
   std::unique_ptr<upstream::TunnelRelay> tunnel_;
