@@ -595,8 +595,23 @@ void Http2ProxyFilter::Stream::onOriginBackedUp(bool backed_up) {
 
 void Http2ProxyFilter::Stream::enterTunnel(upstream::UpstreamHandle upstream,
                                            buffer::Buffer& from_origin, bool origin_ended) {
-  // A tunnel runs no more requests: its filter instances go until the stream is reused.
+  // A tunnel runs no more requests: its filter instances go until the stream is reused, and so
+  // does the copy of its header block (nothing reads the request's fields from here on; the
+  // record copied what it keeps).
   chain_.releaseFilters();
+  std::string().swap(storage_);
+  std::vector<FieldRef>().swap(refs_);
+  std::vector<http1::HeaderField>().swap(fields_);
+  // Views into the released copy go with it; what the stream still reads stays.
+  http2::RequestInfo kept;
+  kept.method = info_.method;
+  kept.kind = info_.kind;
+  kept.websocket = info_.websocket;
+  kept.port = info_.port;
+  info_ = kept;
+  request_.host = {};
+  request_.credential = {};
+  request_.headers = nullptr;
   response_started_ = true;
   state_ = State::Tunnel;
   tunnel_ = true;

@@ -51,6 +51,17 @@ void addField(std::string& out, std::string_view name, std::string_view value) {
   }
 }
 
+// The method names a record usually carries, so that a trace need not copy them.
+std::string_view staticMethod(std::string_view method) {
+  static constexpr std::string_view kNames[] = {
+      "GET",   "HEAD",    "POST", "PUT",  "DELETE", "CONNECT",       "OPTIONS", "TRACE",
+      "PATCH", "connect", "bind", "auth", "-",      "udp_associate", "unknown"};
+  for (std::string_view n : kNames) {
+    if (n == method) return n;
+  }
+  return {};
+}
+
 std::string micros(std::chrono::microseconds d) {
   return d.count() < 0 ? std::string("-") : std::to_string(d.count());
 }
@@ -93,12 +104,16 @@ void emitRecord(const RequestRecord& r) {
 void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
                          uint16_t port, const network::Address& client) {
   protocol_ = protocol;
-  method = method.substr(0, 255);  // a token; hosts are at most 255 bytes already
   host = host.substr(0, 1024);
-  text_.assign(method);
-  text_.append(host);
-  method_len_ = static_cast<uint16_t>(method.size());
+  text_.assign(host);
   host_len_ = static_cast<uint16_t>(host.size());
+  method_ = staticMethod(method);
+  method_len_ = 0;
+  if (method_.empty()) {
+    method = method.substr(0, 255);  // a token
+    text_.append(method);
+    method_len_ = static_cast<uint16_t>(method.size());
+  }
   key_ = {};
   port_ = port;
   client_ = client;
@@ -141,8 +156,8 @@ void RequestTrace::end(std::string_view listener) {
   r.key = key_;
   r.client = client_;
   const std::string_view text = text_;
-  r.method = text.substr(0, method_len_);
-  r.host = text.substr(method_len_, host_len_);
+  r.host = text.substr(0, host_len_);
+  r.method = method_len_ == 0 ? method_ : text.substr(host_len_, method_len_);
   r.port = port_;
   r.status = status_;
   r.bytes_to_origin = to_origin_;

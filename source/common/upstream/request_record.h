@@ -68,10 +68,11 @@ class RequestTrace {
   void end(std::string_view listener);
 
  private:
-  // The method, the host and the denial reason, one after the other (one string, its capacity
-  // kept across requests).
+  // The host, then the denial reason (one string, its capacity kept across requests); the
+  // method points at a static name when it is a known one, else into text_ after the host.
   std::string text_;
-  uint16_t method_len_ = 0;
+  std::string_view method_;
+  uint16_t method_len_ = 0;  // of a method copied into text_ (0: method_ is static)
   uint16_t host_len_ = 0;
   std::string_view key_;
   network::Address client_;

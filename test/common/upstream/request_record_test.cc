@@ -1,0 +1,64 @@
+#include "source/common/upstream/request_record.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+#include "source/common/stats/stats.h"
+
+namespace sluice {
+namespace upstream {
+namespace {
+
+uint64_t total() { return stats::Store::get().counterValue("request_record.total"); }
+uint64_t denied() { return stats::Store::get().counterValue("request_record.denied"); }
+
+TEST(RequestTrace, EmitsOnceAfterEachBegin) {
+  RequestTrace trace;
+  const uint64_t before = total();
+  trace.end("l");  // nothing began
+  EXPECT_EQ(total(), before);
+  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, network::Address());
+  EXPECT_TRUE(trace.open());
+  trace.end("l");
+  trace.end("l");
+  EXPECT_EQ(total(), before + 1);
+  EXPECT_FALSE(trace.open());
+  trace.begin(proxy::Protocol::Http2, "GET", "example.com", 80, network::Address());
+  trace.end("l");
+  EXPECT_EQ(total(), before + 2);
+}
+
+TEST(RequestTrace, FirstFailureWinsAndCountsAsDenied) {
+  RequestTrace trace;
+  const uint64_t before = denied();
+  trace.begin(proxy::Protocol::Socks5, "connect", "h", 1, network::Address());
+  trace.fail("first reason", FailureKind::Refused);
+  trace.fail("second reason", FailureKind::Timeout);
+  trace.end("l");
+  EXPECT_EQ(denied(), before + 1);
+}
+
+TEST(RequestRecord, FormatsEveryFieldAndQuotesSpaces) {
+  RequestRecord r;
+  r.protocol = proxy::Protocol::Http2;
+  r.listener = "edge";
+  r.method = "PROPFIND";
+  r.host = "::1";
+  r.port = 8080;
+  r.status = 502;
+  r.bytes_to_origin = 10;
+  r.bytes_from_origin = 20;
+  r.connect = std::chrono::microseconds(7);
+  r.denial = "origin said \"no\"";
+  r.failure = FailureKind::Reset;
+  EXPECT_EQ(formatRecord(r),
+            "request protocol=http2 listener=edge key=- client=- method=PROPFIND "
+            "target=[::1]:8080 status=502 bytes_to_origin=10 bytes_from_origin=20 resolve_us=- "
+            "connect_us=7 first_byte_us=- total_us=0 upstream=- failure=reset "
+            "denial=\"origin said \\\"no\\\"\"");
+}
+
+}  // namespace
+}  // namespace upstream
+}  // namespace sluice
