@@ -509,22 +509,13 @@ void Http1ProxyFilter::onExchangeError(upstream::ExchangeError error, std::strin
   t_response_out.clear();
   exchange_->reportTo(trace_);
   trace_.fail(detail, upstream::failureKind(error));
-  switch (error) {
-    case upstream::ExchangeError::BodyTimeout:
-      config_->stats.rq_body_timeout.inc();
-      sendLocalReply(408, detail, true);
-      return;
-    case upstream::ExchangeError::BadResponse:
-    case upstream::ExchangeError::OriginClosed:
-    case upstream::ExchangeError::ResponseTimeout:
-      break;
-  }
+  if (error == upstream::ExchangeError::BodyTimeout) config_->stats.rq_body_timeout.inc();
   if (exchange_->responseStarted()) {
     // The client must see a truncated message.
     closeAll();
     return;
   }
-  sendLocalReply(error == upstream::ExchangeError::ResponseTimeout ? 504 : 502, detail, true);
+  sendLocalReply(http::exchangeErrorStatus(error), detail, true);
 }
 
 void Http1ProxyFilter::onOriginBackedUp(bool backed_up) {

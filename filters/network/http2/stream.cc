@@ -568,17 +568,9 @@ void Http2ProxyFilter::Stream::onExchangeError(upstream::ExchangeError error,
   exchange_->reportTo(trace_);
   exchange_.reset();
   trace_.fail(detail, upstream::failureKind(error));
-  switch (error) {
-    case upstream::ExchangeError::BodyTimeout:
-      config().stats.rq_body_timeout.inc();
-      localReply(408, detail);
-      return;
-    case upstream::ExchangeError::BadResponse:
-      if (websocket_pending_) config().stats.websocket_rejected.inc();
-      break;
-    case upstream::ExchangeError::OriginClosed:
-    case upstream::ExchangeError::ResponseTimeout:
-      break;
+  if (error == upstream::ExchangeError::BodyTimeout) config().stats.rq_body_timeout.inc();
+  if (error == upstream::ExchangeError::BadResponse && websocket_pending_) {
+    config().stats.websocket_rejected.inc();
   }
   if (response_started_) {
     // The client must see a truncated stream.
@@ -586,7 +578,7 @@ void Http2ProxyFilter::Stream::onExchangeError(upstream::ExchangeError error,
                                                             : ErrorCode::InternalError);
     return;
   }
-  localReply(error == upstream::ExchangeError::ResponseTimeout ? 504 : 502, detail);
+  localReply(http::exchangeErrorStatus(error), detail);
 }
 
 void Http2ProxyFilter::Stream::onOriginBackedUp(bool backed_up) {

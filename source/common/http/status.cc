@@ -66,5 +66,18 @@ std::string localReplyBody(uint16_t status, std::string_view detail) {
   return absl::StrFormat("%d %s: %s\n", status, statusText(status), detail);
 }
 
+uint16_t exchangeErrorStatus(upstream::ExchangeError error) {
+  switch (error) {
+    case upstream::ExchangeError::BodyTimeout:
+      return 408;
+    case upstream::ExchangeError::ResponseTimeout:
+      return 504;
+    case upstream::ExchangeError::BadResponse:
+    case upstream::ExchangeError::OriginClosed:
+      return 502;
+  }
+  return 502;
+}
+
 }  // namespace http
 }  // namespace sluice

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "source/common/proxy/request.h"
+#include "source/common/upstream/failure.h"
 
 namespace sluice {
 namespace http {
@@ -14,6 +15,10 @@ const char* statusText(uint16_t status);
 
 // The status a refusal by the request filters becomes (HTTP/1.1 and HTTP/2 alike).
 uint16_t denialStatus(proxy::Denial denial);
+
+// The status an HTTP codec answers a failed origin exchange with, while no response head went
+// out: 408 (the client's body stalled), 504 (the origin was silent), 502 (anything else).
+uint16_t exchangeErrorStatus(upstream::ExchangeError error);
 
 // The text/plain body of a reply made by the proxy itself: "<status> <text>: <detail>\n".
 std::string localReplyBody(uint16_t status, std::string_view detail);

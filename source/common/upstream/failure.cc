@@ -49,5 +49,19 @@ const char* failureName(FailureKind kind) {
   return "none";
 }
 
+FailureKind failureKind(ExchangeError error) {
+  switch (error) {
+    case ExchangeError::BadResponse:
+      return FailureKind::ProtocolError;
+    case ExchangeError::OriginClosed:
+      return FailureKind::Reset;
+    case ExchangeError::ResponseTimeout:
+      return FailureKind::Timeout;
+    case ExchangeError::BodyTimeout:
+      return FailureKind::None;
+  }
+  return FailureKind::None;
+}
+
 }  // namespace upstream
 }  // namespace sluice

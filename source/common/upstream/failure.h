@@ -24,6 +24,17 @@ struct Failure {
   explicit operator bool() const { return kind != FailureKind::None; }
 };
 
+// Why an exchange failed. The exchange counted it; the codec answers in its own protocol.
+enum class ExchangeError : uint8_t {
+  BadResponse,      // a malformed head or body, an unasked or bad 101 (upstream_rs_bad)
+  OriginClosed,     // the origin closed before the response ended (upstream_reset)
+  ResponseTimeout,  // the origin was silent past response_timeout (upstream_rs_timeout)
+  BodyTimeout,      // the client's body stalled before any response (the codec counts it)
+};
+
+// The upstream layer's failure kind of an exchange error (BodyTimeout is the client's: None).
+FailureKind failureKind(ExchangeError error);
+
 // The kind of a failed connect's errno.
 FailureKind kindForConnectError(int error);
 // Its stable lower-case name ("dns_failure", "refused", ...), for logs and records.

@@ -125,20 +125,6 @@ void ExchangeRecycler::operator()(OriginExchange* exchange) const {
   if (!t_free_exchanges.give(exchange)) delete exchange;
 }
 
-FailureKind failureKind(ExchangeError error) {
-  switch (error) {
-    case ExchangeError::BadResponse:
-      return FailureKind::ProtocolError;
-    case ExchangeError::OriginClosed:
-      return FailureKind::Reset;
-    case ExchangeError::ResponseTimeout:
-      return FailureKind::Timeout;
-    case ExchangeError::BodyTimeout:
-      return FailureKind::None;
-  }
-  return FailureKind::None;
-}
-
 void OriginExchange::writeRequestHead(const OriginRequest& r, std::string_view websocket_key,
                                       buffer::Buffer& out) {
   if (r.upgrade != Upgrade::None) {

@@ -79,17 +79,6 @@ enum class ResponseBody : uint8_t {
   Payload,  // the payload only (chunked framing removed): an HTTP/2 stream
 };
 
-// Why an exchange failed. The exchange counted it; the codec answers in its own protocol.
-enum class ExchangeError : uint8_t {
-  BadResponse,      // a malformed head or body, an unasked or bad 101 (upstream_rs_bad)
-  OriginClosed,     // the origin closed before the response ended (upstream_reset)
-  ResponseTimeout,  // the origin was silent past response_timeout (upstream_rs_timeout)
-  BodyTimeout,      // the client's body stalled before any response (the codec counts it)
-};
-
-// The upstream layer's failure kind of an exchange error (BodyTimeout is the client's: None).
-FailureKind failureKind(ExchangeError error);
-
 // What the exchange tells the codec. onResponseBody with end, onUpgraded, onRetry and
 // onExchangeError are the exchange's last act in the turn they happen in: the codec may end,
 // restart or reuse the exchange from inside them. The others must not end the exchange.
