@@ -982,3 +982,32 @@ def test_key_guessing_bans_and_sends_goaway(h2_sluice, py_origin):
     assert r.status == 403, vars(r)
     assert c.wait(lambda: c.goaway is not None or c.closed, timeout=5)
     assert h2_sluice.stat("auth.denied_banned") >= 1
+
+
+def test_resets_sluice_sends_spend_the_rapid_reset_budget(start_sluice, py_origin):
+    """MadeYouReset (CVE-2025-8671): streams that the server side resets because the client
+    made them malformed (content-length 10, then 5 bytes and END_STREAM) count like client
+    resets; past the budget the connection gets GOAWAY(ENHANCE_YOUR_CALM)."""
+    sl = start_sluice(patch=use_http2(max_rapid_resets=20))
+    s = raw_connection(sl)
+    enc = hpack.Encoder()
+    out = bytearray()
+    for i in range(200):
+        sid = 2 * i + 1
+        hf = HeadersFrame(sid, enc.encode([
+            (":method", "POST"), (":scheme", "http"), (":path", "/echo"),
+            (":authority", f"127.0.0.1:{py_origin.port}"), ("content-length", "10"),
+            ("proxy-authorization", basic_auth(sl.key))]))
+        hf.flags.add("END_HEADERS")
+        out += hf.serialize()
+        df = DataFrame(sid, b"12345")
+        df.flags.add("END_STREAM")
+        out += df.serialize()
+    s.sendall(bytes(out))
+    frames = read_frames(s, lambda f: isinstance(f, GoAwayFrame))
+    g = goaway_of(frames)
+    assert g is not None and g.error_code == ENHANCE_YOUR_CALM, frames[-5:]
+    assert stat(sl, "rapid_reset") == 1
+    # The streams past the budget never reached an origin.
+    assert len(py_origin.requests) < 200
+    s.close()

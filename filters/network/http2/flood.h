@@ -33,7 +33,7 @@ class WindowCounter {
 
 struct FloodLimits {
   std::chrono::milliseconds window{10000};
-  uint32_t max_rapid_resets = 200;        // client RST_STREAMs of unfinished streams
+  uint32_t max_rapid_resets = 200;        // streams reset before their response completed
   uint32_t max_control_frames = 1000;     // SETTINGS, PING, PRIORITY, zero WINDOW_UPDATE
   uint32_t max_empty_data_frames = 100;   // DATA without payload or END_STREAM
   uint32_t max_continuation_frames = 16;  // per header block
@@ -80,8 +80,10 @@ class FloodGuard {
     }
     return Flood::None;
   }
-  // The client reset a stream before its response was complete.
-  Flood onClientReset(WindowCounter::Time now) {
+  // A stream ended in a reset before its response was complete: reset by the client, or by
+  // the proxy or its HTTP/2 library (a malformed stream), which a client can provoke as
+  // cheaply ("MadeYouReset", CVE-2025-8671). Both spend one budget.
+  Flood onStreamReset(WindowCounter::Time now) {
     return resets_.add(now, limits_.window, limits_.max_rapid_resets) ? Flood::RapidReset
                                                                       : Flood::None;
   }

@@ -212,15 +212,20 @@ void Http2ProxyFilter::onRequestEnd(void* stream) { static_cast<Stream*>(stream)
 
 bool Http2ProxyFilter::onStreamReset(void* stream, http2::ErrorCode) {
   if (!static_cast<Stream*>(stream)->onClientReset()) return true;
-  return onFlood(flood_.onClientReset(downstream().dispatcher().now()));
+  return onFlood(flood_.onStreamReset(downstream().dispatcher().now()));
 }
 
 void Http2ProxyFilter::onResponseSent(void* stream) {
   static_cast<Stream*>(stream)->onResponseSent();
 }
 
-void Http2ProxyFilter::onStreamClose(void* stream, http2::ErrorCode) {
-  static_cast<Stream*>(stream)->onClosed();
+void Http2ProxyFilter::onStreamClose(void* stream, http2::ErrorCode code) {
+  Stream* s = static_cast<Stream*>(stream);
+  // A reset the proxy (or nghttp2, for a malformed stream) sent before the response completed
+  // spends the rapid-reset budget like a client's; one the client sent was counted already.
+  const bool reset_here = code != http2::ErrorCode::NoError && s->unfinishedReset();
+  s->onClosed();
+  if (reset_here && !closed_) onFlood(flood_.onStreamReset(downstream().dispatcher().now()));
 }
 
 bool Http2ProxyFilter::onProtocolError(const http2::FrameInfo& frame) {

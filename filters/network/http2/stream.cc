@@ -63,6 +63,7 @@ void Http2ProxyFilter::Stream::begin(int32_t id) {
   websocket_pending_ = false;
   drain_after_reply_ = false;
   tunnel_ = false;
+  client_reset_ = false;
   config().stats.streams_total.inc();
   config().stats.streams_active.inc();
   // A header block left unfinished blocks the whole connection (HPACK state is shared).
@@ -212,6 +213,7 @@ void Http2ProxyFilter::Stream::onClientEnd() {
 }
 
 bool Http2ProxyFilter::Stream::onClientReset() {
+  client_reset_ = true;
   if (response_sent_) return false;
   if (state_ == State::Filtering || state_ == State::Forwarding || state_ == State::Tunnel) {
     config().stats.downstream_reset.inc();

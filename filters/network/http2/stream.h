@@ -51,6 +51,10 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
 
   // The client reset the stream. True when it was still in progress (rapid-reset accounting).
   bool onClientReset();
+  // The stream is closing with a reset the client did not send, before its response completed
+  // (rapid-reset accounting). A tunnel's reset is how it ends (idle timeout, the destination
+  // closed), not a refused request: it does not count.
+  bool unfinishedReset() const { return !response_sent_ && !client_reset_ && !tunnel_; }
   void onResponseSent();
 
   // The codec forgot the stream: release everything and go back to the free list.
@@ -181,6 +185,7 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   bool upstream_paused_ = false;
   bool response_sent_ = false;  // our END_STREAM went out
   bool tunnel_ = false;         // counted in tunnels_active
+  bool client_reset_ = false;   // the client reset the stream (counted there)
   // What the stream's request leaves in its end-of-request record.
   upstream::RequestTrace trace_;
 };

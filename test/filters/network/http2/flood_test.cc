@@ -39,12 +39,12 @@ TEST(FloodGuard, RapidReset) {
   limits.max_rapid_resets = 5;
   FloodGuard g(limits);
   Time t{};
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(g.onClientReset(t), Flood::None);
-  EXPECT_EQ(g.onClientReset(t), Flood::RapidReset);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(g.onStreamReset(t), Flood::None);
+  EXPECT_EQ(g.onStreamReset(t), Flood::RapidReset);
   // Slow resets spread over windows never trip it.
   FloodGuard slow(limits);
   for (int i = 0; i < 100; ++i) {
-    EXPECT_EQ(slow.onClientReset(t + milliseconds(3000) * i), Flood::None);
+    EXPECT_EQ(slow.onStreamReset(t + milliseconds(3000) * i), Flood::None);
   }
 }
 
