@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string_view>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 
 #include "source/common/common/logger.h"
 #include "source/common/http/status.h"
+#include "source/common/network/ip_literal.h"
 #include "source/common/stats/stats.h"
 
 namespace sluice {
@@ -261,6 +264,61 @@ void Admin::onRequest(evhttp_request* request, void* arg) {
   static_cast<Admin*>(arg)->handle(request);
 }
 
+namespace {
+
+bool isWildcard(const network::Address& a) {
+  if (a.family() == AF_INET) return a.v4().sin_addr.s_addr == htonl(INADDR_ANY);
+  return a.family() == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&a.v6().sin6_addr);
+}
+
+bool isLocalhost(std::string_view host) {
+  static constexpr std::string_view kName = "localhost";
+  if (host.size() != kName.size()) return false;
+  for (size_t i = 0; i < host.size(); ++i) {
+    const char c = host[i] >= 'A' && host[i] <= 'Z' ? static_cast<char>(host[i] + 32) : host[i];
+    if (c != kName[i]) return false;
+  }
+  return true;
+}
+
+bool isLoopback(const network::Address& a) {
+  if (a.family() == AF_INET) return (ntohl(a.v4().sin_addr.s_addr) >> 24) == 127;
+  return a.family() == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&a.v6().sin6_addr);
+}
+
+}  // namespace
+
+bool Admin::hostAllowed(const char* header) const {
+  if (header == nullptr) return true;
+  std::string_view host = header;
+  // Without a port the name alone decides (what matters is whose name it is).
+  uint16_t port = bound_address_.port();
+  // "host", "host:port", "[v6]", "[v6]:port".
+  const size_t close = host.rfind(']');
+  const size_t colon = host.rfind(':');
+  if (colon != std::string_view::npos && (close == std::string_view::npos || colon > close)) {
+    int value = 0;
+    const std::string_view digits = host.substr(colon + 1);
+    if (digits.empty() || digits.size() > 5) return false;
+    for (char c : digits) {
+      if (c < '0' || c > '9') return false;
+      value = value * 10 + (c - '0');
+    }
+    if (value > 65535) return false;
+    port = static_cast<uint16_t>(value);
+    host = host.substr(0, colon);
+  }
+  if (port != bound_address_.port()) return false;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  network::Address literal;
+  const bool is_literal = network::parseIpLiteral(host, literal);
+  if (isWildcard(bound_address_)) return is_literal || isLocalhost(host);
+  if (is_literal) return literal.ipString() == bound_address_.ipString();
+  return isLoopback(bound_address_) && isLocalhost(host);
+}
+
 void Admin::handle(evhttp_request* request) {
   const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
   if (uri == nullptr) {
@@ -277,6 +335,16 @@ void Admin::handle(evhttp_request* request) {
   // An absolute-form target with no path ("http://host") means "/".
   if (path.empty()) {
     path = "/";
+  }
+  // A web page whose name was rebound to the admin's address reaches it with its own name in
+  // Host: only the admin's own address is answered (DNS rebinding). Liveness and readiness
+  // reveal nothing and are probed by balancers under names of their own: they stay open.
+  if (path != "/health" && path != "/ready" &&
+      !hostAllowed(evhttp_find_header(evhttp_request_get_input_headers(request), "Host"))) {
+    // Registered on first use: the stats listing stays as it was until a refusal happens.
+    stats::Store::get().counter("admin.host_refused").inc();
+    send(request, text(421, "Host is not this admin endpoint's address\n"));
+    return;
   }
 
   auto available = [this](Route route) {

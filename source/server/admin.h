@@ -8,6 +8,7 @@
 
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/address.h"
+#include "source/common/stats/stats.h"
 
 struct evhttp;
 struct evhttp_request;
@@ -70,6 +71,10 @@ class Admin {
   static void onRequest(evhttp_request* request, void* arg);
   static void onAcceptError(evconnlistener* listener, void* arg);
   void handle(evhttp_request* request);
+  // Is `host` (a Host header) the admin's own address: its literal IP, any IP literal when it
+  // listens on a wildcard address, or localhost when it listens on loopback, with its port or
+  // none? A browser always sends Host, so a request without one is not refused.
+  bool hostAllowed(const char* host) const;
 
   AdminHandlers handlers_;
   evhttp* http_;

@@ -119,3 +119,18 @@ def test_dns_and_pool_counters_are_published(sluice, nginx):
     assert sluice.stat("dns.queries") == 0
     # The origin connection went back to the pool and is counted there.
     assert sluice.wait_stat("upstream.pool_idle", lambda v: v == 1) == 1
+
+
+def test_admin_answers_only_its_own_host(sluice):
+    """DNS rebinding: a page whose name now resolves to 127.0.0.1 reaches the admin with its own
+    name in Host; only the admin's own address (and localhost on loopback) is answered."""
+    port = sluice.admin_port
+    for host in (f"evil.example:{port}", f"127.0.0.2:{port}", "127.0.0.1:1", f"localhost.evil:{port}"):
+        r = sluice.admin("/config_dump", headers={"Host": host})
+        assert r.status == 421, (host, r.status, r.text[:200])
+        assert sluice.key not in r.text
+    r = sluice.admin("/drain", method="POST", data=b"", headers={"Host": f"evil.example:{port}"})
+    assert r.status == 421 and sluice.running()
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LocalHost:{port}"):
+        assert sluice.admin("/stats", headers={"Host": host}).status == 200, host
+    assert sluice.wait_stat("admin.host_refused", lambda v: v == 5) == 5

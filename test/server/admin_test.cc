@@ -412,6 +412,30 @@ TEST_F(AdminTest, UnsetHandlersAreAbsent) {
   EXPECT_EQ(get("/stats").status, 200);
 }
 
+TEST_F(AdminTest, OnlyItsOwnHostIsAnswered) {
+  const std::string port = std::to_string(address_.port());
+  for (const std::string& host :
+       {"evil.example:" + port, std::string("evil.example"), "127.0.0.2:" + port,
+        std::string("127.0.0.1:1"), "localhost.evil:" + port, "[::1]:" + port,
+        "127.0.0.1:" + port + "x"}) {
+    Response r = parse(roundTrip(
+        address_, "GET /config_dump HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n"));
+    EXPECT_EQ(r.status, 421) << host;
+    EXPECT_EQ(r.body.find("secret"), std::string::npos) << host;
+  }
+  for (const std::string& host : {"127.0.0.1:" + port, std::string("127.0.0.1"),
+                                  "localhost:" + port, std::string("LOCALHOST")}) {
+    Response r = parse(roundTrip(
+        address_, "GET /stats HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n"));
+    EXPECT_EQ(r.status, 200) << host;
+  }
+  // Liveness and readiness answer whatever name a balancer probes them under.
+  Response health = parse(roundTrip(
+      address_, "GET /health HTTP/1.1\r\nHost: lb.internal\r\nConnection: close\r\n\r\n"));
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(stats::Store::get().counterValue("admin.host_refused"), 7u);
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace sluice

@@ -25,6 +25,8 @@ const char* statusText(uint16_t status) {
       return "Request Timeout";
     case 413:
       return "Content Too Large";
+    case 421:
+      return "Misdirected Request";
     case 431:
       return "Request Header Fields Too Large";
     case 500:
