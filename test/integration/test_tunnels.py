@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import basic_auth, free_port
+from helpers import basic_auth, free_port, read_all
 from origins import EchoServer
 from sluice_proc import find_typed_configs
 
@@ -180,15 +180,6 @@ def send_all_at_once(pid, sock, data, stop):
     if stop:
         time.sleep(0.2)
         os.kill(pid, signal.SIGCONT)
-
-
-def read_all(c):
-    out = b""
-    while True:
-        chunk = c.recv(65536)
-        if not chunk:
-            return out
-        out += chunk
 
 
 @pytest.mark.parametrize("size", [1000, 100_000])

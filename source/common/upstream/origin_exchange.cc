@@ -254,20 +254,17 @@ BodyProgress OriginExchange::takeBody(buffer::Buffer& from_client, bool client_e
       request_done_ = request_body_left_ == 0;
       break;
     }
-    case RequestBody::Chunked:
-      while (!from_client.empty() && !request_done_) {
-        const std::string_view piece = from_client.front();
-        size_t used = 0;
-        const http1::ChunkedDecoder::Status st = request_chunks_.consume(piece, used);
-        out.move(from_client, used);
-        if (st == http1::ChunkedDecoder::Status::Error) return BodyProgress::Error;
-        if (options_->max_request_body_bytes != 0 &&
-            request_chunks_.payloadBytes() > options_->max_request_body_bytes) {
-          return BodyProgress::TooLarge;
-        }
-        request_done_ = st == http1::ChunkedDecoder::Status::Done;
+    case RequestBody::Chunked: {
+      // Nothing taken here is written when the body is refused (the caller drops `out`).
+      const http1::Dechunker::Status st = request_chunks_.pass(from_client, out);
+      if (st == http1::Dechunker::Status::Error) return BodyProgress::Error;
+      if (options_->max_request_body_bytes != 0 &&
+          request_chunks_.payloadBytes() > options_->max_request_body_bytes) {
+        return BodyProgress::TooLarge;
       }
+      request_done_ = st == http1::Dechunker::Status::Done;
       break;
+    }
     case RequestBody::ChunkEncode:
       if (!from_client.empty()) {
         addChunkHeader(out, from_client.length());
@@ -516,9 +513,7 @@ void OriginExchange::onOriginClosed() {
                                         : "origin closed before the response ended");
 }
 
-bool OriginExchange::retryable() const {
-  return retryable_request_ && request_done_ && upstream_ && upstream_.info().reused;
-}
+bool OriginExchange::retryable() const { return retryable_request_ && request_done_; }
 
 void OriginExchange::finish(bool reusable) {
   state_ = State::Idle;

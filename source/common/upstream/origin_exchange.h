@@ -176,11 +176,8 @@ class OriginExchange : private network::ConnectionCallbacks {
   const char* requestBodyError() const { return request_chunks_.error(); }
   // The origin's write buffer is above its high watermark.
   bool originBackedUp() const;
-  const UpstreamHandle& upstream() const { return upstream_; }
   uint64_t bytesToOrigin() const { return bytes_to_origin_; }
   uint64_t bytesFromOrigin() const { return bytes_from_origin_; }
-  // When the origin's first byte came (default-constructed: none yet).
-  event::MonotonicTime firstByteAt() const { return first_byte_at_; }
   // Adds what this exchange moved so far (bytes, the first byte's time) to the request's
   // record; counted once however often it is called.
   void reportTo(RequestTrace& trace);
@@ -231,7 +228,7 @@ class OriginExchange : private network::ConnectionCallbacks {
   RequestBody request_body_ = RequestBody::None;
   http1::BodyFraming response_framing_ = http1::BodyFraming::None;
   bool request_done_ = false;
-  bool retryable_request_ = false;
+  bool retryable_request_ = false;  // mayRetry() held when the exchange started
   bool response_started_ = false;
   bool response_keep_alive_ = true;
   bool response_paused_ = false;
@@ -239,7 +236,7 @@ class OriginExchange : private network::ConnectionCallbacks {
   size_t head_scanned_ = 0;
   uint64_t response_body_left_ = 0;
   uint64_t request_body_left_ = 0;
-  http1::ChunkedDecoder request_chunks_;
+  http1::Dechunker request_chunks_;  // the client's chunked body, passed on as framed
   uint64_t bytes_to_origin_ = 0;
   uint64_t bytes_from_origin_ = 0;
   uint64_t reported_to_ = 0;  // of bytes_to_origin_ / bytes_from_origin_, in the record already

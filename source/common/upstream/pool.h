@@ -34,7 +34,6 @@ class Pool {
   void closeAll();
   // The worker is draining: idle connections are closed and none is taken back from now on.
   void drain();
-  bool draining() const { return draining_; }
 
  private:
   class Idle;

@@ -148,8 +148,11 @@ void RequestTrace::firstByte(event::MonotonicTime at) {
 
 void RequestTrace::end(std::string_view listener) {
   if (!open_) return;
-  const event::MonotonicTime now = std::chrono::steady_clock::now();
   open_ = false;
+  emitRecord(record(listener, std::chrono::steady_clock::now()));
+}
+
+RequestRecord RequestTrace::record(std::string_view listener, event::MonotonicTime now) const {
   RequestRecord r;
   r.protocol = protocol_;
   r.listener = listener;
@@ -171,7 +174,7 @@ void RequestTrace::end(std::string_view listener) {
   r.upstream = upstream_;
   r.denial = text.substr(size_t{method_len_} + host_len_);
   r.failure = failure_;
-  emitRecord(r);
+  return r;
 }
 
 }  // namespace upstream

@@ -66,6 +66,8 @@ class RequestTrace {
   // The destination's first byte (only the first call counts; a default time is none).
   void firstByte(event::MonotonicTime at);
   void end(std::string_view listener);
+  // The record as it stands (its views point into this trace), ended at `now`.
+  RequestRecord record(std::string_view listener, event::MonotonicTime now) const;
 
  private:
   // The host, then the denial reason (one string, its capacity kept across requests); the

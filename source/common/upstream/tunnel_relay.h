@@ -127,8 +127,6 @@ class TunnelRelay : public event::DeferredDeletable,
   bool finished() const { return finished_; }
   uint64_t bytesToUpstream() const { return bytes_to_upstream_; }
   uint64_t bytesToDownstream() const { return bytes_to_downstream_; }
-  // When the destination's first byte came (default-constructed: none yet).
-  event::MonotonicTime firstByteAt() const { return first_byte_at_; }
   // Adds the tunnel's bytes and first byte to the request's record (once: call it at the end).
   void reportTo(RequestTrace& trace) const {
     trace.addBytes(bytes_to_upstream_, bytes_to_downstream_);

@@ -35,8 +35,35 @@ TEST(RequestTrace, FirstFailureWinsAndCountsAsDenied) {
   trace.begin(proxy::Protocol::Socks5, "connect", "h", 1, network::Address());
   trace.fail("first reason", FailureKind::Refused);
   trace.fail("second reason", FailureKind::Timeout);
+  const RequestRecord r = trace.record("l", std::chrono::steady_clock::now());
+  EXPECT_EQ(r.denial, "first reason");
+  EXPECT_EQ(r.failure, FailureKind::Refused);
+  EXPECT_EQ(r.method, "connect");
+  EXPECT_EQ(r.host, "h");
   trace.end("l");
   EXPECT_EQ(denied(), before + 1);
+}
+
+TEST(RequestTrace, KeepsAMethodItDoesNotKnowAndResetsOnBegin) {
+  RequestTrace trace;
+  trace.begin(proxy::Protocol::Http1, "PROPFIND", "example.com", 80, network::Address());
+  trace.fail("refused");
+  RequestRecord r = trace.record("l", std::chrono::steady_clock::now());
+  EXPECT_EQ(r.method, "PROPFIND");
+  EXPECT_EQ(r.host, "example.com");
+  EXPECT_EQ(r.denial, "refused");
+  trace.end("l");
+  trace.begin(proxy::Protocol::Http1, "GET", "b.example", 80, network::Address());
+  trace.setStatus(200);
+  trace.addBytes(10, 20);
+  r = trace.record("l", std::chrono::steady_clock::now());
+  EXPECT_EQ(r.method, "GET");
+  EXPECT_EQ(r.host, "b.example");
+  EXPECT_EQ(r.denial, "");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.bytes_to_origin, 10u);
+  EXPECT_EQ(r.bytes_from_origin, 20u);
+  EXPECT_EQ(r.first_byte.count(), -1);
 }
 
 TEST(RequestRecord, FormatsEveryFieldAndQuotesSpaces) {
