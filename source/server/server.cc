@@ -175,6 +175,22 @@ absl::Status Server::start() {
     });
     memory_release_timer_->enable(config_->memory_release_interval);
   }
+  // The destination guard treats this host's addresses as sluice itself: follow interfaces
+  // coming and going.
+  host_address_count_ = network::HostAddresses::get().size();
+  host_addresses_.add(static_cast<int64_t>(host_address_count_));
+  host_address_timer_ = std::make_unique<event::Timer>(dispatcher_, [this] {
+    network::HostAddresses& host = network::HostAddresses::get();
+    if (host.refresh()) {
+      const size_t count = host.size();
+      host_address_changes_.inc();
+      host_addresses_.add(static_cast<int64_t>(count) - static_cast<int64_t>(host_address_count_));
+      host_address_count_ = count;
+      SLUICE_LOG(Info, "the host's interface addresses changed: %d now", count);
+    }
+    host_address_timer_->enable(kHostAddressInterval);
+  });
+  host_address_timer_->enable(kHostAddressInterval);
   for (size_t i = 0; i < config_->listeners.size(); ++i) {
     SLUICE_LOG(Info, "listener '%s' on %s (%d workers)", config_->listeners[i]->name,
                bound_[i].asString(), n);

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 
 #include "source/common/event/dispatcher.h"
+#include "source/common/network/local_host.h"
 #include "source/common/stats/stats.h"
 #include "source/server/admin.h"
 #include "source/server/listener_config.h"
@@ -51,6 +52,12 @@ class Server {
   struct event* sighup_ = nullptr;
   std::unique_ptr<event::Timer> drain_timer_;
   std::unique_ptr<event::Timer> memory_release_timer_;
+  // How often the host's interface addresses are re-read.
+  static constexpr std::chrono::seconds kHostAddressInterval{2};
+  std::unique_ptr<event::Timer> host_address_timer_;
+  size_t host_address_count_ = 0;
+  stats::Gauge host_addresses_ = stats::Store::get().gauge("server.host_addresses");
+  stats::Counter host_address_changes_ = stats::Store::get().counter("server.host_address_changes");
   std::chrono::steady_clock::time_point started_at_;
   uint32_t workers_exited_ = 0;
   bool running_ = false;

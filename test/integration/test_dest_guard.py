@@ -1,10 +1,12 @@
 """The destination guard (sluice.dest_guard) end to end: the real binary, curl, an origin and a
 name server, all inside a network namespace this module creates.
 
-In the namespace only `lo` is up, and it carries one address of each internal range plus one
-public-looking address (8.8.8.8, 2606:4700:4700::1111): every one of them is local there, so a
-request the guard wrongly lets through reaches the origin (and fails the test) instead of
-leaving the machine. The tests here run with the default `allow_private: false`.
+In the namespace `lo` carries one address of each internal range, so a request the guard
+wrongly lets through reaches the origin (and fails the test) instead of leaving the machine.
+The public-looking addresses (8.8.8.8, 2606:4700:4700::1111) belong to a second namespace, the
+"world", joined to the first by a veth pair and to nothing else: sluice's own host addresses are
+refused like sluice itself, so a public destination must be another host. The tests here run
+with the default `allow_private: false`.
 """
 
 import json
@@ -31,6 +33,14 @@ HIGH_PORT = 1023
 DNS_PORT = 53
 PUBLIC_V4 = "8.8.8.8"
 PUBLIC_V6 = "2606:4700:4700::1111"
+# sluice's end of the veth pair to the world namespace (its source address there).
+VETH_V4 = "10.99.0.1"
+VETH_V6 = "fd99::1"
+# Public-looking addresses of sluice's own host, on its lo: what a cloud host's public IP is.
+HOST_V4 = "1.2.3.4"
+HOST_V6 = "2a00:1450::5"
+# An address put on lo while sluice runs (and taken off again).
+LATE_V4 = "5.6.7.8"
 
 FORBIDDEN_PRIVATE = "403 Forbidden: destination is a private address"
 FORBIDDEN_DENIED = "403 Forbidden: destination is in a denied range"
@@ -125,6 +135,7 @@ class Netns:
 
     def __init__(self, name, workdir):
         self.name = name
+        self.world = f"{name}-world"
         self.dir = Path(workdir)
         self.procs = []
         self.ipv6 = False
@@ -135,21 +146,49 @@ class Netns:
         return ["ip", "netns", "exec", self.name, *[str(a) for a in args]]
 
     def setup(self):
-        _run(["ip", "-n", self.name, "link", "set", "lo", "up"])
-        for ip in [*PRIVATE_V4_ON_LO.values(), PUBLIC_V4]:
+        _run(["ip", "netns", "add", self.world])
+        for ns in (self.name, self.world):
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            # Addresses usable at once: no duplicate address detection on either side.
+            for key in ("all", "default"):
+                _run(["ip", "netns", "exec", ns, "sysctl", "-qw",
+                      f"net.ipv6.conf.{key}.accept_dad=0"], check=False)
+        _run(["ip", "-n", self.name, "link", "add", "veth0", "type", "veth", "peer", "name",
+              "veth1", "netns", self.world])
+        _run(["ip", "-n", self.name, "link", "set", "veth0", "up"])
+        _run(["ip", "-n", self.world, "link", "set", "veth1", "up"])
+        _run(["ip", "-n", self.name, "addr", "add", f"{VETH_V4}/32", "dev", "veth0"])
+        _run(["ip", "-n", self.name, "route", "add", f"{PUBLIC_V4}/32", "dev", "veth0", "src",
+              VETH_V4])
+        _run(["ip", "-n", self.world, "addr", "add", f"{PUBLIC_V4}/32", "dev", "veth1"])
+        _run(["ip", "-n", self.world, "route", "add", f"{VETH_V4}/32", "dev", "veth1"])
+        for ip in [*PRIVATE_V4_ON_LO.values(), HOST_V4]:
             if ip != "127.0.0.1":
                 _run(["ip", "-n", self.name, "addr", "add", f"{ip}/32", "dev", "lo"])
-        r = _run(["ip", "-n", self.name, "-6", "addr", "add", f"{PUBLIC_V6}/128", "dev", "lo",
+        r = _run(["ip", "-n", self.name, "-6", "addr", "add", f"{VETH_V6}/128", "dev", "veth0",
                   "nodad"], check=False)
         self.ipv6 = r.returncode == 0
         if self.ipv6:
-            for ip in PRIVATE_V6_ON_LO.values():
+            _run(["ip", "-n", self.name, "-6", "route", "add", f"{PUBLIC_V6}/128", "dev", "veth0",
+                  "src", VETH_V6])
+            _run(["ip", "-n", self.world, "-6", "addr", "add", f"{PUBLIC_V6}/128", "dev",
+                  "veth1", "nodad"])
+            _run(["ip", "-n", self.world, "-6", "route", "add", f"{VETH_V6}/128", "dev",
+                  "veth1"])
+            for ip in [*PRIVATE_V6_ON_LO.values(), HOST_V6]:
                 if ip != "::1":
                     _run(["ip", "-n", self.name, "-6", "addr", "add", f"{ip}/128", "dev", "lo",
                           "nodad"])
 
-    def spawn(self, what, *args):
-        p = subprocess.Popen(self.cmd(PYTHON, AGENTS, what, *args), stdin=subprocess.DEVNULL,
+    def set_address(self, ip, present):
+        """Puts an address on sluice's lo, or takes it off."""
+        family = ["-6"] if ":" in ip else []
+        _run(["ip", "-n", self.name, *family, "addr", "add" if present else "del",
+              f"{ip}/{128 if ':' in ip else 32}", "dev", "lo"])
+
+    def spawn(self, what, *args, ns=None):
+        cmd = ["ip", "netns", "exec", ns or self.name, PYTHON, AGENTS, what, *map(str, args)]
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=CLEAN_ENV)
         self.procs.append(p)
@@ -161,7 +200,10 @@ class Netns:
 
     def start_agents(self):
         self.origin_log = JsonLog(self.dir / "origin.log")
-        self.spawn("origin", self.origin_log.path, ORIGIN_PORT, LOW_PORT, HIGH_PORT, 3129)
+        ports = (ORIGIN_PORT, LOW_PORT, HIGH_PORT, 3129)
+        self.spawn("origin", self.origin_log.path, *ports)
+        # The world's origin answers on the public addresses, into the same log.
+        self.spawn("origin", self.origin_log.path, *ports, ns=self.world)
         self.dns_log = JsonLog(self.dir / "dns.log")
         self.spawn("dns", self.dns_log.path, DNS_PORT, json.dumps(DNS_TABLE))
 
@@ -281,6 +323,7 @@ def netns(tmp_path_factory):
     finally:
         ns.stop()
         _run(["ip", "netns", "del", name], check=False)
+        _run(["ip", "netns", "del", ns.world], check=False)
 
 
 @pytest.fixture
@@ -462,13 +505,83 @@ def test_sluice_itself_is_refused_even_with_allow_private(ns_sluice, netns):
 
     # Bound to 0.0.0.0, sluice is every local address on its port.
     w = ns_sluice(destinations="  allow_private: true", listen="0.0.0.0")
-    for host in ("10.0.0.1", PUBLIC_V4, "127.0.0.2", "192.168.1.1"):
+    for host in ("10.0.0.1", VETH_V4, "127.0.0.2", "192.168.1.1"):
         status, body = w.get(f"http://{host}:{w.port}/")
         assert (status, body.strip()) == (403, FORBIDDEN_SELF), host
         status, _ = w.tunnel(f"http://{host}:{w.port}/")
         assert status == 403, host
     assert w.get(f"http://10.0.0.1:{ORIGIN_PORT}/w") == (200, "origin 10.0.0.1 /w")
     assert w.guard_stats()["blocked_self"] == 8
+
+
+def test_the_hosts_own_public_addresses_are_sluice_itself(ns_sluice, netns):
+    """HOST_V4 stands for the host's public address; the origin listens on [::] there, as a
+    database bound to 0.0.0.0 would. No port of it is reachable through sluice by default."""
+    s = ns_sluice()
+    mark = netns.origin_log.mark()
+    hosts = [HOST_V4] + ([f"[{HOST_V6}]"] if netns.ipv6 else [])
+    for host in hosts:
+        for port in (ORIGIN_PORT, 3129):
+            status, body = s.get(f"http://{host}:{port}/")
+            assert (status, body.strip()) == (403, FORBIDDEN_SELF), (host, port)
+        status, _ = s.tunnel(f"http://{host}:{ORIGIN_PORT}/")
+        assert status == 403, host
+    # Another notation of the literal is the same host (the IPv4-mapped form is refused as an
+    # internal range first).
+    r = s.raw(["16909060:8080", "[::ffff:1.2.3.4]:8080"], kind="CONNECT")
+    assert [x["status"] for x in r] == [403, 403], r
+    assert netns.origin_log.since(mark) == [], "a request reached the host's own service"
+    g = s.guard_stats()
+    assert (g["blocked_self"], g["blocked_private"]) == (3 * len(hosts) + 1, 1), g
+    # The world's public address is still served.
+    assert s.get(f"http://{PUBLIC_V4}:{ORIGIN_PORT}/w") == (200, f"origin {PUBLIC_V4} /w")
+
+    # An `allow` range opens the host explicitly.
+    a = ns_sluice(destinations=f"  allow: [\"{HOST_V4}/32\"]")
+    assert a.get(f"http://{HOST_V4}:{ORIGIN_PORT}/a") == (200, f"origin {HOST_V4} /a")
+
+
+def test_the_hosts_addresses_follow_its_interfaces(ns_sluice, netns):
+    """An address that appears on an interface while sluice runs is sluice's host within a few
+    seconds, and stops being it when it goes."""
+    s = ns_sluice(destinations=f"  deny: [\"10.99.0.0/16\"]")
+    status, _ = s.get(f"http://{LATE_V4}:{ORIGIN_PORT}/")
+    assert status == 502, "not on the host yet: the connect fails"
+    changes = s.stats()["server.host_address_changes"]
+    netns.set_address(LATE_V4, True)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            status, body = s.get(f"http://{LATE_V4}:{ORIGIN_PORT}/")
+            if status == 403 or time.monotonic() > deadline:
+                break
+            assert status == 200 or status == 502, (status, body)
+            time.sleep(0.3)
+        assert (status, body.strip()) == (403, FORBIDDEN_SELF)
+        stats = s.stats()
+        assert stats["server.host_address_changes"] > changes
+    finally:
+        netns.set_address(LATE_V4, False)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        status, _ = s.get(f"http://{LATE_V4}:{ORIGIN_PORT}/")
+        if status == 502:
+            break
+        time.sleep(0.3)
+    assert status == 502, "the address left the host but is still refused as its own"
+
+
+def test_embedded_ipv4_is_judged_as_that_ipv4_address(ns_sluice, netns):
+    """With every internal range open and the metadata address denied, no IPv6 form that a
+    translator or tunnel turns into 169.254.169.254 gets past the deny range."""
+    s = ns_sluice(destinations="  allow_private: true\n  deny: [\"169.254.169.254/32\"]")
+    forms = ["64:ff9b::a9fe:a9fe", "64:ff9b:1::a9fe:a9fe", "2002:a9fe:a9fe::1", "::a9fe:a9fe",
+             "::ffff:169.254.169.254", "2001:0:4136:e378:8000:63bf:5601:5601"]
+    r = s.raw([f"[{ip}]:{ORIGIN_PORT}" for ip in forms] + [f"169.254.169.254:{ORIGIN_PORT}"],
+              kind="CONNECT")
+    for ip, x in zip(forms + ["169.254.169.254"], r):
+        assert x["status"] == 403 and "denied range" in x["body"], (ip, x)
+    assert s.guard_stats()["blocked_denied"] == len(forms) + 1
 
 
 def test_names_are_checked_on_every_address_and_pinned(ns_sluice, netns):

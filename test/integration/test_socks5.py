@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import closed_port_socket, curl, free_port, read_all
+from helpers import basic_auth, closed_port_socket, curl, free_port, raw_request, read_all
 from origins import ipv6_loopback_works
 from sluice_proc import find_typed_configs
 
@@ -618,6 +618,71 @@ def test_bind_accepts_one_inbound_connection_and_tunnels(socks):
         finally:
             server.close()
     assert socks.stat("socks5.socks5.rq_bind") == 1
+
+
+def test_a_bind_port_is_sluice_itself_while_it_listens(socks):
+    """The port BIND opens is sluice's own: no request may reach it through sluice, by SOCKS5
+    CONNECT or by HTTP CONNECT and GET on the HTTP port (it would be sluice dialling itself,
+    and the BIND would take it for the awaited peer)."""
+    with Socks5Client(socks.socks5_addr) as c:
+        c.login(socks.key)
+        rep, (host, port) = c.request(BIND, "127.0.0.1", 40000)
+        assert rep == SUCCEEDED, rep
+        assert connect_reply(socks, "127.0.0.1", port) == NOT_ALLOWED
+        auth = basic_auth(socks.key)
+        for target in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::ffff:127.0.0.1]:{port}"):
+            r = raw_request(("127.0.0.1", socks.port),
+                            f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+                            f"Proxy-Authorization: {auth}\r\n\r\n".encode(), method="CONNECT")
+            assert r.status == 403 and b"sluice itself" in r.body, (target, r.status, r.body)
+        r = raw_request(("127.0.0.1", socks.port),
+                        f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                        f"Proxy-Authorization: {auth}\r\n\r\n".encode())
+        assert r.status == 403, r.status
+        assert socks.stat("dest_guard.blocked_self") == 5
+        # Still waiting: nothing reached the BIND listener.
+        c.sock.settimeout(0.3)
+        with pytest.raises(socket.timeout):
+            c.sock.recv(1)
+        c.sock.settimeout(5)
+        # The awaited peer arrives; the listener closes and the port is nobody's: a connect to
+        # it is refused by the kernel, not by the guard.
+        server = socket.create_connection((host, port), timeout=5)
+        try:
+            assert c.reply()[0] == SUCCEEDED
+            assert connect_reply(socks, "127.0.0.1", port) == CONNECTION_REFUSED
+            assert socks.stat("dest_guard.blocked_self") == 5
+        finally:
+            server.close()
+
+
+def test_a_udp_relay_port_is_sluice_itself(socks, udp_echo):
+    """One association's relay port cannot be a destination of another's (or its own):
+    sluice would be sending datagrams to itself."""
+    ua, ub = udp_socket(), udp_socket()
+    ca, relay_a = udp_associate(socks, ua)
+    cb, relay_b = udp_associate(socks, ub)
+    try:
+        ub.sendto(b"\0\0\0" + encode_addr("127.0.0.1", relay_a[1]) + b"to-a", relay_b)
+        ub.sendto(b"\0\0\0" + encode_addr("localhost", relay_a[1]) + b"to-a-name", relay_b)
+        ua.sendto(b"\0\0\0" + encode_addr("127.0.0.1", relay_a[1]) + b"to-self", relay_a)
+        assert socks.wait_stat("socks5.socks5.udp_dropped_denied", lambda v: v == 3) == 3
+        assert socks.stat("dest_guard.blocked_self") == 3
+        # A's client saw nothing, and both relays still work.
+        ua.settimeout(0.3)
+        with pytest.raises(socket.timeout):
+            ua.recvfrom(65536)
+        ua.settimeout(3)
+        for u, relay in ((ua, relay_a), (ub, relay_b)):
+            u.sendto(b"\0\0\0" + encode_addr("127.0.0.1", udp_echo.port) + b"ping", relay)
+            assert parse_udp(u.recvfrom(65536)[0])[3] == b"echo:ping"
+        # A TCP connect to the relay's port number is not UDP: it goes to whoever owns that.
+        assert connect_reply(socks, "127.0.0.1", relay_a[1]) == CONNECTION_REFUSED
+    finally:
+        ca.close()
+        cb.close()
+        ua.close()
+        ub.close()
 
 
 def test_bind_filters_the_inbound_peer_by_the_named_address(socks):

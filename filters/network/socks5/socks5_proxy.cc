@@ -159,6 +159,7 @@ void UdpRelay::shutdown() {
     ::close(fd_);
     fd_ = -1;
   }
+  own_port_.release();
 }
 
 int UdpRelay::open(const network::Address& local) {
@@ -174,6 +175,7 @@ int UdpRelay::open(const network::Address& local) {
     return err;
   }
   bound_ = socketName(fd_);
+  own_port_.hold(network::OwnPorts::Transport::Udp, bound_.port());
   // The client's address in the socket's family, as recvfrom will report it.
   network::Address client;
   if (toFamily(client_, local.family(), client)) client_ = client;
@@ -339,7 +341,7 @@ void UdpRelay::runPending() {
     check_host_ = front.host;
     check_request_ = proxy::ProxyRequest();
     check_request_.protocol = proxy::Protocol::Socks5;
-    check_request_.kind = proxy::RequestKind::Tunnel;
+    check_request_.kind = proxy::RequestKind::Datagram;
     check_request_.host = check_host_;
     check_request_.port = front.port;
     check_request_.client = control_peer_;
@@ -798,6 +800,7 @@ void Socks5Filter::onBindChecked() {
     return;
   }
   bind_address_ = socketName(bind_fd_);
+  bind_port_.hold(network::OwnPorts::Transport::Tcp, bind_address_.port());
   bind_event_.emplace(downstream().dispatcher(), bind_fd_, [this](uint32_t events) {
     if (events & event::FileEvent::kRead) onBindAccept();
   });
@@ -979,6 +982,7 @@ void Socks5Filter::closeBindListener() {
     ::close(bind_fd_);
     bind_fd_ = -1;
   }
+  bind_port_.release();
 }
 
 void Socks5Filter::releaseTunnel() {

@@ -11,6 +11,7 @@
 #include "filters/network/socks5/socks5_codec.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/filter.h"
+#include "source/common/network/local_host.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/request_record.h"
@@ -179,6 +180,7 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   uint64_t bytes_to_destinations_ = 0;
   uint64_t bytes_from_destinations_ = 0;
   network::Address bound_;
+  network::OwnPort own_port_;  // bound_'s port: sluice itself for the destination guard
   int fd_ = -1;
   std::optional<event::FileEvent> file_event_;
   event::Timer idle_timer_;
@@ -296,6 +298,7 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   int bind_fd_ = -1;
   std::optional<event::FileEvent> bind_event_;
   network::Address bind_address_;
+  network::OwnPort bind_port_;  // bind_address_'s port: sluice itself for the destination guard
   // UDP ASSOCIATE
   std::unique_ptr<UdpRelay> udp_;
   // What the command (or a refused authentication) leaves in its end-of-request record.

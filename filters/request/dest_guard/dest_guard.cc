@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include <ifaddrs.h>
 #include <net/if.h>
 
 #include "absl/strings/str_format.h"
@@ -106,24 +105,6 @@ const std::vector<network::CidrRange>& internalRanges() {
   return *ranges;
 }
 
-std::vector<network::Address> localInterfaceAddresses() {
-  std::vector<network::Address> out;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) {
-    SLUICE_LOG(Warn, "dest_guard: cannot list interface addresses: %s", strerror(errno));
-    return out;
-  }
-  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
-    if (it->ifa_addr == nullptr) continue;
-    const int family = it->ifa_addr->sa_family;
-    if (family != AF_INET && family != AF_INET6) continue;
-    out.push_back(network::Address::fromSockaddr(
-        it->ifa_addr, family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6)));
-  }
-  freeifaddrs(list);
-  return out;
-}
-
 bool DestGuardConfig::portAllowed(uint16_t port) const {
   for (const network::PortRange& range : allowed_ports) {
     if (range.contains(port)) return true;
@@ -131,17 +112,24 @@ bool DestGuardConfig::portAllowed(uint16_t port) const {
   return false;
 }
 
-Verdict DestGuardConfig::check(const network::Address& address) const {
-  const network::Address a = unmapped(address);
+bool DestGuardConfig::isLocal(const network::Address& a) const {
+  return isUnspecified(a) || isLoopback(a) || host_addresses->contains(a);
+}
+
+bool DestGuardConfig::isSelf(const network::Address& a,
+                             network::OwnPorts::Transport transport) const {
   const uint16_t port = a.port();
-  // Whatever opens other ranges, a request must not loop back into sluice.
-  if (hasPort(self_ports, port)) {
-    if (isUnspecified(a)) return Verdict::Self;
-    for (const network::Address& self : self_addresses) {
-      if (self.port() == port && sameIp(self, a)) return Verdict::Self;
-    }
-    if (hasPort(self_wildcard_ports, port) && isLoopback(a)) return Verdict::Self;
+  if (own_ports->contains(transport, port) && isLocal(a)) return true;
+  // Listen sockets are all TCP.
+  if (transport != network::OwnPorts::Transport::Tcp || !hasPort(self_ports, port)) return false;
+  if (isUnspecified(a)) return true;
+  for (const network::Address& self : self_addresses) {
+    if (self.port() == port && sameIp(self, a)) return true;
   }
+  return hasPort(self_wildcard_ports, port) && isLocal(a);
+}
+
+Verdict DestGuardConfig::rangeVerdict(const network::Address& address) const {
   for (const network::CidrRange& range : deny) {
     if (range.contains(address)) return Verdict::Denied;
   }
@@ -152,14 +140,35 @@ Verdict DestGuardConfig::check(const network::Address& address) const {
   for (const network::CidrRange& range : internalRanges()) {
     if (range.contains(address)) return Verdict::Private;
   }
+  // A public address of this host reaches whatever listens on it (a database on 0.0.0.0).
+  if (host_addresses->contains(address)) return Verdict::Self;
+  return Verdict::Allowed;
+}
+
+Verdict DestGuardConfig::check(const network::Address& address,
+                               network::OwnPorts::Transport transport) const {
+  const network::Address a = unmapped(address);
+  // Whatever opens other ranges, a request must not loop back into sluice.
+  if (isSelf(a, transport)) return Verdict::Self;
+  // The ranges see the address as the client wrote it: ::ffff:0:0/96 is internal itself.
+  const Verdict verdict = rangeVerdict(address);
+  if (verdict != Verdict::Allowed) return verdict;
+  // An address a translator or tunnel turns into IPv4 is judged as that IPv4 address too.
+  network::Address embedded[network::kMaxEmbeddedIpv4];
+  const size_t count = network::embeddedIpv4(a, embedded);
+  for (size_t i = 0; i < count; ++i) {
+    const Verdict v = rangeVerdict(embedded[i]);
+    if (v != Verdict::Allowed) return v;
+  }
   return Verdict::Allowed;
 }
 
 absl::StatusOr<DestGuardConfigSharedPtr> buildConfig(
     const sluice::filters::v1::DestGuardConfig& proto,
-    const std::vector<network::Address>& local_addresses,
-    const std::vector<network::Address>& interfaces, std::string_view path) {
+    const std::vector<network::Address>& local_addresses, std::string_view path,
+    const network::HostAddresses& host) {
   auto config = std::make_shared<DestGuardConfig>();
+  config->host_addresses = &host;
   config->allow_private = proto.allow_private();
   absl::Status status =
       parseRanges(proto.allow(), absl::StrFormat("%s.typed_config.allow", path), config->allow);
@@ -187,10 +196,6 @@ absl::StatusOr<DestGuardConfigSharedPtr> buildConfig(
       continue;
     }
     if (!hasPort(config->self_wildcard_ports, port)) config->self_wildcard_ports.push_back(port);
-    for (network::Address ip : interfaces) {
-      ip.setPort(port);
-      config->self_addresses.push_back(ip);
-    }
   }
 
   stats::Store& store = stats::Store::get();
@@ -220,7 +225,8 @@ proxy::RequestFilterStatus DestGuardFilter::onRequest(proxy::ProxyRequest& reque
   if (network::parseIpLiteral(request.host, literal, &zone)) {
     literal.setPort(request.port);
     // A refused address gets its own reason, whatever its zone says.
-    if (!zone.empty() && config_->check(literal) == Verdict::Allowed && !applyZone(zone, literal)) {
+    if (!zone.empty() && config_->check(literal, transport()) == Verdict::Allowed &&
+        !applyZone(zone, literal)) {
       return proxy::RequestFilterStatus::StopIteration;
     }
     return admit(&literal, 1) ? proxy::RequestFilterStatus::Continue
@@ -268,7 +274,7 @@ bool DestGuardFilter::admit(const network::Address* addresses, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     network::Address address = addresses[i];
     address.setPort(request_->port);
-    switch (config_->check(address)) {
+    switch (config_->check(address, transport())) {
       case Verdict::Allowed:
         continue;
       case Verdict::Private:

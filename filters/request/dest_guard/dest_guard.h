@@ -12,6 +12,7 @@
 #include "source/common/dns/resolver.h"
 #include "source/common/network/address.h"
 #include "source/common/network/cidr.h"
+#include "source/common/network/local_host.h"
 #include "source/common/network/port_range.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
@@ -31,7 +32,7 @@ struct DestGuardStats {
   stats::Counter blocked_private;  // an address in an internal range not opened by config
   stats::Counter blocked_denied;   // an address in a `deny` range
   stats::Counter blocked_port;     // a port outside allowed_ports
-  stats::Counter blocked_self;     // one of sluice's own listen addresses
+  stats::Counter blocked_self;     // sluice's own sockets, or an address of its host
   stats::Counter resolve_failed;   // the name did not resolve (or a zone id names no interface)
 };
 
@@ -43,33 +44,43 @@ struct DestGuardConfig {
   std::vector<network::CidrRange> allow;
   std::vector<network::CidrRange> deny;
   std::vector<network::PortRange> allowed_ports;
-  // sluice's own sockets (listeners and admin) as ip:port; a wildcard bind is expanded into
-  // every local interface address at config time.
+  // sluice's listen sockets (listeners and admin) bound to one address, as ip:port.
   std::vector<network::Address> self_addresses;
-  // Ports of every own socket, and those bound on a wildcard address (0.0.0.0, ::).
+  // Ports of every listen socket, and those bound on a wildcard address (0.0.0.0, ::): those
+  // are sluice on every local address.
   std::vector<uint16_t> self_ports;
   std::vector<uint16_t> self_wildcard_ports;
+  // This host's interface addresses (the process's set; a test's own).
+  const network::HostAddresses* host_addresses = &network::HostAddresses::get();
+  // The ports sluice holds for its clients (SOCKS5 BIND and UDP relays).
+  const network::OwnPorts* own_ports = &network::OwnPorts::get();
   DestGuardStats stats;
 
   bool portAllowed(uint16_t port) const;
-  // `address` carries the destination port (it matters for the self check).
-  Verdict check(const network::Address& address) const;
+  // `address` carries the destination port (it matters for the self check); `transport` is
+  // how it will be reached (UDP for a SOCKS5 relay's datagrams).
+  Verdict check(const network::Address& address,
+                network::OwnPorts::Transport transport = network::OwnPorts::Transport::Tcp) const;
+
+ private:
+  // Whether the address reaches this host: loopback, unspecified, or one of its interfaces.
+  bool isLocal(const network::Address& address) const;
+  bool isSelf(const network::Address& address, network::OwnPorts::Transport transport) const;
+  // The ranges' verdict on one address, as it is (no embedded IPv4 considered).
+  Verdict rangeVerdict(const network::Address& address) const;
 };
 using DestGuardConfigSharedPtr = std::shared_ptr<const DestGuardConfig>;
 
 // The ranges refused unless allow_private or an `allow` range opens them.
 const std::vector<network::CidrRange>& internalRanges();
 
-// The addresses of this host's interfaces (getifaddrs), for expanding wildcard binds.
-std::vector<network::Address> localInterfaceAddresses();
-
 // Validates `proto` (errors name `path`) and builds the shared config; registers the stats.
-// `local_addresses` are sluice's own listen addresses, `interfaces` what a wildcard bind
-// among them covers.
+// `local_addresses` are sluice's own listen addresses; `host` the host's interface addresses
+// (it must outlive the config).
 absl::StatusOr<DestGuardConfigSharedPtr> buildConfig(
     const sluice::filters::v1::DestGuardConfig& proto,
-    const std::vector<network::Address>& local_addresses,
-    const std::vector<network::Address>& interfaces, std::string_view path);
+    const std::vector<network::Address>& local_addresses, std::string_view path,
+    const network::HostAddresses& host = network::HostAddresses::get());
 
 // "sluice.dest_guard": refuses a request whose port is not allowed or whose destination is, or
 // resolves to, any refused address; otherwise pins the checked addresses for the router.
@@ -89,6 +100,10 @@ class DestGuardFilter : public proxy::RequestFilter {
   bool admit(const network::Address* addresses, size_t count);
   // Sets the interface of a link-local literal; false (and denied) when there is none.
   bool applyZone(std::string_view zone, network::Address& address);
+  network::OwnPorts::Transport transport() const {
+    return request_->kind == proxy::RequestKind::Datagram ? network::OwnPorts::Transport::Udp
+                                                          : network::OwnPorts::Transport::Tcp;
+  }
 
   DestGuardConfigSharedPtr config_;
   proxy::ProxyRequest* request_ = nullptr;

@@ -20,7 +20,56 @@ bool prefixMatches(const uint8_t* a, const uint8_t* b, uint32_t bits) {
   return (a[whole] & mask) == (b[whole] & mask);
 }
 
+Address ipv4At(const uint8_t* a, int i0, int i1, int i2, int i3, uint8_t mask, uint16_t port) {
+  const uint32_t ip =
+      static_cast<uint32_t>(a[i0] ^ mask) << 24 | static_cast<uint32_t>(a[i1] ^ mask) << 16 |
+      static_cast<uint32_t>(a[i2] ^ mask) << 8 | static_cast<uint32_t>(a[i3] ^ mask);
+  return Address::ipv4(ip, port);
+}
+
+bool allZero(const uint8_t* a, size_t from, size_t to) {
+  for (size_t i = from; i < to; ++i) {
+    if (a[i] != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+size_t embeddedIpv4(const Address& address, Address out[kMaxEmbeddedIpv4]) {
+  if (address.family() != AF_INET6) return 0;
+  const uint8_t* a = address.v6().sin6_addr.s6_addr;
+  const uint16_t port = address.port();
+  static const uint8_t kNat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+  static const uint8_t kNat64Local[6] = {0, 0x64, 0xff, 0x9b, 0, 1};
+  if (memcmp(a, kNat64, 12) == 0 || allZero(a, 0, 12)) {
+    // 64:ff9b::a.b.c.d, or ::a.b.c.d (IPv4-compatible).
+    out[0] = ipv4At(a, 12, 13, 14, 15, 0, port);
+    return 1;
+  }
+  if (memcmp(a, kNat64Local, 6) == 0) {
+    // RFC 6052 section 2.2: a /96 prefix puts the IPv4 address last; a /48, /56 or /64 one puts
+    // it around the reserved octet 8. Which one a network uses is not visible in the address,
+    // so every layout that could apply counts.
+    if (allZero(a, 6, 12)) {
+      out[0] = ipv4At(a, 12, 13, 14, 15, 0, port);
+      return 1;
+    }
+    out[0] = ipv4At(a, 6, 7, 9, 10, 0, port);    // /48
+    out[1] = ipv4At(a, 7, 9, 10, 11, 0, port);   // /56
+    out[2] = ipv4At(a, 9, 10, 11, 12, 0, port);  // /64
+    return 3;
+  }
+  if (a[0] == 0x20 && a[1] == 0x02) {
+    out[0] = ipv4At(a, 2, 3, 4, 5, 0, port);  // 6to4: 2002:AABB:CCDD::/48
+    return 1;
+  }
+  if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0 && a[3] == 0) {
+    out[0] = ipv4At(a, 12, 13, 14, 15, 0xff, port);  // Teredo: the client, bits inverted
+    return 1;
+  }
+  return 0;
+}
 
 absl::StatusOr<CidrRange> CidrRange::parse(std::string_view text) {
   std::string_view ip = text;

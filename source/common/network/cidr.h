@@ -29,5 +29,13 @@ class CidrRange {
   uint8_t bytes_[16] = {};
 };
 
+// The IPv4 addresses an IPv6 address carries to an IPv4 host through a translator or tunnel:
+// NAT64 (64:ff9b::/96; 64:ff9b:1::/48 in each RFC 6052 layout it may use), 6to4 (2002::/16),
+// IPv4-compatible (::/96) and Teredo (2001::/32: the client address, obfuscated). IPv4-mapped
+// addresses (::ffff:0:0/96) are not here: CidrRange::contains already treats them as IPv4.
+// Writes up to kMaxEmbeddedIpv4 addresses (port kept) to `out` and returns how many.
+inline constexpr size_t kMaxEmbeddedIpv4 = 3;
+size_t embeddedIpv4(const Address& address, Address out[kMaxEmbeddedIpv4]);
+
 }  // namespace network
 }  // namespace sluice

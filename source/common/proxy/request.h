@@ -16,8 +16,9 @@ namespace proxy {
 enum class Protocol : uint8_t { Http1, Http2, Socks5 };
 
 enum class RequestKind : uint8_t {
-  Forward,  // an HTTP request relayed to the origin, with headers
-  Tunnel,   // a byte stream to host:port (HTTP CONNECT, SOCKS5 CONNECT)
+  Forward,   // an HTTP request relayed to the origin, with headers
+  Tunnel,    // a byte stream to host:port (HTTP CONNECT, SOCKS5 CONNECT)
+  Datagram,  // UDP datagrams to host:port (a SOCKS5 UDP relay's destination): checked only
 };
 
 // Header access for Forward requests. Names compare case-insensitively.

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 
 #include "source/common/event/dispatcher.h"
+#include "source/common/network/local_host.h"
 #include "source/common/network/port_range.h"
 
 namespace sluice {
@@ -98,7 +99,12 @@ absl::StatusOr<DestGuardConfigSharedPtr> tryBuild(const ConfigSpec& spec) {
   }
   std::vector<network::Address> interfaces;
   for (const auto& s : spec.interfaces) interfaces.push_back(addr(s, 0));
-  return buildConfig(proto, local, interfaces, "f");
+  // The test's own host (none of this machine's addresses), kept for the life of the process.
+  static std::vector<std::unique_ptr<network::HostAddresses>>* hosts =
+      new std::vector<std::unique_ptr<network::HostAddresses>>();
+  hosts->push_back(std::make_unique<network::HostAddresses>());
+  hosts->back()->set(interfaces);
+  return buildConfig(proto, local, "f", *hosts->back());
 }
 
 DestGuardConfigSharedPtr build(const ConfigSpec& spec) {
@@ -109,6 +115,10 @@ DestGuardConfigSharedPtr build(const ConfigSpec& spec) {
 
 std::string verdict(const DestGuardConfig& config, const std::string& ip, uint16_t port = 443) {
   return name(config.check(addr(ip, port)));
+}
+
+std::string udpVerdict(const DestGuardConfig& config, const std::string& ip, uint16_t port) {
+  return name(config.check(addr(ip, port), network::OwnPorts::Transport::Udp));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -334,6 +344,123 @@ TEST(DestGuardSelfTest, WildcardBindCoversEveryInterfaceAndLoopback) {
     EXPECT_EQ(verdict(*config, "10.1.2.4", port), "allowed");
   }
   EXPECT_EQ(verdict(*config, "10.1.2.3", 8081), "allowed");
+}
+
+TEST(DestGuardSelfTest, TheHostsOwnAddressesAreRefusedOnEveryPortUnlessOpened) {
+  const std::vector<std::string> host = {"127.0.0.1", "1.2.3.4", "2600:1f18::5"};
+  auto config = build(ConfigSpec().withInterfaces(host));
+  ASSERT_NE(config, nullptr);
+  for (uint16_t port : {80, 6379, 16379}) {
+    SCOPED_TRACE(port);
+    EXPECT_EQ(verdict(*config, "1.2.3.4", port), "self");
+    EXPECT_EQ(verdict(*config, "2600:1f18::5", port), "self");
+    EXPECT_EQ(verdict(*config, "1.2.3.5", port), "allowed");
+    EXPECT_EQ(verdict(*config, "2600:1f18::6", port), "allowed");
+  }
+  // Loopback keeps its own reason.
+  EXPECT_EQ(verdict(*config, "127.0.0.1", 6379), "private");
+  // A deny range says so first; an allow range or allow_private opens the host explicitly.
+  EXPECT_EQ(verdict(*build(ConfigSpec().withInterfaces(host).denyRanges({"1.2.3.0/24"})), "1.2.3.4",
+                    6379),
+            "denied");
+  EXPECT_EQ(verdict(*build(ConfigSpec().withInterfaces(host).allowRanges({"1.2.3.4/32"})),
+                    "1.2.3.4", 6379),
+            "allowed");
+  EXPECT_EQ(verdict(*build(ConfigSpec().withInterfaces(host).allowPrivate()), "1.2.3.4", 6379),
+            "allowed");
+  // Opening NAT64 does not open the host behind it.
+  auto nat64 = build(ConfigSpec().withInterfaces(host).allowRanges({"64:ff9b::/96"}));
+  EXPECT_EQ(verdict(*nat64, "64:ff9b::102:304", 6379), "self");
+  EXPECT_EQ(verdict(*nat64, "64:ff9b::102:305", 6379), "allowed");
+}
+
+TEST(DestGuardSelfTest, TheHostsAddressesFollowItsInterfaces) {
+  network::HostAddresses host;
+  sluice::filters::v1::DestGuardConfig proto;
+  auto config = buildConfig(proto, {}, "f", host);
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(verdict(**config, "1.2.3.4", 6379), "allowed");
+  host.set({addr("1.2.3.4", 0)});
+  EXPECT_EQ(verdict(**config, "1.2.3.4", 6379), "self");
+  host.set({});
+  EXPECT_EQ(verdict(**config, "1.2.3.4", 6379), "allowed");
+}
+
+TEST(DestGuardSelfTest, PortsSluiceHoldsForClientsAreSluiceOnLocalAddresses) {
+  // Ports above the ephemeral range's usual start, held only by this test.
+  constexpr uint16_t kBindPort = 61001;
+  constexpr uint16_t kUdpPort = 61002;
+  auto config = build(ConfigSpec().allowPrivate().withInterfaces({"127.0.0.1", "10.1.2.3"}));
+  ASSERT_NE(config, nullptr);
+  EXPECT_EQ(verdict(*config, "127.0.0.1", kBindPort), "allowed");
+  {
+    network::OwnPort bind_port;
+    bind_port.hold(network::OwnPorts::Transport::Tcp, kBindPort);
+    network::OwnPort udp_port;
+    udp_port.hold(network::OwnPorts::Transport::Udp, kUdpPort);
+    for (const char* local :
+         {"127.0.0.1", "127.0.0.2", "::1", "10.1.2.3", "0.0.0.0", "::ffff:127.0.0.1"}) {
+      SCOPED_TRACE(local);
+      EXPECT_EQ(verdict(*config, local, kBindPort), "self");
+      EXPECT_EQ(udpVerdict(*config, local, kUdpPort), "self");
+      // The other transport's port of the same number is someone else's.
+      EXPECT_EQ(udpVerdict(*config, local, kBindPort), "allowed");
+      EXPECT_EQ(verdict(*config, local, kUdpPort), "allowed");
+    }
+    // Another host's port of the same number is not sluice.
+    EXPECT_EQ(verdict(*config, "10.1.2.4", kBindPort), "allowed");
+    EXPECT_EQ(udpVerdict(*config, "8.8.8.8", kUdpPort), "allowed");
+    // Two sockets on one port: the port stays sluice's until both are gone.
+    network::OwnPort second;
+    second.hold(network::OwnPorts::Transport::Tcp, kBindPort);
+    bind_port.release();
+    EXPECT_EQ(verdict(*config, "127.0.0.1", kBindPort), "self");
+  }
+  EXPECT_EQ(verdict(*config, "127.0.0.1", kBindPort), "allowed");
+  EXPECT_EQ(udpVerdict(*config, "127.0.0.1", kUdpPort), "allowed");
+}
+
+// ---------------------------------------------------------------------------------------------
+// IPv4 inside IPv6
+
+TEST(DestGuardEmbeddedTest, RangesApplyToTheIpv4AddressEveryTranslatorReaches) {
+  auto config =
+      build(ConfigSpec().allowPrivate().denyRanges({"169.254.169.254/32", "203.0.113.0/24"}));
+  ASSERT_NE(config, nullptr);
+  for (const char* ip : {
+           "169.254.169.254", "::ffff:169.254.169.254",
+           "64:ff9b::a9fe:a9fe",                    // NAT64 well-known prefix
+           "64:ff9b:1::a9fe:a9fe",                  // local-use NAT64, /96 layout
+           "64:ff9b:1:a9fe:a9:fe00::",              // local-use NAT64, /48 layout (octet 8 skipped)
+           "64:ff9b:1:ffa9:fe:a9fe::",              // /56 layout
+           "64:ff9b:1:ffff:a9:fea9:fe00:0",         // /64 layout
+           "2002:a9fe:a9fe::1",                     // 6to4
+           "::a9fe:a9fe",                           // IPv4-compatible
+           "2001:0:4136:e378:8000:63bf:5601:5601",  // Teredo: client 169.254.169.254 inverted
+           "64:ff9b::cb00:7101",                    // 203.0.113.1
+       }) {
+    EXPECT_EQ(verdict(*config, ip), "denied") << ip;
+  }
+  // The same forms of an address outside the deny ranges pass.
+  for (const char* ip : {"64:ff9b::808:808", "2002:808:808::1", "::808:808",
+                         "2001:0:4136:e378:8000:63bf:f7f7:f7f7", "64:ff9b:1::808:808"}) {
+    EXPECT_EQ(verdict(*config, ip), "allowed") << ip;
+  }
+}
+
+TEST(DestGuardEmbeddedTest, OpeningATranslatorsRangeDoesNotOpenTheInternalAddressesBehindIt) {
+  auto config = build(ConfigSpec().allowRanges({"64:ff9b::/96", "2002::/16"}));
+  ASSERT_NE(config, nullptr);
+  EXPECT_EQ(verdict(*config, "64:ff9b::808:808"), "allowed");
+  EXPECT_EQ(verdict(*config, "2002:808:808::1"), "allowed");
+  for (const char* ip : {"64:ff9b::a00:1", "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe",
+                         "2002:c0a8:101::1", "2002:7f00:1::"}) {
+    EXPECT_EQ(verdict(*config, ip), "private") << ip;
+  }
+  // Without an allow range the translators' prefixes stay internal themselves.
+  auto defaults = build(ConfigSpec());
+  EXPECT_EQ(verdict(*defaults, "64:ff9b::808:808"), "private");
+  EXPECT_EQ(verdict(*defaults, "2001:0:4136:e378:8000:63bf:f7f7:f7f7"), "private");
 }
 
 // ---------------------------------------------------------------------------------------------
