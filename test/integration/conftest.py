@@ -6,13 +6,15 @@ a random API key, one worker (so pool and stats numbers are exact), and on failu
 attached to the report.
 """
 
+import os
 import secrets
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from helpers import CLEAN_ENV, REPO_ROOT, free_port
-from origins import NginxOrigin, PythonOrigin
+from origins import NginxOrigin, PythonOrigin, SluiceOrigin
 from sluice_proc import STOP_TIMEOUT, Sluice, short_config, write_full_form
 
 
@@ -46,6 +48,20 @@ def nginx(tmp_path_factory, certs):
     origin = NginxOrigin(tmp_path_factory.mktemp("nginx"), certs["cert"], certs["key"]).start()
     yield origin
     origin.stop()
+
+
+SLUICE_ORIGIN_BIN = Path(os.environ.get("SLUICE_ORIGIN_BIN") or
+                         REPO_ROOT / "bazel-bin" / "tools" / "origin" / "sluice-origin")
+
+
+@pytest.fixture(scope="module")
+def sluice_origin():
+    """A sluice-origin process (one thread): /bytes/N, /stats, a sink, a source, a UDP echo."""
+    if not SLUICE_ORIGIN_BIN.is_file():
+        pytest.fail(f"{SLUICE_ORIGIN_BIN} not found: bazel build //:sluice-origin", pytrace=False)
+    o = SluiceOrigin(SLUICE_ORIGIN_BIN, threads=1)
+    yield o
+    o.stop()
 
 
 @pytest.fixture(scope="session")

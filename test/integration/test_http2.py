@@ -22,6 +22,7 @@ from hyperframe.frame import (ContinuationFrame, DataFrame, GoAwayFrame, Headers
                               RstStreamFrame, SettingsFrame, Frame)
 
 from helpers import basic_auth, closed_port_socket, rss_kib
+from sluice_proc import find_typed_configs
 from origins import EchoServer, TcpServer, chunked_body
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -556,6 +557,116 @@ def test_slow_tunnel_reader_is_bounded(h2_any, py_origin):
         assert c.wait(lambda: len(c.streams[slow].body) > 1 << 20, timeout=10)
     finally:
         source.stop()
+
+
+def open_zero_window_connection(s, authority, path, streams):
+    """An HTTP/2 connection whose client announced SETTINGS_INITIAL_WINDOW_SIZE 0 and opened
+    `streams` GETs: sluice may send their HEADERS but no DATA."""
+    sock = socket.create_connection(s.proxy_addr, timeout=10)
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                                header_encoding="utf-8"))
+    conn.local_settings = h2.settings.Settings(
+        client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    conn.initiate_connection()
+    for _ in range(streams):
+        conn.send_headers(conn.get_next_available_stream_id(), [
+            (":method", "GET"), (":scheme", "http"), (":path", path), (":authority", authority),
+            ("proxy-authorization", basic_auth(s.key))], end_stream=True)
+    sock.sendall(conn.data_to_send())
+    return sock
+
+
+def test_clients_that_open_no_window_hold_a_bounded_amount(start_sluice, sluice_origin):
+    """Four connections, each with a zero initial window and 100 GETs of 4 MiB: sluice stops
+    reading the origins once a connection has connection_buffer_bytes queued (1 MiB), so the
+    four together add well under 16 MiB instead of 100 x stream_buffer_bytes each."""
+    s = start_sluice(patch=use_http2())
+    authority = f"127.0.0.1:{sluice_origin.port}"
+    warm = H2Client(s)
+    assert warm.response(warm.open("GET", authority, "/bytes/1000")).status == 200
+    warm.close()
+    rss_before = rss_kib(s.proc.pid)
+    socks = [open_zero_window_connection(s, authority, "/bytes/4194304", 100) for _ in range(4)]
+    try:
+        assert s.wait_stat("http2.http.streams_active", lambda v: v == 400) == 400
+        # Every origin answered and was read until the connection's queue was full.
+        s.wait_stat("http2.http.connection_read_paused", lambda v: v == 4, timeout=10)
+        time.sleep(1.0)
+        growth = rss_kib(s.proc.pid) - rss_before
+        assert growth < 16 * 1024, f"sluice RSS grew {growth} KiB for 4 zero-window connections"
+        assert stat(s, "connection_read_paused") == 4
+    finally:
+        for c in socks:
+            c.close()
+    assert s.wait_stat("http2.http.streams_active", lambda v: v == 0) == 0
+
+
+def test_one_stream_reads_on_while_the_connection_queue_is_full(start_sluice, sluice_origin):
+    """The connection's queue is full of streams the client does not read; a stream it does
+    read is paused with the rest, and flows again as soon as the client takes its bytes."""
+    s = start_sluice(patch=use_http2(connection_buffer_bytes=262144))
+    authority = f"127.0.0.1:{sluice_origin.port}"
+    c = H2Client(s)
+    stalled = [c.open("GET", authority, "/bytes/1048576") for _ in range(4)]
+    for sid in stalled:
+        c.no_ack.add(sid)
+    assert s.wait_stat("http2.http.connection_read_paused", lambda v: v >= 1) >= 1
+    r = c.response(c.open("GET", authority, "/bytes/2097152"), timeout=20)
+    assert r.status == 200 and len(r.body) == 2097152
+    # Reading the stalled streams lets them finish too.
+    for sid in stalled:
+        c.no_ack.discard(sid)
+        c.conn.acknowledge_received_data(len(c.streams[sid].body), sid)
+    c.send()
+    assert c.wait(lambda: all(c.streams[sid].ended for sid in stalled), timeout=20)
+    assert all(len(c.streams[sid].body) == 1048576 for sid in stalled)
+
+
+@pytest.mark.parametrize("transport", ["h2c", "tls"])
+def test_a_connection_without_its_preface_is_closed_at_the_preface_deadline(
+        start_sluice, certs, transport):
+    if transport == "h2c":
+        s = start_sluice(patch=use_http2(preface_timeout="1s"))
+        connect = lambda: socket.create_connection(s.proxy_addr, timeout=10)  # noqa: E731
+    else:
+        import ssl
+
+        from helpers import free_port
+        tls_port = free_port()
+        d = certs["dir"]
+        s = start_sluice(extra_short=f"tls:\n  listen: 127.0.0.1:{tls_port}\n"
+                                     f"  cert: {d / 'server-chain.pem'}\n"
+                                     f"  key: {d / 'server.key'}\n",
+                         patch=lambda full: [c.update(preface_timeout="1s") for c in
+                                             find_typed_configs(full, ".Http2ProxyConfig")])
+        s.h2_chain = "https"
+        ctx = ssl.create_default_context(cafile=str(certs["ca"]))
+        ctx.set_alpn_protocols(["h2"])
+
+        def connect():
+            t = ctx.wrap_socket(socket.create_connection(("127.0.0.1", tls_port), timeout=10),
+                                server_hostname="localhost")
+            assert t.selected_alpn_protocol() == "h2"
+            return t
+    silent = connect()
+    half = connect()
+    half.sendall(PREFACE[:12])
+    whole = connect()
+    whole.sendall(PREFACE + SettingsFrame(0).serialize())
+    started = time.monotonic()
+    for sock in (silent, half):
+        read_frames(sock, lambda f: False, timeout=8)
+        assert time.monotonic() - started < 6, "not closed at the preface deadline"
+    assert s.wait_stat(f"http2.{chain_of(s)}.preface_timeout", lambda v: v == 2) == 2
+    # A connection that sent its preface is on the idle timeout (60 s), not the preface's.
+    whole.settimeout(1.0)
+    frames = read_frames(whole, lambda f: False, timeout=1.5)
+    assert goaway_of(frames) is None
+    whole.sendall(PingFrame(0, opaque_data=b"12345678").serialize())
+    assert any(isinstance(f, PingFrame) and "ACK" in f.flags
+               for f in read_frames(whole, lambda f: isinstance(f, PingFrame), timeout=5))
+    for sock in (silent, half, whole):
+        sock.close()
 
 
 def test_slow_upstream_holds_client_window(h2_sluice):

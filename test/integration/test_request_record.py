@@ -4,32 +4,21 @@ At log level debug each record is a `request name=value ...` line. The byte coun
 against what sluice-origin counted on its own sockets (its /stats), so they are the bytes that
 really went to and came from the destination, heads included."""
 
-import os
 import re
 import shlex
 import socket
 import time
-from pathlib import Path
 
 import pytest
 
 from helpers import RawConnection, basic_auth, free_port, read_all
-from origins import SluiceOrigin
 from test_http2 import H2Client, use_http2
 from test_socks5 import CONNECT, SUCCEEDED, Socks5Client
 
-REPO = Path(__file__).resolve().parents[2]
-ORIGIN_BIN = Path(os.environ.get("SLUICE_ORIGIN_BIN") or
-                  REPO / "bazel-bin" / "tools" / "origin" / "sluice-origin")
-
 
 @pytest.fixture(scope="module")
-def origin():
-    if not ORIGIN_BIN.is_file():
-        pytest.fail(f"{ORIGIN_BIN} not found: bazel build //:sluice-origin", pytrace=False)
-    o = SluiceOrigin(ORIGIN_BIN, threads=1)
-    yield o
-    o.stop()
+def origin(sluice_origin):
+    return sluice_origin
 
 
 def debug_log(full):

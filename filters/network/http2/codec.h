@@ -140,6 +140,9 @@ class ServerCodec {
   // GOAWAY with this error; everything ends once it is sent.
   virtual void terminate(ErrorCode code) = 0;
   virtual size_t activeStreams() const = 0;
+  // Response bytes the client's flow control lets the stream send now: the smaller of its
+  // stream window and the connection window.
+  virtual size_t sendWindow(int32_t stream_id) const = 0;
 };
 using ServerCodecPtr = std::unique_ptr<ServerCodec>;
 

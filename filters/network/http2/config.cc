@@ -26,6 +26,8 @@ Http2Stats makeStats(const std::string& chain) {
   s.websocket_rejected = scope.counter("websocket_rejected");
   s.rq_header_list_too_large = scope.counter("rq_header_list_too_large");
   s.upstream_read_paused = scope.counter("upstream_read_paused");
+  s.connection_read_paused = scope.counter("connection_read_paused");
+  s.preface_timeout = scope.counter("preface_timeout");
   s.rapid_reset = scope.counter("rapid_reset");
   s.control_flood = scope.counter("control_flood");
   s.empty_data_flood = scope.counter("empty_data_flood");
@@ -57,6 +59,7 @@ class Http2ProxyFactory : public extensions::FactoryBase<extensions::NetworkFilt
             {"max_request_headers", proto.max_request_headers(), 1, http1::kMaxHeaderCapacity},
             {"max_response_head_bytes", proto.max_response_head_bytes(), 1024, 1 << 20},
             {"stream_buffer_bytes", proto.stream_buffer_bytes(), 16384, 64u << 20},
+            {"connection_buffer_bytes", proto.connection_buffer_bytes(), 65536, 1u << 30},
             {"max_continuation_frames", proto.max_continuation_frames(), 1, 1000},
             {"max_outbound_control_frames", proto.max_outbound_control_frames(), 16, 100000},
         });
@@ -75,6 +78,9 @@ class Http2ProxyFactory : public extensions::FactoryBase<extensions::NetworkFilt
                          config->exchange.response_limits.max_head_bytes);
     config->exchange.response_body = upstream::ResponseBody::Payload;
     config::setIfNonZero(proto.stream_buffer_bytes(), config->stream_buffer_bytes);
+    config::setIfNonZero(proto.connection_buffer_bytes(), config->connection_buffer_bytes);
+    config->preface_timeout =
+        durationOr(proto.has_preface_timeout(), proto.preface_timeout(), config->preface_timeout);
     config->max_request_body_bytes = proto.max_request_body_bytes();
     config->disable_websocket = proto.disable_websocket();
     codec.enable_connect_protocol = !proto.disable_websocket();

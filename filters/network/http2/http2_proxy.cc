@@ -40,7 +40,8 @@ network::FilterStatus Http2ProxyFilter::onNewConnection() {
   config_->stats.cx_total.inc();
   config_->stats.cx_active.inc();
   codec_->start();
-  updateIdleTimer();
+  // Until the preface is in, the connection is on the (short) preface deadline.
+  idle_timer_->enable(config_->preface_timeout);
   flush();
   return network::FilterStatus::Continue;
 }
@@ -127,8 +128,23 @@ void Http2ProxyFilter::startDrain() {
   scheduleFlush();
 }
 
+void Http2ProxyFilter::onQueued(size_t added) {
+  queued_bytes_ += added;
+  if (queue_full_ || queued_bytes_ < config_->connection_buffer_bytes) return;
+  queue_full_ = true;
+  config_->stats.connection_read_paused.inc();
+  for (auto& s : streams_) s->updateOriginPause();
+}
+
+void Http2ProxyFilter::onDequeued(size_t removed) {
+  queued_bytes_ -= removed;
+  if (!queue_full_ || queued_bytes_ > config_->connection_buffer_bytes / 2) return;
+  queue_full_ = false;
+  for (auto& s : streams_) s->updateOriginPause();
+}
+
 void Http2ProxyFilter::updateIdleTimer() {
-  if (!idle_timer_) return;
+  if (!idle_timer_ || !preface_received_) return;
   if (open_streams_ == 0) {
     idle_timer_->enable(config_->idle_timeout);
   } else {
@@ -138,6 +154,11 @@ void Http2ProxyFilter::updateIdleTimer() {
 
 void Http2ProxyFilter::onIdleTimer() {
   if (closed_) return;
+  if (!preface_received_) {
+    config_->stats.preface_timeout.inc();
+    terminate(ErrorCode::ProtocolError);
+    return;
+  }
   config_->stats.downstream_idle_timeout.inc();
   terminate(ErrorCode::NoError);
 }
@@ -176,10 +197,19 @@ bool Http2ProxyFilter::onFlood(http2::Flood flood) {
 }
 
 bool Http2ProxyFilter::onFrameHeader(const http2::FrameInfo& frame) {
+  if (!preface_received_) {
+    // nghttp2 checked the magic; the first frame (it must be SETTINGS) ends the preface.
+    preface_received_ = true;
+    updateIdleTimer();
+  }
   return onFlood(flood_.onFrameHeader(frame, downstream().dispatcher().now()));
 }
 
 bool Http2ProxyFilter::onFrame(const http2::FrameInfo& frame) {
+  // A window opened while the queue is full may let a paused stream read on.
+  if (queue_full_ && frame.type == http2::FrameType::WindowUpdate) {
+    for (auto& s : streams_) s->updateOriginPause();
+  }
   return onFlood(flood_.onFrame(frame, downstream().dispatcher().now()));
 }
 

@@ -36,6 +36,8 @@ struct Http2Stats : http::ProxyStats {
   stats::Counter websocket_rejected;        // a bad 101 (wrong protocol or accept key): 502
   stats::Counter rq_header_list_too_large;  // 431
   stats::Counter upstream_read_paused;      // an upstream was paused: client window or queue full
+  stats::Counter connection_read_paused;    // every upstream of a connection paused: its queue full
+  stats::Counter preface_timeout;           // no connection preface within preface_timeout
   // Protections:
   stats::Counter rapid_reset;           // GOAWAY: too many client resets per window
   stats::Counter control_flood;         // GOAWAY: SETTINGS/PING/PRIORITY flood
@@ -54,6 +56,8 @@ struct Http2Config {
   uint32_t max_request_headers = 100;
   uint64_t max_request_body_bytes = 0;  // 0: unlimited
   uint32_t stream_buffer_bytes = 256 * 1024;
+  uint32_t connection_buffer_bytes = 1024 * 1024;
+  std::chrono::milliseconds preface_timeout{10000};
   bool disable_websocket = false;  // no RFC 8441 (SETTINGS_ENABLE_CONNECT_PROTOCOL not sent)
   std::chrono::milliseconds idle_timeout{60000};
   // The exchange with origins: response limits, the request body deadline (also the header
@@ -118,6 +122,10 @@ class Http2ProxyFilter : public network::ReadFilter, public http2::ServerCodecCa
   void startDrain();
   Stream* acquireStream();
   void releaseStream(Stream* stream);
+  // Response bytes entering or leaving the streams' queues toward the client: past
+  // connection_buffer_bytes every stream's origin is paused, until the total is back to half.
+  void onQueued(size_t added);
+  void onDequeued(size_t removed);
 
   Http2ConfigSharedPtr config_;
   network::ReadFilterCallbacks* callbacks_ = nullptr;
@@ -129,6 +137,9 @@ class Http2ProxyFilter : public network::ReadFilter, public http2::ServerCodecCa
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<Stream*> free_streams_;
   uint32_t open_streams_ = 0;
+  size_t queued_bytes_ = 0;  // response bytes in every stream's queue
+  bool queue_full_ = false;  // over connection_buffer_bytes: origins paused
+  bool preface_received_ = false;
   bool in_receive_ = false;
   bool in_flush_ = false;
   bool flush_pending_ = false;

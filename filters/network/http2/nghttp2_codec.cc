@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <vector>
 
 #include <nghttp2/nghttp2.h>
@@ -132,6 +133,12 @@ class Nghttp2ServerCodec : public ServerCodec {
     nghttp2_session_terminate_session(session_, static_cast<uint32_t>(code));
   }
   size_t activeStreams() const override { return active_; }
+  size_t sendWindow(int32_t stream_id) const override {
+    const int32_t stream = nghttp2_session_get_stream_remote_window_size(session_, stream_id);
+    const int32_t connection = nghttp2_session_get_remote_window_size(session_);
+    const int32_t window = std::min(stream, connection);
+    return window > 0 ? static_cast<size_t>(window) : 0;
+  }
 
  private:
   // nghttp2 copies the fields when a frame is submitted; the vector keeps its capacity.

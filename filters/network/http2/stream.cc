@@ -256,10 +256,8 @@ size_t Http2ProxyFilter::Stream::readBody(uint8_t* buf, size_t max, bool& eof) {
   }
   eof = out_eof_ && out_.empty();
   if (n == 0 && !eof) deferred_ = true;
-  if (upstream_paused_ && out_.length() <= config().stream_buffer_bytes / 2) {
-    upstream_paused_ = false;
-    pauseOrigin(false);
-  }
+  parent_.onDequeued(n);
+  updateOriginPause();
   if (n > 0 && state_ == State::Forwarding) {
     // The client reads: the origin's deadline (or, once it is done, the client's) starts over.
     if (exchange_ && exchange_->active()) {
@@ -278,7 +276,8 @@ void Http2ProxyFilter::Stream::abort() {
   releaseUpstream();
   trace_.end(parent_.config_->listener_name);
   pending_body_.clear();
-  out_.clear();
+  dropOutput();
+  upstream_paused_ = false;
   // Capacity is kept for the next stream, but not what one large header list needed: an idle
   // connection should not hold max_concurrent_streams times max_header_list_size.
   if (storage_.capacity() > kKeptHeaderBytes) std::string().swap(storage_);
@@ -330,7 +329,7 @@ bool Http2ProxyFilter::Stream::add(std::string_view name, std::string_view value
 }
 
 void Http2ProxyFilter::Stream::writeDownstream(buffer::Buffer& data, bool end_stream) {
-  out_.move(data);
+  queueOutput(data);
   if (end_stream) out_eof_ = true;
   afterOutput();
 }
@@ -477,6 +476,8 @@ void Http2ProxyFilter::Stream::sendRequest(upstream::UpstreamHandle upstream) {
     if (request_ended_) exchange_->sendBody(none, true);
   }
   creditPending();
+  // The connection's queue may be full already: then the response waits for room.
+  updateOriginPause();
 }
 
 void Http2ProxyFilter::Stream::onInterimResponse(const http1::ResponseHead& rh) {
@@ -518,7 +519,7 @@ void Http2ProxyFilter::Stream::onResponseHead(const http1::ResponseHead& rh) {
 }
 
 void Http2ProxyFilter::Stream::onResponseBody(buffer::Buffer& body, bool end) {
-  out_.move(body);
+  queueOutput(body);
   if (end) {
     // The origin's part is over (its connection is pooled or closed): the exchange goes back.
     exchange_->reportTo(trace_);
@@ -616,7 +617,7 @@ void Http2ProxyFilter::Stream::enterTunnel(upstream::UpstreamHandle upstream,
   options.key_stats = key_tunnel_stats_;
   tunnel_relay_ =
       std::make_unique<upstream::TunnelRelay>(std::move(upstream), *this, timer_, options);
-  if (!from_origin.empty()) out_.move(from_origin);
+  if (!from_origin.empty()) queueOutput(from_origin);
   tunnel_relay_->start(pending_body_, request_ended_, origin_ended);
   creditPending();
   afterOutput();
@@ -641,13 +642,39 @@ void Http2ProxyFilter::Stream::afterOutput() {
     deferred_ = false;
     parent_.codec_->resumeBody(id_);
   }
-  if ((exchange_ || tunnel_relay_) && !upstream_paused_ &&
-      out_.length() >= config().stream_buffer_bytes) {
-    upstream_paused_ = true;
-    pauseOrigin(true);
-    config().stats.upstream_read_paused.inc();
-  }
+  updateOriginPause();
   parent_.scheduleFlush();
+}
+
+void Http2ProxyFilter::Stream::updateOriginPause() {
+  if (!exchange_ && !tunnel_relay_) return;
+  const size_t queued = out_.length();
+  const size_t limit = config().stream_buffer_bytes;
+  // Past the connection's budget a stream reads on only while the client would take what it
+  // has queued at once (its window is open): a stream the client reads is not held up by
+  // streams it does not.
+  const bool connection_full = parent_.queue_full_ && queued >= parent_.codec_->sendWindow(id_);
+  const bool pause = connection_full || queued >= limit || (upstream_paused_ && queued > limit / 2);
+  if (pause == upstream_paused_) return;
+  upstream_paused_ = pause;
+  pauseOrigin(pause);
+  if (pause) config().stats.upstream_read_paused.inc();
+}
+
+void Http2ProxyFilter::Stream::queueOutput(buffer::Buffer& data) {
+  parent_.onQueued(data.length());
+  out_.move(data);
+}
+
+void Http2ProxyFilter::Stream::queueOutput(std::string_view data) {
+  parent_.onQueued(data.size());
+  out_.add(data);
+}
+
+void Http2ProxyFilter::Stream::dropOutput() {
+  const size_t dropped = out_.length();
+  out_.clear();
+  parent_.onDequeued(dropped);
 }
 
 void Http2ProxyFilter::Stream::onTimer() {
@@ -683,7 +710,7 @@ void Http2ProxyFilter::Stream::localReply(uint16_t status, std::string_view deta
     return;
   }
   state_ = State::Replied;
-  out_.clear();
+  dropOutput();
   std::string body = http::localReplyBody(status, detail);
   std::string length = absl::StrFormat("%d", body.size());
   std::string challenge;
@@ -695,7 +722,7 @@ void Http2ProxyFilter::Stream::localReply(uint16_t status, std::string_view deta
     headers[count++] = {"proxy-authenticate", challenge};
   }
   const bool head = info_.method == http1::Method::Head;
-  if (!head) out_.add(body);
+  if (!head) queueOutput(body);
   out_eof_ = true;
   response_started_ = true;
   config().stats.countStatus(status);

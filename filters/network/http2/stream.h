@@ -64,6 +64,9 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   // Ends whatever the stream holds, without telling the codec (it closed the stream, or the
   // connection is gone).
   void abort();
+  // Pauses or resumes reading the origin as the queues say: this stream's (past
+  // stream_buffer_bytes, until it drains to half) and the connection's.
+  void updateOriginPause();
 
   // proxy::RequestSink
   void onUpstreamReady(upstream::UpstreamHandle upstream) override;
@@ -110,8 +113,12 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   // made, since appending may move storage_.
   void findCredential();
   bool originBackedUp() const;
-  // Stops (resumes) reading the origin: the stream's queue toward the client is full (drained).
+  // Stops (resumes) reading the origin or the tunnel's destination.
   void pauseOrigin(bool pause);
+  // Adds to (empties) the queue toward the client, counted in the connection's total.
+  void queueOutput(buffer::Buffer& data);
+  void queueOutput(std::string_view data);
+  void dropOutput();
 
   // Request bytes passed on: give their window back unless the upstream is pushing back, in
   // which case they are credited once it drains (onBelowWriteLowWatermark).

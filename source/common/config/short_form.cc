@@ -229,6 +229,7 @@ absl::Status addTlsListener(const v1::ShortConfig::Tls& tls, const network::Addr
   http2.set_max_request_body_bytes(http1.max_request_body_bytes());
   *http2.mutable_idle_timeout() = http1.idle_timeout();
   *http2.mutable_request_body_timeout() = http1.request_body_timeout();
+  *http2.mutable_preface_timeout() = http1.request_head_timeout();
 
   listener->clear_filter_chains();
   v1::FilterChain* h2_chain = listener->add_filter_chains();
