@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from helpers import RawConnection, basic_auth
+from helpers import RawConnection, basic_auth, read_all
 from recording_origin import RecordingOrigin, Reply, default_response
 
 REJECTED = "http1.http.rq_rejected"
@@ -395,6 +395,9 @@ BAD_RESPONSES = [
     ("te_chunked_twice", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"
      b"0\r\n\r\n"),
     ("te_chunked_comma", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked,\r\n\r\n0\r\n\r\n"),
+    ("te_not_ending_in_chunked", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"
+     b"2\r\nhi\r\n0\r\n\r\n"),
+    ("te_gzip_only", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nhi"),
     ("status_code_letters", b"HTTP/1.1 2OO OK\r\nContent-Length: 2\r\n\r\nhi"),
     ("status_code_two_digits", b"HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\nhi"),
     ("status_no_space", b"HTTP/1.1 200OK\r\nContent-Length: 2\r\n\r\nhi"),
@@ -431,6 +434,40 @@ def test_malformed_response_is_502_and_not_reused(start_sluice, response):
             assert_closed(c, "502 for a malformed response")
         assert s.stat(BAD_UPSTREAM) == 1
         assert_not_reused(s, origin)
+
+
+def test_http10_client_never_receives_chunked_framing(start_sluice):
+    """An origin that answers an HTTP/1.0 request with chunked framing (RFC 9112 6.1 forbids it)
+    does not pass it on: the HTTP/1.0 client gets the decoded body, no Transfer-Encoding, and
+    the end of the body is the connection's close."""
+    chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Origin: yes\r\n\r\n"
+               b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Trailer: t\r\n\r\n")
+    with RecordingOrigin(once_then_normal(chunked)) as origin:
+        s = start_sluice()
+        c = socket.create_connection(s.proxy_addr, timeout=10)
+        try:
+            c.sendall(render(b"GET {url}/ten HTTP/1.0\r\nHost: {host}\r\n"
+                             b"Connection: keep-alive\r\n{auth}\r\n", s, origin))
+            data = read_all(c)
+        finally:
+            c.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"HTTP/1.1 200 OK", data
+        fields = {l.split(b":", 1)[0].lower(): l.split(b":", 1)[1].strip() for l in lines[1:]}
+        assert b"transfer-encoding" not in fields, data
+        assert fields.get(b"connection") == b"close", data
+        assert fields.get(b"x-origin") == b"yes", data
+        assert body == b"hello, world", data
+        assert origin.requests[0].version == "HTTP/1.0", origin.describe()
+    # An HTTP/1.1 client of the same response gets the chunked framing as it came.
+    with RecordingOrigin(once_then_normal(chunked)) as origin:
+        s = start_sluice()
+        with RawConnection(s.proxy_addr) as c:
+            c.send(render(get(b"/eleven"), s, origin))
+            resp = c.read_response("GET")
+            assert resp.status == 200 and resp.body == b"hello, world", resp
+            assert resp.header("transfer-encoding") == "chunked", resp
 
 
 def assert_not_reused(s, origin, client=None):

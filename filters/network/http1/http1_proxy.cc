@@ -64,13 +64,19 @@ void addStatusLine(buffer::Buffer& out, uint16_t status, std::string_view reason
 
 // Content-Length goes out once, as the parsed number: duplicates ("5" twice) and lists ("5, 5")
 // may be received but must not be forwarded (RFC 9110 8.6); a next hop might read them apart.
+// `without_framing`: the body goes out decoded and ends with the connection, so the origin's
+// Transfer-Encoding is not passed on.
 void addForwardedHeaders(buffer::Buffer& out, const http1::HeaderField* headers, uint32_t count,
-                         uint64_t content_length) {
+                         uint64_t content_length, bool without_framing = false) {
   constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
   bool length_sent = false;
   for (uint32_t i = 0; i < count; ++i) {
     const http1::HeaderField& h = headers[i];
     if ((h.flags & kSkip) != 0) continue;
+    if (without_framing && h.name.size() == 17 &&
+        http1::equalsIgnoreCase(h.name, "transfer-encoding")) {
+      continue;
+    }
     if (h.name.size() == 14 && http1::equalsIgnoreCase(h.name, "content-length")) {
       if (length_sent) continue;
       length_sent = true;
@@ -438,13 +444,16 @@ void Http1ProxyFilter::onResponseHead(const http1::ResponseHead& rh) {
   // A final answer to an upgrade request: the origin declined; the exchange ends as a plain
   // one (its Upgrade and Connection fields were stripped as hop-by-hop).
   if (upgrade_) config_->stats.upgrade_refused.inc();
+  // An HTTP/1.0 client never sees chunked framing (RFC 9112 6.1): the exchange decodes the body
+  // and the connection's close ends it.
+  const bool dechunked = client_http10_ && rh.framing == http1::BodyFraming::Chunked;
   response_close_client_ = !client_keep_alive_ || draining_ || callbacks_->worker().draining() ||
-                           rh.framing == http1::BodyFraming::UntilClose;
+                           rh.framing == http1::BodyFraming::UntilClose || dechunked;
   // The head goes out with the body bytes that came with it, in one write (onResponseBody).
   buffer::Buffer& out = t_response_out;
   out.clear();
   addStatusLine(out, rh.status, rh.reason);
-  addForwardedHeaders(out, rh.headers.data(), rh.header_count, rh.content_length);
+  addForwardedHeaders(out, rh.headers.data(), rh.header_count, rh.content_length, dechunked);
   if (response_close_client_) {
     http::addFieldLine(out, "Connection", "close");
   } else if (client_http10_) {

@@ -1009,7 +1009,12 @@ ParseStatus parseResponseHead(std::string_view data, const ParseLimits& limits,
       (request_method == Method::Connect && st < 300)) {
     out.framing = BodyFraming::None;
   } else if (facts.te.present) {
-    out.framing = facts.te.final_chunked ? BodyFraming::Chunked : BodyFraming::UntilClose;
+    // RFC 9112 6.3 would read such a body until the close; a client or cache behind sluice may
+    // read it otherwise (decode the codings, or not), so it is not relayed at all.
+    if (!facts.te.final_chunked) {
+      return fail(err, kBadGateway, "transfer-encoding does not end in chunked");
+    }
+    out.framing = BodyFraming::Chunked;
   } else if (facts.has_content_length) {
     out.framing = BodyFraming::ContentLength;
   } else {

@@ -193,6 +193,7 @@ BodyProgress OriginExchange::start(UpstreamHandle upstream, const OriginRequest&
   response_keep_alive_ = true;
   response_paused_ = false;
   any_response_byte_ = false;
+  decode_chunks_ = options_->response_body == ResponseBody::Payload || request.version_minor == 0;
   head_scanned_ = 0;
   response_body_left_ = 0;
   bytes_to_origin_ = 0;
@@ -455,9 +456,8 @@ void OriginExchange::onBodyData(buffer::Buffer& data, bool end_stream, bool afte
       break;
     }
     case http1::BodyFraming::Chunked: {
-      const http1::Dechunker::Status st = options_->response_body == ResponseBody::Payload
-                                              ? response_chunks_.decode(data, body)
-                                              : response_chunks_.pass(data, body);
+      const http1::Dechunker::Status st = decode_chunks_ ? response_chunks_.decode(data, body)
+                                                         : response_chunks_.pass(data, body);
       ok = st != http1::Dechunker::Status::Error;
       done = st == http1::Dechunker::Status::Done;
       break;

@@ -49,7 +49,10 @@ struct OriginRequest {
   // Written as the Host field first when not empty (HTTP/2's :authority, or an HTTP/1.0
   // request without Host); otherwise the fields carry Host.
   std::string_view host;
-  uint8_t version_minor = 1;   // HTTP/1.0 requests go out as HTTP/1.0
+  // HTTP/1.0 requests go out as HTTP/1.0. A chunked answer to one (the origin breaking RFC 9112
+  // 6.1) is delivered as payload whatever ExchangeOptions::response_body says: an HTTP/1.0
+  // client cannot read chunked framing, so its codec ends that body by closing.
+  uint8_t version_minor = 1;
   bool keep_alive_10 = false;  // an HTTP/1.0 request that asked for keep-alive
   // The forwardable fields: those flagged kHopByHop or kRemoved, and Content-Length (written
   // from the number), are skipped; Cookie fields are joined into one.
@@ -233,6 +236,7 @@ class OriginExchange : private network::ConnectionCallbacks {
   bool response_keep_alive_ = true;
   bool response_paused_ = false;
   bool any_response_byte_ = false;
+  bool decode_chunks_ = false;  // a chunked response is delivered as payload
   size_t head_scanned_ = 0;
   uint64_t response_body_left_ = 0;
   uint64_t request_body_left_ = 0;
