@@ -54,7 +54,8 @@ auth:
   # Keys accepted as the password of Proxy-Authorization: Basic (any user name) or as
   # Proxy-Authorization: Bearer. An item is a key, or {name: ci, key: "..."}; the name (default
   # key1, key2, ...) is what stats and logs show, never the key. Make keys with `sluice init`
-  # or `openssl rand -base64 32`. An empty list turns the proxy into an open relay.
+  # or `openssl rand -base64 32`. An empty list turns the proxy into an open relay: refused on
+  # an address other than loopback unless `open_relay: true` is set here.
   # To keep a key out of this file, write its SHA-256 instead: "sha256:<64 hex digits>", from
   # `printf %s KEY | sha256sum`.
   api_keys:
@@ -389,6 +390,7 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   }
   // Read (and checked, with file:line in errors) by sluice.auth when the proxy starts.
   auth.set_api_keys_file(config.auth().api_keys_file());
+  auth.set_open_relay(config.auth().open_relay());
 
   const v1::ShortConfig::Bans& short_bans = config.bans();
   v1::Bans bans;

@@ -458,6 +458,11 @@ TEST(ShortFormTest, BansAreRangeChecked) {
               HasSubstr("bans.ipv6_aggregate_threshold: at most"));
 }
 
+TEST(ShortFormTest, OpenRelayIsSaidInWords) {
+  EXPECT_FALSE(load("").auth.open_relay());
+  EXPECT_TRUE(load("auth: {open_relay: true}\n").auth.open_relay());
+}
+
 TEST(ShortFormTest, Sha256KeysAndTheKeysFile) {
   const std::string hex = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
   Expanded e =
