@@ -199,7 +199,10 @@ Admin::Admin(event::Dispatcher& dispatcher, AdminHandlers handlers)
   evhttp_set_gencb(http_, &Admin::onRequest, this);
 }
 
-Admin::~Admin() { evhttp_free(http_); }
+Admin::~Admin() {
+  closing_ = true;
+  evhttp_free(http_);
+}
 
 absl::Status Admin::bind(const network::Address& address) {
   if (bound_address_.valid()) {
@@ -262,6 +265,11 @@ void Admin::onAcceptError(evconnlistener* listener, void*) {
 
 void Admin::onRequest(evhttp_request* request, void* arg) {
   static_cast<Admin*>(arg)->handle(request);
+}
+
+void Admin::onDrainAnswered(evhttp_connection*, void* arg) {
+  auto* self = static_cast<Admin*>(arg);
+  if (!self->closing_) self->handlers_.drain();
 }
 
 namespace {
@@ -395,7 +403,12 @@ void Admin::handle(evhttp_request* request) {
       return;
     }
     SLUICE_LOG(Info, "admin: drain requested");
-    handlers_.drain();
+    // With no connection open, a drain ends the process within a loop turn, before a reply
+    // queued now would be written. It starts when this connection closes instead: evhttp
+    // closes it once the answer is out (Connection: close), or when the client goes away.
+    evhttp_add_header(evhttp_request_get_output_headers(request), "Connection", "close");
+    evhttp_connection_set_closecb(evhttp_request_get_connection(request), &Admin::onDrainAnswered,
+                                  this);
     send(request, text(200, "draining\n"));
     return;
   }

@@ -11,6 +11,7 @@
 #include "source/common/stats/stats.h"
 
 struct evhttp;
+struct evhttp_connection;
 struct evhttp_request;
 
 struct evconnlistener;
@@ -44,7 +45,9 @@ struct AdminHandlers {
   std::function<std::string()> server_info;
   // GET /listeners: JSON.
   std::function<std::string()> listeners;
-  // POST /drain: starts a graceful drain; answered 200 "draining".
+  // POST /drain: answered 200 "draining" (Connection: close); called once that answer is written
+  // and its connection closed, or the client went away (at most the admin's 10 s request
+  // timeout), so a drain that ends the process at once cannot cut the answer off.
   std::function<void()> drain;
   // More endpoints, by path ("/bans"). A built-in path takes precedence.
   std::map<std::string, AdminEndpoint> extra;
@@ -70,6 +73,8 @@ class Admin {
  private:
   static void onRequest(evhttp_request* request, void* arg);
   static void onAcceptError(evconnlistener* listener, void* arg);
+  // The connection that asked for a drain closed, its answer written: the drain starts.
+  static void onDrainAnswered(evhttp_connection* connection, void* arg);
   void handle(evhttp_request* request);
   // Is `host` (a Host header) the admin's own address: its literal IP, any IP literal when it
   // listens on a wildcard address, or localhost when it listens on loopback, with its port or
@@ -79,6 +84,8 @@ class Admin {
   AdminHandlers handlers_;
   evhttp* http_;
   network::Address bound_address_;
+  // Set while evhttp_free closes the connections left: no drain starts from a destructor.
+  bool closing_ = false;
 };
 
 }  // namespace server

@@ -1,5 +1,6 @@
 #include "source/server/ban_endpoints.h"
 
+#include <optional>
 #include <string_view>
 
 #include "absl/strings/str_format.h"
@@ -69,17 +70,33 @@ AdminEndpoint::Response unban(ban::BanTable* table,
   if (!address.ok()) return jsonError(400, "addr: not an IPv4 or IPv6 address");
   if (table == nullptr) return jsonError(404, "bans are disabled (bans.disabled)");
   const ban::BanKey key = table->keyFor(*address);
-  // "/64" as /bans prints it is accepted; another length would name a different range.
-  if (slash != std::string_view::npos && prefix_text != std::to_string(key.prefix)) {
-    return jsonError(
-        400, absl::StrFormat("addr: bans are kept per /%d for this address family", key.prefix));
+  const ban::BanKey range = table->aggregateKeyFor(key);
+  // "/64" (or the aggregate "/48") as /bans prints it is accepted; another length would name a
+  // different range. Without a length, whichever ban covers the address is lifted.
+  uint32_t prefix = 0;
+  if (slash != std::string_view::npos) {
+    if (prefix_text == std::to_string(key.prefix)) {
+      prefix = key.prefix;
+    } else if (range.family != 0 && prefix_text == std::to_string(range.prefix)) {
+      prefix = range.prefix;
+    } else if (range.family != 0) {
+      return jsonError(
+          400, absl::StrFormat("addr: bans are kept per /%d (and per /%d for aggregate bans) for "
+                               "this address family",
+                               key.prefix, range.prefix));
+    } else {
+      return jsonError(
+          400, absl::StrFormat("addr: bans are kept per /%d for this address family", key.prefix));
+    }
   }
-  if (!table->unban(*address)) {
-    return jsonError(404, absl::StrFormat("%s is not banned", key.asString()));
+  const std::optional<ban::BanKey> lifted = table->unban(*address, prefix);
+  if (!lifted) {
+    const ban::BanKey& named = prefix != 0 && prefix == range.prefix ? range : key;
+    return jsonError(404, absl::StrFormat("%s is not banned", named.asString()));
   }
-  SLUICE_LOG(Info, "admin: ban of %s lifted", key.asString());
+  SLUICE_LOG(Info, "admin: ban of %s lifted", lifted->asString());
   return AdminEndpoint::Response{
-      200, absl::StrFormat("{\"unbanned\":%s}\n", jsonString(key.asString())), true};
+      200, absl::StrFormat("{\"unbanned\":%s}\n", jsonString(lifted->asString())), true};
 }
 
 }  // namespace

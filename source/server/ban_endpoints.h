@@ -14,8 +14,9 @@ namespace server {
 //   GET /bans: {"enabled":true,"bans":[{"address":"192.0.2.7","failures":5,
 //              "expires_in_seconds":898,"reason":"invalid proxy credentials"}],"tracked":N}
 //   POST /bans/unban?addr=<ip>[/<prefix>]: lifts the ban covering the address (an IPv6 address
-//              stands for its banned prefix); 200 naming what was lifted, 404 when nothing was
-//              banned, 400 on a malformed address.
+//              stands for its banned prefix, or for the aggregate range banned whole around it;
+//              with /<prefix>, the ban of exactly that length); 200 naming what was lifted, 404
+//              when nothing was banned, 400 on a malformed address.
 void addBanEndpoints(std::shared_ptr<ban::BanTable> table,
                      std::map<std::string, AdminEndpoint>& extra);
 

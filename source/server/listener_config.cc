@@ -102,6 +102,7 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(
 
   extensions::FactoryContext context;
   context.listener_name = proto.name();
+  context.listener_address = config->address;
   context.local_addresses = local_addresses;
   context.bans = bans;
   for (int i = 0; i < proto.listener_filters_size(); ++i) {

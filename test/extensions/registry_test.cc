@@ -220,6 +220,38 @@ TEST_F(RequestFactoriesTest, FiltersDeclareTheirPhase) {
   EXPECT_FALSE((*specs)[0].requires_credential);
 }
 
+TEST_F(RequestFactoriesTest, KeylessAuthBeyondLoopbackNeedsOpenRelay) {
+  auto build = [this](const char* listener, sluice::filters::v1::AuthConfig auth) {
+    filters_.Clear();
+    *filters_.Add() = withConfig("sluice.auth", auth);
+    *filters_.Add() = named("sluice.router");
+    context_.listener_address = *network::Address::parseHostPort(listener);
+    auto cbs = createRequestFilterFactories(filters_, context_);
+    return cbs.ok() ? std::string("ok") : std::string(cbs.status().message());
+  };
+  sluice::filters::v1::AuthConfig keyless;
+  sluice::filters::v1::AuthConfig open;
+  open.set_open_relay(true);
+  sluice::filters::v1::AuthConfig keyed;
+  keyed.add_api_keys()->set_key("k-0123456789abcdef");
+  // Loopback only: warned, as before.
+  for (const char* loopback : {"127.0.0.1:8080", "127.9.8.7:1", "[::1]:8080"}) {
+    EXPECT_EQ("ok", build(loopback, keyless)) << loopback;
+  }
+  for (const char* exposed :
+       {"0.0.0.0:8080", "[::]:8080", "192.0.2.1:8080", "[2001:db8::1]:3128"}) {
+    const std::string error = build(exposed, keyless);
+    EXPECT_THAT(error, HasSubstr("listeners[0].filter_chains[0].filters[0].typed_config."
+                                 "request_filters[0]: no API keys, and listener 'main' listens on"))
+        << exposed;
+    EXPECT_THAT(error, HasSubstr("an open relay")) << exposed;
+    EXPECT_THAT(error, HasSubstr("auth.open_relay: true")) << exposed;
+    EXPECT_EQ("ok", build(exposed, open)) << exposed;
+    EXPECT_EQ("ok", build(exposed, keyed)) << exposed;
+  }
+  EXPECT_THAT(build("0.0.0.0:8080", keyless), HasSubstr("listens on 0.0.0.0:8080"));
+}
+
 TEST_F(RequestFactoriesTest, PhasesMustBeInOrder) {
   *filters_.Add() = named("sluice.dest_guard");
   *filters_.Add() = named("sluice.auth");

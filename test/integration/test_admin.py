@@ -1,10 +1,11 @@
 """The admin endpoint: readiness, stats in three formats, the redacted config dump."""
 
 import json
+import socket
 
 import pytest
 
-from helpers import curl, parse_stats_text
+from helpers import curl, parse_stats_text, read_all
 
 
 def one_request(s, nginx):
@@ -134,3 +135,19 @@ def test_admin_answers_only_its_own_host(sluice):
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LocalHost:{port}"):
         assert sluice.admin("/stats", headers={"Host": host}).status == 200, host
     assert sluice.wait_stat("admin.host_refused", lambda v: v == 5) == 5
+
+
+def test_post_drain_is_answered_in_full_before_the_process_exits(start_sluice):
+    # With no connection open the drain ends the process at once; the answer must be out first.
+    # Several rounds: whether it was lost depended on which thread got there first.
+    for _ in range(10):
+        s = start_sluice()
+        with socket.create_connection(("127.0.0.1", s.admin_port), timeout=5) as c:
+            c.sendall(b"POST /drain HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n")
+            raw = read_all(c)
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 "), f"POST /drain answered {raw!r}"
+        headers = head.lower().split(b"\r\n")
+        assert b"content-length: 9" in headers and b"connection: close" in headers, raw
+        assert body == b"draining\n", raw
+        assert s.wait(15) == 0, s.log()[-2000:]

@@ -30,10 +30,28 @@ def status_of(s, origin_url, key=None):
         return c.read_response().status
 
 
-def refused_at_accept(s, payload=b""):
+def status_from(s, origin_url, key, source):
+    """One request from the loopback address `source` (any of 127.0.0.0/8 can be bound); its
+    status, or None when the proxy closed without answering."""
+    with socket.create_connection(s.proxy_addr, timeout=5, source_address=(source, 0)) as sock:
+        sock.sendall(request_bytes(origin_url, key))
+        head = b""
+        while b"\r\n" not in head:
+            try:
+                chunk = sock.recv(4096)
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            head += chunk
+        return int(head.split(b" ", 2)[1])
+
+
+def refused_at_accept(s, payload=b"", source=None):
     """True when the proxy closes a new connection without answering a byte, even to a request
     sent at once."""
-    sock = socket.create_connection(s.proxy_addr, timeout=5)
+    sock = socket.create_connection(s.proxy_addr, timeout=5,
+                                    source_address=(source, 0) if source else None)
     try:
         if payload:
             try:
@@ -233,6 +251,13 @@ def test_bans_disabled(start_sluice, py_origin):
     ("bans:\n  max_entries: -1\n", "bans.max_entries"),
     ("bans:\n  max_entries: 10000001\n", "bans.max_entries"),
     ("bans:\n  nope: 1\n", "bans.nope"),
+    ("bans:\n  ipv6_aggregate_prefix: 65\n", "bans.ipv6_aggregate_prefix: 65 is longer than"),
+    ("bans:\n  ipv6_aggregate_prefix: 129\n", "bans.ipv6_aggregate_prefix"),
+    ("bans:\n  ipv6_aggregate_prefix: -1\n", "bans.ipv6_aggregate_prefix"),
+    ("bans:\n  ipv6_prefix: 56\n  ipv6_aggregate_prefix: 60\n", "bans.ipv6_aggregate_prefix"),
+    ("bans:\n  ipv6_aggregate_threshold: 1001\n", "bans.ipv6_aggregate_threshold"),
+    ("bans:\n  ipv6_aggregate_prefix: 63\n  ipv6_aggregate_threshold: 3\n",
+     "bans.ipv6_aggregate_threshold"),
 ])
 def test_bad_ban_settings_fail_startup(tmp_path, extra, error):
     cfg = tmp_path / "c.yaml"
@@ -240,6 +265,53 @@ def test_bad_ban_settings_fail_startup(tmp_path, extra, error):
     r = run_cli("check", "-c", cfg)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert error in r.stderr, r.stderr
+
+
+def test_aggregate_settings_are_accepted_and_shown(start_sluice):
+    bans = start_sluice().admin("/config_dump").json()["bans"]
+    assert (bans["ipv6_aggregate_prefix"], bans["ipv6_aggregate_threshold"]) == (48, 3), bans
+    s = start_sluice(extra_short="bans:\n  ipv6_aggregate_prefix: 40\n"
+                                 "  ipv6_aggregate_threshold: 5\n")
+    bans = s.admin("/config_dump").json()["bans"]
+    assert (bans["ipv6_aggregate_prefix"], bans["ipv6_aggregate_threshold"]) == (40, 5), bans
+    # 0 turns aggregation off and stays 0 (it is not "unset").
+    s = start_sluice(extra_short="bans:\n  ipv6_aggregate_prefix: 0\n")
+    assert s.admin("/config_dump").json()["bans"]["ipv6_aggregate_prefix"] == 0
+    r = run_cli("config", "expand", "-c", s.config_path)
+    assert r.returncode == 0 and "ipv6_aggregate_prefix: 0" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_failure_counts_from_many_addresses_do_not_evict_a_ban(start_sluice, py_origin):
+    s = start_sluice(extra_short="bans:\n  max_entries: 3\n")
+    url = py_origin.url("/hello")
+    ban_localhost(s, url)
+    # 40 other loopback addresses, one wrong key each: they take turns in the two free slots.
+    for i in range(2, 42):
+        assert status_from(s, url, WRONG, f"127.0.0.{i}") == 407, i
+    assert s.stat("bans.evicted_failures") == 38
+    assert s.stat("bans.evicted_bans") == 0
+    assert refused_at_accept(s)
+    assert [b["address"] for b in s.admin("/bans").json()["bans"]] == ["127.0.0.1"]
+
+
+def test_a_table_full_of_bans_keeps_them(start_sluice, py_origin):
+    s = start_sluice(extra_short="bans:\n  max_entries: 2\n  max_failures: 2\n")
+    url = py_origin.url("/hello")
+    for source in ("127.0.0.2", "127.0.0.3"):
+        for _ in range(2):
+            assert status_from(s, url, WRONG, source) == 407, source
+    assert s.stat("bans.banned") == 2
+    # A third address guessing finds no room: its failures are not tracked, and neither ban
+    # gives way to it.
+    for _ in range(4):
+        assert status_from(s, url, WRONG, "127.0.0.4") == 407
+    assert s.stat("bans.untracked") == 4
+    assert s.stat("bans.evicted") == 0
+    assert refused_at_accept(s, source="127.0.0.2")
+    assert refused_at_accept(s, source="127.0.0.3")
+    assert status_from(s, url, s.key, "127.0.0.4") == 200
+    assert sorted(b["address"] for b in s.admin("/bans").json()["bans"]) == \
+        ["127.0.0.2", "127.0.0.3"]
 
 
 def test_full_form_without_bans_section_uses_the_defaults(start_sluice, py_origin):

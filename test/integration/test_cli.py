@@ -5,7 +5,7 @@ import subprocess
 
 import yaml
 
-from sluice_proc import run_cli, short_config, sluice_binary
+from sluice_proc import Sluice, find_typed_configs, run_cli, short_config, sluice_binary
 from helpers import CLEAN_ENV, free_port
 
 
@@ -166,3 +166,75 @@ def test_config_expand_prints_the_full_form(tmp_path):
 def test_unknown_command_fails():
     r = run_cli("frobnicate")
     assert r.returncode != 0, output(r)
+
+
+# ---------------------------------------------------------------------------------------------
+# no accidental open relay: a listener beyond loopback needs keys, or open_relay: true
+
+
+def keyless_config(tmp_path, listen, extra=""):
+    return write(tmp_path / "keyless.yaml",
+                 f"server:\n  listen: \"{listen}\"\n  workers: 1\n"
+                 f"admin:\n  listen: 127.0.0.1:{free_port()}\n{extra}")
+
+
+def assert_refused_as_open_relay(r, address, listener="http"):
+    assert r.returncode == 1, f"exit {r.returncode}: {output(r)}"
+    text = output(r)
+    assert "configuration OK" not in text, text
+    assert f"listener '{listener}' listens on {address}" in text, text
+    assert "open relay" in text and "auth.api_keys" in text, text
+    assert "auth.open_relay: true" in text, text
+
+
+def test_keyless_config_on_a_wildcard_address_is_refused(tmp_path):
+    for host in ("0.0.0.0", "[::]"):
+        port = free_port()
+        cfg = keyless_config(tmp_path, f"{host}:{port}")
+        assert_refused_as_open_relay(run_cli("check", "-c", cfg), f"{host}:{port}")
+        try:
+            r = subprocess.run([sluice_binary(), "run", "-c", str(cfg)], capture_output=True,
+                               text=True, env=CLEAN_ENV, timeout=10)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"sluice run served keyless on {host}:{port}") from None
+        assert_refused_as_open_relay(r, f"{host}:{port}")
+
+
+def test_keyless_socks5_port_beyond_loopback_is_refused(tmp_path):
+    port = free_port()
+    cfg = keyless_config(tmp_path, f"127.0.0.1:{free_port()}",
+                         f"socks5:\n  listen: \"0.0.0.0:{port}\"\n")
+    assert_refused_as_open_relay(run_cli("check", "-c", cfg), f"0.0.0.0:{port}", "socks5")
+
+
+def test_keyless_config_on_loopback_is_a_warning(tmp_path):
+    for host in ("127.0.0.1", "127.0.0.2", "[::1]"):
+        r = run_cli("check", "-c", keyless_config(tmp_path, f"{host}:{free_port()}"))
+        assert r.returncode == 0, output(r)
+        assert "configuration OK" in output(r) and "OPEN RELAY" in output(r), output(r)
+
+
+def test_open_relay_said_in_words_starts(tmp_path):
+    port = free_port()
+    # Only loopback clients are admitted, so the open port serves nobody else meanwhile.
+    cfg = keyless_config(tmp_path, f"0.0.0.0:{port}",
+                         "auth:\n  open_relay: true\nallowlist:\n  cidrs: [\"127.0.0.0/8\"]\n")
+    r = run_cli("check", "-c", cfg)
+    assert r.returncode == 0 and "configuration OK" in output(r), output(r)
+    assert "OPEN RELAY" in output(r), output(r)
+    admin_port = int(yaml.safe_load(cfg.read_text())["admin"]["listen"].rsplit(":", 1)[1])
+    s = Sluice(tmp_path, "", port, admin_port, cfg).start()
+    assert s.stop() == 0, s.log()[-2000:]
+
+    # The full form says it in the sluice.auth config, and refuses without it.
+    r = run_cli("config", "expand", "-c", cfg)
+    assert r.returncode == 0, output(r)
+    assert "open_relay: true" in r.stdout, r.stdout
+    full = yaml.safe_load(r.stdout)
+    full_path = write(tmp_path / "full.yaml", yaml.safe_dump(full, sort_keys=False))
+    r = run_cli("check", "-c", full_path)
+    assert r.returncode == 0, output(r)
+    for auth in find_typed_configs(full, ".AuthConfig"):
+        auth.pop("open_relay")
+    write(full_path, yaml.safe_dump(full, sort_keys=False))
+    assert_refused_as_open_relay(run_cli("check", "-c", full_path), f"0.0.0.0:{port}")

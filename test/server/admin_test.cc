@@ -13,6 +13,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "event2/event.h"
 #include "gtest/gtest.h"
 
 #include "source/common/event/dispatcher.h"
@@ -280,6 +281,44 @@ TEST_F(AdminTest, Drain) {
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body, "draining\n");
   EXPECT_EQ(r.headers["content-type"], kTextPlain);
+  EXPECT_EQ(drains_.load(), 1);
+}
+
+// A drain with nothing open stops the loop at once (sluice then exits): the answer must be
+// written before the drain handler runs, or the client reads nothing.
+TEST_F(AdminTest, DrainIsAnsweredBeforeItStarts) {
+  stop();
+  AdminHandlers handlers;
+  handlers.drain = [this] {
+    drains_.fetch_add(1);
+    event_base_loopbreak(dispatcher_->base());
+  };
+  start(std::move(handlers));
+  // Keep-alive asked for: the drain answer closes the connection all the same.
+  Response r = parse(
+      roundTrip(address_, "POST /drain HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["connection"], "close");
+  EXPECT_EQ(r.body, "draining\n");
+  loop_.join();
+  EXPECT_EQ(drains_.load(), 1);
+}
+
+// A client that resets its connection without reading the answer still gets its drain.
+TEST_F(AdminTest, DrainStartsWhenTheClientLeavesFirst) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::connect(fd, address_.sockaddr_ptr(), address_.length()), 0);
+  const std::string request =
+      "POST /drain HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  const linger reset{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  ::close(fd);
+  for (int i = 0; i < 200 && drains_.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ(drains_.load(), 1);
 }
 

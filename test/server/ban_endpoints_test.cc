@@ -172,7 +172,7 @@ TEST_F(BanEndpointsTest, ListsAndLiftsBans) {
   EXPECT_EQ(400, unban("example.com").status);
   EXPECT_EQ(400, unban("192.0.2.7:80").status);
   EXPECT_EQ(400, unban("192.0.2.7/24").status);
-  EXPECT_EQ(400, unban("2001:db8:1:2::/48").status);
+  EXPECT_EQ(400, unban("2001:db8:1:2::/56").status);
   EXPECT_EQ(400, unban("[2001:db8:1:2::5]").status);
   EXPECT_TRUE(table->isBanned(ip("192.0.2.7")));
 
@@ -193,7 +193,43 @@ TEST_F(BanEndpointsTest, ListsAndLiftsBans) {
   table->recordFailure(ip("2001:db8:1:2::5"), "x");
   EXPECT_EQ(200, unban("2001:db8:1:2::/64").status);
   EXPECT_FALSE(table->anyBanned());
+  // The aggregate length names the range around the address: not banned here.
+  Response range = unban("2001:db8:1:2::/48");
+  EXPECT_EQ(404, range.status);
+  EXPECT_EQ("{\"error\":\"2001:db8:1::/48 is not banned\"}\n", range.body);
   EXPECT_EQ("{\"enabled\":true,\"bans\":[],\"tracked\":0}\n", request("GET", "/bans").body);
+}
+
+TEST_F(BanEndpointsTest, AggregateBansAreListedAndLifted) {
+  ban::BanOptions options;
+  options.max_failures = 1;
+  auto table = std::make_shared<ban::BanTable>(options, ban::BanStats());
+  for (const char* block : {"2001:db8:1:1::1", "2001:db8:1:2::1", "2001:db8:1:3::1"}) {
+    table->recordFailure(ip(block), "invalid proxy credentials");
+  }
+  startWith(table);
+  Response list = request("GET", "/bans");
+  EXPECT_EQ(0u, list.body.find("{\"enabled\":true,\"bans\":[{\"address\":\"2001:db8:1::/48\","
+                               "\"failures\":3,\"expires_in_seconds\":"))
+      << list.body;
+  EXPECT_NE(std::string::npos,
+            list.body.find("\"reason\":\"3 of its /64 blocks banned: invalid proxy "
+                           "credentials\"}],\"tracked\":1}"))
+      << list.body;
+  // The /64 of an address inside is not banned by itself...
+  Response block = unban("2001:db8:1:7::/64");
+  EXPECT_EQ(404, block.status);
+  EXPECT_EQ("{\"error\":\"2001:db8:1:7::/64 is not banned\"}\n", block.body);
+  // ...but the range around it is, by any address of it or by its own name.
+  Response lifted = unban("2001:db8:1:7::1");
+  EXPECT_EQ(200, lifted.status);
+  EXPECT_EQ("{\"unbanned\":\"2001:db8:1::/48\"}\n", lifted.body);
+  EXPECT_FALSE(table->isBanned(ip("2001:db8:1:1::1")));
+  for (const char* b : {"2001:db8:1:1::1", "2001:db8:1:2::1", "2001:db8:1:3::1"}) {
+    table->recordFailure(ip(b), "x");
+  }
+  EXPECT_EQ(200, unban("2001:db8:1::/48").status);
+  EXPECT_FALSE(table->anyBanned());
 }
 
 TEST_F(BanEndpointsTest, DisabledBans) {

@@ -1,3 +1,6 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include "absl/strings/str_format.h"
 
 #include "api/sluice/filters/v1/auth.pb.h"
@@ -9,6 +12,15 @@ namespace sluice {
 namespace filters {
 namespace auth {
 namespace {
+
+// Reachable only from this host: 127.0.0.0/8 and ::1 (also as ::ffff:127.x.y.z). The wildcard
+// addresses 0.0.0.0 and :: are every interface, so not loopback.
+bool isLoopback(const network::Address& a) {
+  if (a.family() == AF_INET) return (ntohl(a.v4().sin_addr.s_addr) >> 24) == 127;
+  if (a.family() != AF_INET6) return false;
+  const in6_addr& v6 = a.v6().sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+}
 
 class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFactory,
                                                    sluice::filters::v1::AuthConfig> {
@@ -113,6 +125,17 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
     config->denied_banned = store.counter("auth.denied_banned");
     config->bans = context.bans;
     if (config->keys.empty()) {
+      // Beyond loopback a keyless listener serves anyone who finds it: only when said in words.
+      const network::Address& where = context.listener_address;
+      if (where.valid() && !isLoopback(where) && !proto.open_relay()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: no API keys, and listener '%s' listens on %s, which is not a loopback address: "
+            "anyone who can reach it could use the proxy (an open relay). Set auth.api_keys or "
+            "auth.api_keys_file (`sluice init` writes a config with a key), listen on 127.0.0.1 "
+            "or [::1], or allow it with `auth.open_relay: true` (full form: `open_relay: true` "
+            "in this sluice.auth config)",
+            context.path, context.listener_name, where.asString()));
+      }
       SLUICE_LOG(Warn,
                  "%s: no API keys: listener '%s' is an OPEN RELAY; anyone who reaches it can use "
                  "it (set auth.api_keys, or run `sluice init` for a config with a key)",

@@ -1,5 +1,7 @@
 #include "source/common/ban/ban_config.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 
 #include "source/common/common/duration.h"
@@ -41,6 +43,40 @@ absl::StatusOr<BanOptions> banOptionsFromProto(const config::v1::Bans& proto) {
         "bans.ipv6_prefix: %d is outside %d-128 (a shorter prefix would ban whole networks)",
         options.ipv6_prefix, kMinIpv6Prefix));
   }
+  // Unset, the default never exceeds ipv6_prefix: a table banning per /40 aggregates nothing.
+  options.ipv6_aggregate_prefix = proto.has_ipv6_aggregate_prefix()
+                                      ? proto.ipv6_aggregate_prefix()
+                                      : std::min(kDefaultIpv6AggregatePrefix, options.ipv6_prefix);
+  if (options.ipv6_aggregate_prefix > options.ipv6_prefix) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "bans.ipv6_aggregate_prefix: %d is longer than bans.ipv6_prefix (%d); use 0 to %d (0 or "
+        "%d turns aggregation off)",
+        options.ipv6_aggregate_prefix, options.ipv6_prefix, options.ipv6_prefix,
+        options.ipv6_prefix));
+  }
+  if (options.ipv6_aggregate_prefix != 0 && options.ipv6_aggregate_prefix < kMinIpv6Prefix) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "bans.ipv6_aggregate_prefix: %d is outside %d-%d (a shorter prefix would ban whole "
+        "networks; 0 turns aggregation off)",
+        options.ipv6_aggregate_prefix, kMinIpv6Prefix, options.ipv6_prefix));
+  }
+  if (proto.ipv6_aggregate_threshold() != 0) {
+    options.ipv6_aggregate_threshold = proto.ipv6_aggregate_threshold();
+  }
+  if (options.ipv6_aggregate_prefix != 0 && options.ipv6_aggregate_prefix < options.ipv6_prefix) {
+    // Blocks of ipv6_prefix in one aggregate range: a larger threshold could never be reached.
+    const uint32_t bits = options.ipv6_prefix - options.ipv6_aggregate_prefix;
+    const uint64_t blocks = bits >= 32 ? uint64_t{1} << 32 : uint64_t{1} << bits;
+    const uint64_t most = std::min<uint64_t>(blocks, kMaxAggregateThresholdLimit);
+    if (options.ipv6_aggregate_threshold > most) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "bans.ipv6_aggregate_threshold: at most %d (a /%d holds %d blocks of /%d)", most,
+          options.ipv6_aggregate_prefix, blocks, options.ipv6_prefix));
+    }
+  } else if (options.ipv6_aggregate_threshold > kMaxAggregateThresholdLimit) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("bans.ipv6_aggregate_threshold: at most %d", kMaxAggregateThresholdLimit));
+  }
   if (proto.max_entries() != 0) options.max_entries = proto.max_entries();
   if (options.max_entries > kMaxEntriesLimit) {
     return absl::InvalidArgumentError(
@@ -63,7 +99,11 @@ absl::StatusOr<std::shared_ptr<BanTable>> createBanTable(const config::v1::Bans&
   BanStats stats;
   stats.failures = store.counter("bans.failures");
   stats.banned = store.counter("bans.banned");
+  stats.aggregated = store.counter("bans.aggregated");
   stats.evicted = store.counter("bans.evicted");
+  stats.evicted_failures = store.counter("bans.evicted_failures");
+  stats.evicted_bans = store.counter("bans.evicted_bans");
+  stats.untracked = store.counter("bans.untracked");
   stats.active = store.gauge("bans.active");
   return std::make_shared<BanTable>(*options, stats);
 }

@@ -14,6 +14,8 @@ namespace ban {
 inline constexpr uint32_t kMaxFailuresLimit = 1000;
 inline constexpr uint32_t kMinIpv6Prefix = 16;
 inline constexpr uint32_t kMaxEntriesLimit = 10000000;
+inline constexpr uint32_t kDefaultIpv6AggregatePrefix = 48;
+inline constexpr uint32_t kMaxAggregateThresholdLimit = 1000;
 
 // The options Bootstrap.bans asks for, defaults filled in; errors name the field ("bans.window").
 absl::StatusOr<BanOptions> banOptionsFromProto(const config::v1::Bans& proto);

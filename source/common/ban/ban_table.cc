@@ -1,5 +1,6 @@
 #include "source/common/ban/ban_table.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <arpa/inet.h>
@@ -15,6 +16,18 @@ namespace {
 
 constexpr uint8_t kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
+// Keeps the first `prefix` bits of an address and zeroes the rest.
+void maskTo(std::array<uint8_t, 16>& bytes, uint32_t prefix) {
+  for (uint32_t i = 0; i < bytes.size(); ++i) {
+    const uint32_t first_bit = i * 8;
+    if (first_bit >= prefix) {
+      bytes[i] = 0;
+    } else if (prefix - first_bit < 8) {
+      bytes[i] = static_cast<uint8_t>(bytes[i] & (0xff << (8 - (prefix - first_bit))));
+    }
+  }
+}
+
 }  // namespace
 
 std::string BanKey::asString() const {
@@ -29,9 +42,14 @@ std::string BanKey::asString() const {
 }
 
 BanTable::BanTable(BanOptions options, BanStats stats, Clock clock)
-    : options_(options), stats_(stats), clock_(std::move(clock)) {
+    : options_(options),
+      stats_(stats),
+      clock_(std::move(clock)),
+      aggregating_(options_.ipv6_aggregate_prefix != 0 &&
+                   options_.ipv6_aggregate_prefix < options_.ipv6_prefix) {
   SLUICE_ASSERT(options_.max_failures >= 1 && options_.max_entries >= 1 &&
-                    options_.ipv6_prefix >= 1 && options_.ipv6_prefix <= 128,
+                    options_.ipv6_prefix >= 1 && options_.ipv6_prefix <= 128 &&
+                    (!aggregating_ || options_.ipv6_aggregate_threshold >= 1),
                 "invalid ban options");
 }
 
@@ -53,13 +71,17 @@ BanKey BanTable::keyFor(const network::Address& client) const {
   }
   key.family = AF_INET6;
   key.prefix = static_cast<uint8_t>(options_.ipv6_prefix);
-  const uint32_t whole = options_.ipv6_prefix / 8;
-  memcpy(key.bytes.data(), a, whole);
-  if (whole < 16) {
-    const uint32_t rest = options_.ipv6_prefix % 8;
-    key.bytes[whole] = static_cast<uint8_t>(a[whole] & (0xff << (8 - rest)));
-  }
+  memcpy(key.bytes.data(), a, key.bytes.size());
+  maskTo(key.bytes, options_.ipv6_prefix);
   return key;
+}
+
+BanKey BanTable::aggregateKeyFor(const BanKey& key) const {
+  if (!aggregating_ || key.family != AF_INET6) return BanKey();
+  BanKey range = key;
+  range.prefix = static_cast<uint8_t>(options_.ipv6_aggregate_prefix);
+  maskTo(range.bytes, options_.ipv6_aggregate_prefix);
+  return range;
 }
 
 bool BanTable::isBanned(const network::Address& client) {
@@ -69,7 +91,10 @@ bool BanTable::isBanned(const network::Address& client) {
   std::lock_guard<std::mutex> lock(mutex_);
   expireLocked(now());
   auto it = entries_.find(key);
-  return it != entries_.end() && it->second.banned;
+  if (it != entries_.end() && it->second.banned) return true;
+  // Aggregate entries exist only as bans.
+  const BanKey range = aggregateKeyFor(key);
+  return range.family != 0 && entries_.contains(range);
 }
 
 bool BanTable::recordFailure(const network::Address& client, std::string_view reason) {
@@ -77,13 +102,21 @@ bool BanTable::recordFailure(const network::Address& client, std::string_view re
   if (key.family == 0) return false;
   stats_.failures.inc();
   std::string banned_text;
+  std::optional<std::string> range_text;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const TimePoint t = now();
     expireLocked(t);
+    const BanKey range = aggregateKeyFor(key);
+    if (range.family != 0 && entries_.contains(range)) return false;
     auto it = entries_.find(key);
     if (it == entries_.end()) {
-      if (entries_.size() >= options_.max_entries) evictOneLocked();
+      // A ban gives way only to a newer ban: a new address that would merely count failures
+      // is not tracked while the table holds nothing else.
+      if (entries_.size() >= options_.max_entries && !makeRoomLocked(options_.max_failures == 1)) {
+        stats_.untracked.inc();
+        return false;
+      }
       it = entries_.try_emplace(key).first;
       it->second.watch_position = watch_.insert(watch_.end(), key);
     } else if (it->second.banned) {
@@ -101,32 +134,39 @@ bool BanTable::recordFailure(const network::Address& client, std::string_view re
     if (entry.failures.size() < options_.max_failures) return false;
 
     watch_.erase(entry.watch_position);
-    entry.banned = true;
     entry.ban_failures = static_cast<uint32_t>(entry.failures.size());
     entry.failures.clear();
     entry.failures.shrink_to_fit();
     entry.reason = std::string(reason);
-    entry.expiry_position = expiries_.emplace(t + options_.duration, key);
-    active_.fetch_add(1, std::memory_order_relaxed);
-    stats_.active.inc();
+    startBanLocked(it, t);
     stats_.banned.inc();
     banned_text = key.asString();
+    if (range.family != 0) range_text = aggregateLocked(key, range, reason, t);
   }
   SLUICE_LOG(Warn, "ban: %s banned for %gs after %d failures within %gs (%s)", banned_text,
              options_.duration.count() / 1000.0, options_.max_failures,
              options_.window.count() / 1000.0, reason);
+  if (range_text) {
+    SLUICE_LOG(Warn, "ban: %s banned for %gs: %d of its /%d blocks were banned", *range_text,
+               options_.duration.count() / 1000.0, options_.ipv6_aggregate_threshold,
+               options_.ipv6_prefix);
+  }
   return true;
 }
 
-bool BanTable::unban(const network::Address& client) {
+std::optional<BanKey> BanTable::unban(const network::Address& client, uint32_t prefix) {
   const BanKey key = keyFor(client);
-  if (key.family == 0) return false;
+  if (key.family == 0) return std::nullopt;
   std::lock_guard<std::mutex> lock(mutex_);
   expireLocked(now());
-  auto it = entries_.find(key);
-  if (it == entries_.end() || !it->second.banned) return false;
-  eraseLocked(it);
-  return true;
+  for (const BanKey& candidate : {key, aggregateKeyFor(key)}) {
+    if (candidate.family == 0 || (prefix != 0 && candidate.prefix != prefix)) continue;
+    auto it = entries_.find(candidate);
+    if (it == entries_.end() || !it->second.banned) continue;
+    eraseLocked(it);
+    return candidate;
+  }
+  return std::nullopt;
 }
 
 std::vector<BanTable::BanInfo> BanTable::bans() {
@@ -162,15 +202,48 @@ void BanTable::expireLocked(TimePoint t) {
   }
 }
 
-void BanTable::evictOneLocked() {
+bool BanTable::makeRoomLocked(bool for_ban) {
   if (!watch_.empty()) {
     eraseLocked(entries_.find(watch_.front()));
-  } else if (!expiries_.empty()) {
+    stats_.evicted_failures.inc();
+  } else if (for_ban && !expiries_.empty()) {
     eraseLocked(entries_.find(expiries_.begin()->second));
+    stats_.evicted_bans.inc();
   } else {
-    return;
+    return false;
   }
   stats_.evicted.inc();
+  return true;
+}
+
+void BanTable::startBanLocked(absl::flat_hash_map<BanKey, Entry>::iterator it, TimePoint t) {
+  it->second.banned = true;
+  it->second.expiry_position = expiries_.emplace(t + options_.duration, it->first);
+  active_.fetch_add(1, std::memory_order_relaxed);
+  stats_.active.inc();
+}
+
+std::optional<std::string> BanTable::aggregateLocked(const BanKey& key, const BanKey& range,
+                                                     std::string_view reason, TimePoint t) {
+  std::vector<BanKey>& inside = banned_in_range_[range];
+  inside.push_back(key);
+  if (inside.size() < options_.ipv6_aggregate_threshold) return std::nullopt;
+  // The range's ban replaces its blocks' bans: one entry covers them all.
+  const std::vector<BanKey> blocks = std::move(inside);
+  banned_in_range_.erase(range);
+  uint32_t failures = 0;
+  for (const BanKey& block : blocks) {
+    auto member = entries_.find(block);
+    failures += member->second.ban_failures;
+    eraseLocked(member);
+  }
+  auto it = entries_.try_emplace(range).first;
+  it->second.ban_failures = failures;
+  it->second.reason = absl::StrFormat("%d of its /%d blocks banned: %s", blocks.size(),
+                                      options_.ipv6_prefix, reason);
+  startBanLocked(it, t);
+  stats_.aggregated.inc();
+  return range.asString();
 }
 
 void BanTable::eraseLocked(absl::flat_hash_map<BanKey, Entry>::iterator it) {
@@ -178,6 +251,15 @@ void BanTable::eraseLocked(absl::flat_hash_map<BanKey, Entry>::iterator it) {
     expiries_.erase(it->second.expiry_position);
     active_.fetch_sub(1, std::memory_order_relaxed);
     stats_.active.dec();
+    if (it->first.family == AF_INET6 && it->first.prefix == options_.ipv6_prefix) {
+      auto range = banned_in_range_.find(aggregateKeyFor(it->first));
+      if (range != banned_in_range_.end()) {
+        std::vector<BanKey>& inside = range->second;
+        auto pos = std::find(inside.begin(), inside.end(), it->first);
+        if (pos != inside.end()) inside.erase(pos);
+        if (inside.empty()) banned_in_range_.erase(range);
+      }
+    }
   } else {
     watch_.erase(it->second.watch_position);
   }

@@ -8,6 +8,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,19 +29,30 @@ struct BanOptions {
   std::chrono::milliseconds duration{15 * 60 * 1000};
   // IPv6 clients are tracked and banned by this prefix: one host usually owns a whole /64.
   uint32_t ipv6_prefix = 64;
-  // Tracked addresses (banned or counting failures); past it the oldest is evicted.
+  // Tracked addresses (banned or counting failures). When full, an address counting failures
+  // is evicted first; a ban only ever makes room for a newer ban.
   uint32_t max_entries = 100000;
+  // Once `ipv6_aggregate_threshold` blocks of ipv6_prefix inside one range of this length are
+  // banned at the same time, the whole range is banned: a client rotating through the /64s of
+  // its /48 gets a few bans' worth of guesses, not 65536. 0, or ipv6_prefix itself: off.
+  uint32_t ipv6_aggregate_prefix = 48;
+  uint32_t ipv6_aggregate_threshold = 3;
 };
 
 struct BanStats {
-  stats::Counter failures;  // failures recorded
-  stats::Counter banned;    // bans started
-  stats::Counter evicted;   // entries dropped to stay within max_entries
-  stats::Gauge active;      // bans in the table (an expired one leaves at the next lookup)
+  stats::Counter failures;          // failures recorded
+  stats::Counter banned;            // bans started (an aggregate ban counts in `aggregated` only)
+  stats::Counter aggregated;        // IPv6 ranges banned whole (ipv6_aggregate_prefix)
+  stats::Counter evicted;           // entries dropped to stay within max_entries (both kinds)
+  stats::Counter evicted_failures;  // addresses counting failures dropped for a newer entry
+  stats::Counter evicted_bans;      // bans dropped, oldest first, for a newer ban
+  stats::Counter untracked;         // failures not recorded: the table held nothing but bans
+  stats::Gauge active;              // bans in the table (an expired one leaves at the next lookup)
 };
 
 // What a ban or a failure is recorded against: an IPv4 address, or an IPv6 address masked to
-// the table's prefix. IPv4-mapped IPv6 peers (::ffff:a.b.c.d) count as their IPv4 address.
+// the table's prefix (or, for an aggregate ban, to ipv6_aggregate_prefix). IPv4-mapped IPv6
+// peers (::ffff:a.b.c.d) count as their IPv4 address.
 struct BanKey {
   uint8_t family = 0;  // AF_INET or AF_INET6
   uint8_t prefix = 0;  // 32 for IPv4
@@ -74,13 +86,15 @@ class BanTable {
 
   // False when no ban exists: callers skip isBanned() and pay nothing else.
   bool anyBanned() const { return active_.load(std::memory_order_relaxed) != 0; }
-  // Whether the client's key is banned now. Lock-free when no ban exists.
+  // Whether the client's key, or the aggregate range holding it, is banned now. Lock-free when
+  // no ban exists.
   bool isBanned(const network::Address& client);
   // Records one failure (a wrong key) of the client. True when it starts a ban; false when it
   // only counted, or when the client is already banned. `reason` appears in /bans and logs.
   bool recordFailure(const network::Address& client, std::string_view reason);
-  // Lifts the ban covering the client's key (and forgets its failures). False if not banned.
-  bool unban(const network::Address& client);
+  // Lifts the ban covering the client: with `prefix` 0 whichever covers it (its own key's or its
+  // aggregate range's), else the one of exactly that prefix length. Returns what was lifted.
+  std::optional<BanKey> unban(const network::Address& client, uint32_t prefix = 0);
 
   struct BanInfo {
     std::string address;  // BanKey::asString()
@@ -94,6 +108,8 @@ class BanTable {
   size_t size();
 
   BanKey keyFor(const network::Address& client) const;
+  // The aggregate range holding an IPv6 key; family 0 when aggregation is off or for IPv4.
+  BanKey aggregateKeyFor(const BanKey& key) const;
   const BanOptions& options() const { return options_; }
 
  private:
@@ -111,21 +127,34 @@ class BanTable {
   // Caller holds mutex_. Drops bans that ended and addresses whose failures all left the window.
   void expireLocked(TimePoint now);
   // Caller holds mutex_. Removes one entry to make room: an address counting failures if any
-  // (least recently failed first), else the ban that ends soonest.
-  void evictOneLocked();
+  // (least recently failed first); else, only when `for_ban`, the oldest ban. False when
+  // nothing may go.
+  bool makeRoomLocked(bool for_ban);
+  // Caller holds mutex_. Turns the entry into a ban that ends at now + duration.
+  void startBanLocked(absl::flat_hash_map<BanKey, Entry>::iterator it, TimePoint now);
+  // Caller holds mutex_. Bans the aggregate range once enough of its blocks are banned, taking
+  // their bans' place. Returns the range's name when it did.
+  std::optional<std::string> aggregateLocked(const BanKey& key, const BanKey& range,
+                                             std::string_view reason, TimePoint now);
   void eraseLocked(absl::flat_hash_map<BanKey, Entry>::iterator it);
 
   const BanOptions options_;
   const BanStats stats_;
   const Clock clock_;
+  // ipv6_aggregate_prefix is on (shorter than ipv6_prefix, not 0).
+  const bool aggregating_;
   std::atomic<uint32_t> active_{0};
 
   std::mutex mutex_;
   absl::flat_hash_map<BanKey, Entry> entries_;
   // Unbanned entries, least recently failed first.
   std::list<BanKey> watch_;
-  // Banned entries by the time their ban ends.
+  // Banned entries by the time their ban ends: all bans last `duration`, so the first is also
+  // the oldest.
   std::multimap<TimePoint, BanKey> expiries_;
+  // Per aggregate range, the banned keys inside it (fewer than ipv6_aggregate_threshold: at the
+  // threshold they give way to the range's own ban).
+  absl::flat_hash_map<BanKey, std::vector<BanKey>> banned_in_range_;
 };
 
 }  // namespace ban

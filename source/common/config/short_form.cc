@@ -1,5 +1,6 @@
 #include "source/common/config/short_form.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -53,7 +54,8 @@ auth:
   # Keys accepted as the password of Proxy-Authorization: Basic (any user name) or as
   # Proxy-Authorization: Bearer. An item is a key, or {name: ci, key: "..."}; the name (default
   # key1, key2, ...) is what stats and logs show, never the key. Make keys with `sluice init`
-  # or `openssl rand -base64 32`. An empty list turns the proxy into an open relay.
+  # or `openssl rand -base64 32`. An empty list turns the proxy into an open relay: refused on
+  # an address other than loopback unless `open_relay: true` is set here.
   # To keep a key out of this file, write its SHA-256 instead: "sha256:<64 hex digits>", from
   # `printf %s KEY | sha256sum`.
   api_keys:
@@ -80,7 +82,12 @@ bans:
   window: 1m
   duration: 15m
   ipv6_prefix: 64
-  # Addresses tracked at once (banned or counting failures); the oldest is evicted past it.
+  # When ipv6_aggregate_threshold /64s of one /48 are banned, the whole /48 is banned, so
+  # hopping between /64s buys no more guesses. 0 turns that off.
+  ipv6_aggregate_prefix: 48
+  ipv6_aggregate_threshold: 3
+  # Addresses tracked at once (banned or counting failures). When full, addresses counting
+  # failures are evicted first; a ban only ever gives way to a newer ban.
   max_entries: 100000
 
 destinations:
@@ -384,6 +391,7 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   }
   // Read (and checked, with file:line in errors) by sluice.auth when the proxy starts.
   auth.set_api_keys_file(config.auth().api_keys_file());
+  auth.set_open_relay(config.auth().open_relay());
 
   const v1::ShortConfig::Bans& short_bans = config.bans();
   v1::Bans bans;
@@ -393,6 +401,11 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   setDuration(short_bans.has_duration(), short_bans.duration(), 900, *bans.mutable_duration());
   bans.set_ipv6_prefix(uintOr(short_bans.ipv6_prefix(), 64));
   bans.set_max_entries(uintOr(short_bans.max_entries(), 100000));
+  bans.set_ipv6_aggregate_prefix(
+      short_bans.has_ipv6_aggregate_prefix()
+          ? short_bans.ipv6_aggregate_prefix()
+          : std::min(ban::kDefaultIpv6AggregatePrefix, bans.ipv6_prefix()));
+  bans.set_ipv6_aggregate_threshold(uintOr(short_bans.ipv6_aggregate_threshold(), 3));
   // Its errors name the key as both forms spell it: "bans.window: ...".
   absl::Status bans_status = ban::banOptionsFromProto(bans).status();
   if (!bans_status.ok()) return bans_status;

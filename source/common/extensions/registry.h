@@ -33,6 +33,9 @@ struct FactoryContext {
   // sluice's own listen addresses (every listener and the admin endpoint), so a filter can keep
   // requests from looping back into the proxy.
   std::vector<network::Address> local_addresses = {};
+  // The address of the listener being built (sluice.auth refuses to run keyless on one that is
+  // not loopback). Invalid when a filter is built outside a listener.
+  network::Address listener_address = {};
 };
 
 // Common to every extension: a unique name and the config message it accepts.

@@ -32,7 +32,11 @@ class BanTableTest : public testing::Test {
     BanStats s;
     s.failures = store.counter(prefix_ + "failures");
     s.banned = store.counter(prefix_ + "banned");
+    s.aggregated = store.counter(prefix_ + "aggregated");
     s.evicted = store.counter(prefix_ + "evicted");
+    s.evicted_failures = store.counter(prefix_ + "evicted_failures");
+    s.evicted_bans = store.counter(prefix_ + "evicted_bans");
+    s.untracked = store.counter(prefix_ + "untracked");
     s.active = store.gauge(prefix_ + "active");
     return std::make_unique<BanTable>(options, s, [this] { return now_; });
   }
@@ -237,7 +241,7 @@ TEST_F(BanTableTest, EvictsTheOldestTrackedAddressFirst) {
   EXPECT_EQ(0, fail(*table, b, 4));
 }
 
-TEST_F(BanTableTest, BansAreEvictedOnlyWhenNothingElseIs) {
+TEST_F(BanTableTest, BansAreEvictedOnlyForNewerBans) {
   BanOptions o;
   o.max_entries = 2;
   o.max_failures = 1;
@@ -245,21 +249,59 @@ TEST_F(BanTableTest, BansAreEvictedOnlyWhenNothingElseIs) {
   const auto a = ip("192.0.2.1"), b = ip("192.0.2.2"), c = ip("192.0.2.3");
   EXPECT_EQ(1, fail(*table, a, 1, seconds(1)));
   EXPECT_EQ(1, fail(*table, b, 1, seconds(1)));
-  // The table is full of bans: the one ending soonest (a) goes.
+  // The table is full of bans and c's failure bans at once: the oldest ban (a) makes room.
   EXPECT_EQ(1, fail(*table, c, 1));
   EXPECT_EQ(1u, counter("evicted"));
+  EXPECT_EQ(1u, counter("evicted_bans"));
+  EXPECT_EQ(0u, counter("evicted_failures"));
   EXPECT_FALSE(table->isBanned(a));
   EXPECT_TRUE(table->isBanned(b));
   EXPECT_TRUE(table->isBanned(c));
   EXPECT_EQ(2, active());
+}
 
-  o.max_failures = 5;
-  auto mixed = make(o);
-  EXPECT_EQ(1, fail(*mixed, a, 5));
-  fail(*mixed, b, 1);
-  fail(*mixed, c, 1);  // evicts b's failure count, not a's ban
-  EXPECT_TRUE(mixed->isBanned(a));
-  EXPECT_EQ(2u, mixed->size());
+TEST_F(BanTableTest, FailureCountsAreEvictedBeforeBans) {
+  BanOptions o;
+  o.max_entries = 2;
+  auto table = make(o);
+  const auto a = ip("192.0.2.1"), b = ip("192.0.2.2"), c = ip("192.0.2.3");
+  EXPECT_EQ(1, fail(*table, a, 5));
+  fail(*table, b, 1);
+  fail(*table, c, 1);  // evicts b's failure count, not a's ban
+  EXPECT_TRUE(table->isBanned(a));
+  EXPECT_EQ(2u, table->size());
+  EXPECT_EQ(1u, counter("evicted_failures"));
+  EXPECT_EQ(0u, counter("evicted_bans"));
+  // Many more addresses, one wrong key each: they evict each other, never the ban.
+  for (uint32_t i = 0; i < 1000; ++i) {
+    table->recordFailure(network::Address::ipv4(0x0a000000 + i, 1), "x");
+  }
+  EXPECT_TRUE(table->isBanned(a));
+  EXPECT_EQ(1001u, counter("evicted_failures"));
+  EXPECT_EQ(0u, counter("evicted_bans"));
+}
+
+TEST_F(BanTableTest, ATableFullOfBansDoesNotTrackNewcomers) {
+  BanOptions o;
+  o.max_entries = 2;
+  auto table = make(o);
+  const auto a = ip("192.0.2.1"), b = ip("192.0.2.2"), c = ip("192.0.2.3");
+  EXPECT_EQ(1, fail(*table, a, 5, seconds(1)));
+  EXPECT_EQ(1, fail(*table, b, 5, seconds(1)));
+  // c only counts failures: no ban gives way to it.
+  EXPECT_EQ(0, fail(*table, c, 10));
+  EXPECT_EQ(10u, counter("untracked"));
+  EXPECT_EQ(0u, counter("evicted"));
+  EXPECT_TRUE(table->isBanned(a));
+  EXPECT_TRUE(table->isBanned(b));
+  EXPECT_FALSE(table->isBanned(c));
+  EXPECT_EQ(2u, table->size());
+  // Once a ban ends there is room again.
+  now_ += o.duration - seconds(5);
+  EXPECT_FALSE(table->isBanned(a));
+  EXPECT_TRUE(table->isBanned(b));
+  EXPECT_EQ(1, fail(*table, c, 5));
+  EXPECT_TRUE(table->isBanned(c));
 }
 
 TEST_F(BanTableTest, ManyAddressesStayWithinMaxEntries) {
@@ -298,6 +340,152 @@ TEST_F(BanTableTest, BansListSoonestFirst) {
   EXPECT_EQ(milliseconds(15 * 60 * 1000 - 10000), bans[1].remaining);
 }
 
+TEST_F(BanTableTest, ThirdBannedSlash64BansItsSlash48) {
+  auto table = make(BanOptions());
+  EXPECT_EQ(1, fail(*table, ip("2001:db8:1:1::1"), 5));
+  EXPECT_EQ(1, fail(*table, ip("2001:db8:1:2::1"), 5));
+  // Two banned /64s: the rest of the /48 is still open.
+  EXPECT_FALSE(table->isBanned(ip("2001:db8:1:4::1")));
+  EXPECT_EQ(2u, table->bans().size());
+  EXPECT_EQ(0u, counter("aggregated"));
+  EXPECT_EQ(1, fail(*table, ip("2001:db8:1:3::1"), 5));
+  EXPECT_EQ(1u, counter("aggregated"));
+  EXPECT_EQ(3u, counter("banned"));
+  // Every address of the /48 is banned now, and nothing outside it.
+  for (const char* inside : {"2001:db8:1::", "2001:db8:1:4::1", "2001:db8:1:ffff:ffff::1",
+                             "2001:db8:1:1::1", "2001:db8:1:3::9"}) {
+    EXPECT_TRUE(table->isBanned(ip(inside))) << inside;
+  }
+  for (const char* outside : {"2001:db8:2::1", "2001:db8::1", "2001:db8:0:ffff::1"}) {
+    EXPECT_FALSE(table->isBanned(ip(outside))) << outside;
+  }
+  // The /48's ban took the place of its /64s' bans: one entry, with their failures.
+  auto bans = table->bans();
+  ASSERT_EQ(1u, bans.size());
+  EXPECT_EQ("2001:db8:1::/48", bans[0].address);
+  EXPECT_EQ(15u, bans[0].failures);
+  EXPECT_EQ(milliseconds(15 * 60 * 1000), bans[0].remaining);
+  EXPECT_EQ("3 of its /64 blocks banned: invalid proxy credentials", bans[0].reason);
+  EXPECT_EQ(1u, table->size());
+  EXPECT_EQ(1, active());
+  // A fresh /64 of the range records nothing: it is banned already.
+  EXPECT_EQ(0, fail(*table, ip("2001:db8:1:9::1"), 5));
+  EXPECT_EQ(1u, table->size());
+}
+
+TEST_F(BanTableTest, AggregateBanExpiresAndIsLiftedLikeOthers) {
+  BanOptions o;
+  o.duration = seconds(10);
+  auto table = make(o);
+  for (const char* block : {"2001:db8:1:1::1", "2001:db8:1:2::1", "2001:db8:1:3::1"}) {
+    EXPECT_EQ(1, fail(*table, ip(block), 5));
+  }
+  ASSERT_TRUE(table->isBanned(ip("2001:db8:1:7::1")));
+  now_ += seconds(10);
+  EXPECT_FALSE(table->isBanned(ip("2001:db8:1:7::1")));
+  EXPECT_FALSE(table->anyBanned());
+  EXPECT_EQ(0u, table->size());
+
+  for (const char* block : {"2001:db8:1:1::1", "2001:db8:1:2::1", "2001:db8:1:3::1"}) {
+    EXPECT_EQ(1, fail(*table, ip(block), 5));
+  }
+  // Asked for the /64, nothing: the ban in force is the /48's.
+  EXPECT_FALSE(table->unban(ip("2001:db8:1:7::1"), 64));
+  auto lifted = table->unban(ip("2001:db8:1:7::1"), 48);
+  ASSERT_TRUE(lifted);
+  EXPECT_EQ("2001:db8:1::/48", lifted->asString());
+  EXPECT_FALSE(table->isBanned(ip("2001:db8:1:1::1")));
+  EXPECT_FALSE(table->anyBanned());
+  // Without a length, unban lifts whichever ban covers the address.
+  for (const char* block : {"2001:db8:1:1::1", "2001:db8:1:2::1", "2001:db8:1:3::1"}) {
+    EXPECT_EQ(1, fail(*table, ip(block), 5));
+  }
+  lifted = table->unban(ip("2001:db8:1:1::1"));
+  ASSERT_TRUE(lifted);
+  EXPECT_EQ("2001:db8:1::/48", lifted->asString());
+  EXPECT_FALSE(table->unban(ip("2001:db8:1:1::1")));
+}
+
+TEST_F(BanTableTest, OnlyBansInForceCountTowardTheAggregate) {
+  BanOptions o;
+  o.duration = seconds(10);
+  auto table = make(o);
+  EXPECT_EQ(1, fail(*table, ip("2001:db8:1:1::1"), 5));
+  now_ += seconds(3);
+  EXPECT_EQ(1, fail(*table, ip("2001:db8:1:2::1"), 5));
+  // The first ban ends; a lifted one does not count either.
+  now_ += seconds(7);
+  EXPECT_FALSE(table->isBanned(ip("2001:db8:1:1::1")));
+  ASSERT_TRUE(table->unban(ip("2001:db8:1:2::1")));
+  EXPECT_EQ(1, fail(*table, ip("2001:db8:1:3::1"), 5));
+  EXPECT_EQ(1, fail(*table, ip("2001:db8:1:4::1"), 5));
+  EXPECT_EQ(0u, counter("aggregated"));
+  EXPECT_FALSE(table->isBanned(ip("2001:db8:1:5::1")));
+  // Failure counts do not count: only bans.
+  EXPECT_EQ(0, fail(*table, ip("2001:db8:1:6::1"), 4));
+  EXPECT_FALSE(table->isBanned(ip("2001:db8:1:5::1")));
+  EXPECT_EQ(1, fail(*table, ip("2001:db8:1:6::1"), 1));
+  EXPECT_TRUE(table->isBanned(ip("2001:db8:1:5::1")));
+  // The /48's ban took the three /64 bans' place; the failure count of none is left over.
+  EXPECT_EQ(1u, table->size());
+}
+
+TEST_F(BanTableTest, AnEvictedBanNoLongerCountsTowardItsAggregate) {
+  BanOptions o;
+  o.max_entries = 3;
+  o.max_failures = 1;
+  auto table = make(o);
+  EXPECT_EQ(1, fail(*table, ip("2001:db8:1:1::1"), 1, seconds(1)));
+  EXPECT_EQ(1, fail(*table, ip("2001:db8:1:2::1"), 1, seconds(1)));
+  EXPECT_EQ(1, fail(*table, ip("192.0.2.1"), 1, seconds(1)));
+  // Full: the next ban evicts the oldest, 2001:db8:1:1::/64, leaving two /64s of the /48.
+  EXPECT_EQ(1, fail(*table, ip("2001:db8:1:3::1"), 1));
+  EXPECT_EQ(1u, counter("evicted_bans"));
+  EXPECT_EQ(0u, counter("aggregated"));
+  EXPECT_FALSE(table->isBanned(ip("2001:db8:1:1::1")));
+  EXPECT_FALSE(table->isBanned(ip("2001:db8:1:9::1")));
+  EXPECT_TRUE(table->isBanned(ip("2001:db8:1:2::1")));
+  EXPECT_TRUE(table->isBanned(ip("2001:db8:1:3::1")));
+}
+
+TEST_F(BanTableTest, AggregationSettings) {
+  BanOptions o;
+  o.ipv6_aggregate_prefix = 0;  // off
+  auto off = make(o);
+  for (int i = 1; i <= 5; ++i) {
+    EXPECT_EQ(1, fail(*off, ip("2001:db8:1:" + std::to_string(i) + "::1"), 5));
+  }
+  EXPECT_FALSE(off->isBanned(ip("2001:db8:1:9::1")));
+  EXPECT_EQ(5u, off->bans().size());
+
+  o.ipv6_aggregate_prefix = 64;  // the table's own prefix: off too
+  auto same = make(o);
+  for (int i = 1; i <= 5; ++i) {
+    EXPECT_EQ(1, fail(*same, ip("2001:db8:1:" + std::to_string(i) + "::1"), 5));
+  }
+  EXPECT_FALSE(same->isBanned(ip("2001:db8:1:9::1")));
+
+  // A prefix that is not a multiple of 8, and a threshold of 1: one banned /64 bans its /44.
+  o.ipv6_aggregate_prefix = 44;
+  o.ipv6_aggregate_threshold = 1;
+  auto wide = make(o);
+  EXPECT_EQ(1, fail(*wide, ip("2001:db8:1:2::1"), 5));
+  EXPECT_TRUE(wide->isBanned(ip("2001:db8:f:ffff::1")));
+  EXPECT_FALSE(wide->isBanned(ip("2001:db8:10::1")));
+  EXPECT_EQ("2001:db8::/44", wide->bans()[0].address);
+
+  // IPv4 clients are never aggregated.
+  o.ipv6_aggregate_prefix = 48;
+  o.ipv6_aggregate_threshold = 3;
+  o.max_failures = 1;
+  auto v4 = make(o);
+  for (const char* a : {"192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"}) {
+    EXPECT_EQ(1, fail(*v4, ip(a), 1));
+  }
+  EXPECT_FALSE(v4->isBanned(ip("192.0.2.5")));
+  EXPECT_EQ(0u, counter("aggregated"));
+}
+
 TEST_F(BanTableTest, ConcurrentFailuresBanExactlyOnce) {
   // Real clock: threads hammer one table as workers would.
   BanOptions o;
@@ -331,6 +519,8 @@ TEST(BanConfigTest, Defaults) {
   EXPECT_EQ(milliseconds(900000), o->duration);
   EXPECT_EQ(64u, o->ipv6_prefix);
   EXPECT_EQ(100000u, o->max_entries);
+  EXPECT_EQ(48u, o->ipv6_aggregate_prefix);
+  EXPECT_EQ(3u, o->ipv6_aggregate_threshold);
   auto table = createBanTable(config::v1::Bans());
   ASSERT_TRUE(table.ok());
   EXPECT_NE(nullptr, *table);
@@ -373,6 +563,56 @@ TEST(BanConfigTest, ValuesAndLimits) {
   EXPECT_NE(std::string::npos, bad([](config::v1::Bans& b) {
                                  b.mutable_duration()->set_seconds(-1);
                                }).find("bans.duration"));
+}
+
+TEST(BanConfigTest, AggregatePrefix) {
+  auto options = [](auto edit) {
+    config::v1::Bans b;
+    edit(b);
+    return banOptionsFromProto(b);
+  };
+  auto error = [&](auto edit) {
+    auto r = options(edit);
+    return r.ok() ? std::string("ok") : std::string(r.status().message());
+  };
+  // 0 is a value, not "unset": it turns aggregation off.
+  auto off = options([](config::v1::Bans& b) { b.set_ipv6_aggregate_prefix(0); });
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(0u, off->ipv6_aggregate_prefix);
+  // Unset, the default follows a shorter ipv6_prefix instead of failing.
+  auto short_prefix = options([](config::v1::Bans& b) { b.set_ipv6_prefix(40); });
+  ASSERT_TRUE(short_prefix.ok());
+  EXPECT_EQ(40u, short_prefix->ipv6_aggregate_prefix);
+  EXPECT_EQ("ok", error([](config::v1::Bans& b) { b.set_ipv6_aggregate_prefix(64); }));
+  EXPECT_EQ("ok", error([](config::v1::Bans& b) { b.set_ipv6_aggregate_prefix(16); }));
+  EXPECT_EQ(
+      "bans.ipv6_aggregate_prefix: 65 is longer than bans.ipv6_prefix (64); use 0 to 64 (0 or 64 "
+      "turns aggregation off)",
+      error([](config::v1::Bans& b) { b.set_ipv6_aggregate_prefix(65); }));
+  EXPECT_NE(std::string::npos, error([](config::v1::Bans& b) {
+                                 b.set_ipv6_aggregate_prefix(129);
+                               }).find("bans.ipv6_aggregate_prefix"));
+  EXPECT_NE(std::string::npos, error([](config::v1::Bans& b) {
+                                 b.set_ipv6_prefix(48);
+                                 b.set_ipv6_aggregate_prefix(56);
+                               }).find("bans.ipv6_aggregate_prefix"));
+  EXPECT_NE(std::string::npos, error([](config::v1::Bans& b) {
+                                 b.set_ipv6_aggregate_prefix(8);
+                               }).find("bans.ipv6_aggregate_prefix: 8 is outside 16-64"));
+
+  auto threshold = options([](config::v1::Bans& b) { b.set_ipv6_aggregate_threshold(10); });
+  ASSERT_TRUE(threshold.ok());
+  EXPECT_EQ(10u, threshold->ipv6_aggregate_threshold);
+  EXPECT_EQ("ok", error([](config::v1::Bans& b) { b.set_ipv6_aggregate_threshold(1000); }));
+  EXPECT_NE(std::string::npos, error([](config::v1::Bans& b) {
+                                 b.set_ipv6_aggregate_threshold(1001);
+                               }).find("bans.ipv6_aggregate_threshold"));
+  // A /63 holds two /64s: a threshold of 3 could never be met.
+  EXPECT_EQ("bans.ipv6_aggregate_threshold: at most 2 (a /63 holds 2 blocks of /64)",
+            error([](config::v1::Bans& b) {
+              b.set_ipv6_aggregate_prefix(63);
+              b.set_ipv6_aggregate_threshold(3);
+            }));
 }
 
 TEST(BanConfigTest, DisabledMeansNoTable) {

@@ -401,6 +401,9 @@ TEST(ShortFormTest, BansDefaultsAndTheBanListenerFilter) {
   EXPECT_EQ(bans.duration().seconds(), 900);
   EXPECT_EQ(bans.ipv6_prefix(), 64u);
   EXPECT_EQ(bans.max_entries(), 100000u);
+  EXPECT_TRUE(bans.has_ipv6_aggregate_prefix());
+  EXPECT_EQ(bans.ipv6_aggregate_prefix(), 48u);
+  EXPECT_EQ(bans.ipv6_aggregate_threshold(), 3u);
   const v1::Listener& listener = e.bootstrap.listeners(0);
   ASSERT_EQ(listener.listener_filters_size(), 1);
   EXPECT_EQ(listener.listener_filters(0).name(), "sluice.ban");
@@ -422,6 +425,15 @@ TEST(ShortFormTest, BansAreMapped) {
   EXPECT_EQ(bans.duration().seconds(), 3600);
   EXPECT_EQ(bans.ipv6_prefix(), 56u);
   EXPECT_EQ(bans.max_entries(), 500u);
+  Expanded aggregate = load("bans: {ipv6_aggregate_prefix: 40, ipv6_aggregate_threshold: 5}\n");
+  EXPECT_EQ(aggregate.bootstrap.bans().ipv6_aggregate_prefix(), 40u);
+  EXPECT_EQ(aggregate.bootstrap.bans().ipv6_aggregate_threshold(), 5u);
+  // 0 is written through (it turns aggregation off), not read as "unset".
+  Expanded no_aggregate = load("bans: {ipv6_aggregate_prefix: 0}\n");
+  EXPECT_TRUE(no_aggregate.bootstrap.bans().has_ipv6_aggregate_prefix());
+  EXPECT_EQ(no_aggregate.bootstrap.bans().ipv6_aggregate_prefix(), 0u);
+  // Left out, the aggregate prefix is never longer than a shorter ipv6_prefix.
+  EXPECT_EQ(load("bans: {ipv6_prefix: 32}\n").bootstrap.bans().ipv6_aggregate_prefix(), 32u);
   Expanded off = load("bans: {disabled: true}\n");
   EXPECT_TRUE(off.bootstrap.bans().disabled());
   EXPECT_EQ(off.bootstrap.listeners(0).listener_filters_size(), 0);
@@ -436,6 +448,19 @@ TEST(ShortFormTest, BansAreRangeChecked) {
   EXPECT_THAT(loadError("bans: {duration: 9000h}\n"), HasSubstr("bans.duration: at most"));
   EXPECT_THAT(loadError("bans: {duration: 15}\n"), HasSubstr("bans.duration: "));
   EXPECT_EQ(loadError("bans: {ipv6_prefix: 128, max_failures: 1, max_entries: 1}\n"), "");
+  EXPECT_THAT(loadError("bans: {ipv6_aggregate_prefix: 65}\n"),
+              HasSubstr("s.yaml: bans.ipv6_aggregate_prefix: 65 is longer than bans.ipv6_prefix"));
+  EXPECT_THAT(loadError("bans: {ipv6_aggregate_prefix: 129}\n"),
+              HasSubstr("bans.ipv6_aggregate_prefix: 129"));
+  EXPECT_THAT(loadError("bans: {ipv6_aggregate_prefix: -1}\n"),
+              HasSubstr("bans.ipv6_aggregate_prefix"));
+  EXPECT_THAT(loadError("bans: {ipv6_aggregate_threshold: 1001}\n"),
+              HasSubstr("bans.ipv6_aggregate_threshold: at most"));
+}
+
+TEST(ShortFormTest, OpenRelayIsSaidInWords) {
+  EXPECT_FALSE(load("").auth.open_relay());
+  EXPECT_TRUE(load("auth: {open_relay: true}\n").auth.open_relay());
 }
 
 TEST(ShortFormTest, Sha256KeysAndTheKeysFile) {
