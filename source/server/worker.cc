@@ -129,6 +129,13 @@ void ActiveConnection::onBelowWriteLowWatermark() {
   for (auto& filter : filters_) filter->onBelowWriteLowWatermark();
 }
 
+void ActiveConnection::onPeerEndWhileReadDisabled() {
+  for (auto& filter : filters_) {
+    if (closed_) return;
+    filter->onPeerEndWhileReadDisabled();
+  }
+}
+
 void ActiveConnection::drain() {
   for (auto& filter : filters_) {
     if (closed_) return;

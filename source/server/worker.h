@@ -55,6 +55,7 @@ class ActiveConnection : public network::ConnectionCallbacks,
   void onEvent(network::ConnectionEvent event) override;
   void onAboveWriteHighWatermark() override;
   void onBelowWriteLowWatermark() override;
+  void onPeerEndWhileReadDisabled() override;
 
   std::list<std::unique_ptr<ActiveConnection>>::iterator position;
 

@@ -48,6 +48,29 @@ def closed_port_socket():
     return s
 
 
+class SilentPort:
+    """A loopback port whose SYNs go unanswered: its accept queue (backlog 0) is held full by one
+    connection nobody accepts, so a connect to it stays pending (SYN-SENT) until its timeout.
+    pending_connects() counts the sockets of this host in SYN-SENT toward it (`ss`)."""
+
+    def __init__(self):
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(0)
+        self.port = self.listener.getsockname()[1]
+        self.filler = [socket.create_connection(("127.0.0.1", self.port), timeout=5)]
+
+    def pending_connects(self):
+        r = subprocess.run(["ss", "-Htn", "state", "syn-sent", "dst", f"127.0.0.1:{self.port}"],
+                           capture_output=True, text=True, env=CLEAN_ENV, check=True)
+        return len([line for line in r.stdout.splitlines() if line.strip()])
+
+    def close(self):
+        for s in self.filler:
+            s.close()
+        self.listener.close()
+
+
 def wait_for_port(port, host="127.0.0.1", timeout=10.0, proc=None, what="server"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

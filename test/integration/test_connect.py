@@ -1,10 +1,13 @@
 """CONNECT tunnels with real curl: HTTPS to a TLS nginx, --proxytunnel to plain HTTP."""
 
+import socket
 import ssl
+import time
 
 import pytest
 
-from helpers import RawConnection, basic_auth, closed_port_socket, curl, header_values
+from helpers import (RawConnection, SilentPort, basic_auth, closed_port_socket, curl,
+                     header_values)
 
 
 @pytest.mark.parametrize("name", ["1k", "1m"])
@@ -107,3 +110,37 @@ def test_connect_header_from_curl_is_well_formed(sluice, nginx, certs, tmp_path)
     connect_block = r.headers.split("\r\n\r\n")[0]
     assert not header_values(connect_block, "Content-Length"), connect_block
     assert not header_values(connect_block, "Transfer-Encoding"), connect_block
+
+
+def wait_until(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_client_that_leaves_cancels_its_pending_connect(sluice):
+    """The destination never answers the SYN (connect_timeout is 10 s). A client that gives up
+    first, even while sluice is not reading it, takes the pending connect with it."""
+    silent = SilentPort()
+    auth = basic_auth(sluice.key)
+    target = f"127.0.0.1:{silent.port}"
+    requests = [f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: {auth}"
+                f"\r\n\r\n",
+                f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: {auth}"
+                f"\r\n\r\n"]
+    try:
+        for n, request in enumerate(requests, 1):
+            c = socket.create_connection(sluice.proxy_addr, timeout=5)
+            c.sendall(request.encode())
+            assert wait_until(lambda: silent.pending_connects() == 1, 5), "sluice did not dial"
+            c.close()
+            assert wait_until(lambda: silent.pending_connects() == 0, 3), \
+                "the connect outlived the client that asked for it"
+            assert sluice.wait_stat("http1.http.rq_abandoned", lambda v: v == n) == n
+        # Each also counts as a client that left mid-request.
+        assert sluice.stat("http1.http.downstream_reset") == 2
+    finally:
+        silent.close()

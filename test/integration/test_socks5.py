@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from helpers import basic_auth, closed_port_socket, curl, free_port, raw_request, read_all
+from helpers import (SilentPort, basic_auth, closed_port_socket, curl, free_port, raw_request,
+                     read_all)
 from origins import ipv6_loopback_works
 from sluice_proc import find_typed_configs
 
@@ -919,3 +920,25 @@ def test_client_leaving_during_lookups_cancels_them(start_sluice, slow_dns, udp_
         c2.login(s.key)
         rep, _ = c2.request(CONNECT, "127.0.0.1", s.port)
         assert rep == NOT_ALLOWED  # sluice itself
+
+
+def test_a_client_that_leaves_cancels_its_pending_connect(socks):
+    """CONNECT to a destination that never answers the SYN: the client closes while sluice
+    dials (and does not read it); the connect is cancelled, not left to its 10 s timeout."""
+    silent = SilentPort()
+    try:
+        c = Socks5Client(socks.socks5_addr)
+        c.login(socks.key)
+        c.sock.sendall(b"\x05\x01\x00" + encode_addr("127.0.0.1", silent.port))
+        deadline = time.monotonic() + 5
+        while silent.pending_connects() != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert silent.pending_connects() == 1, "sluice did not dial"
+        c.close()
+        deadline = time.monotonic() + 3
+        while silent.pending_connects() != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert silent.pending_connects() == 0, "the connect outlived the client"
+        assert socks.wait_stat("socks5.socks5.rq_abandoned", lambda v: v == 1) == 1
+    finally:
+        silent.close()

@@ -590,6 +590,15 @@ void Http1ProxyFilter::onEvent(network::ConnectionEvent event) {
   endRecord();
 }
 
+void Http1ProxyFilter::onPeerEndWhileReadDisabled() {
+  // The client left while its request waited for the filters (a lookup or a connect): nobody
+  // waits for the answer, so both are cancelled now instead of running to their timeouts. (A
+  // client that only half-closed after its request is treated the same, as nginx and Squid do.)
+  if (state_ != State::Filtering) return;
+  config_->stats.rq_abandoned.inc();
+  downstream().close(network::CloseType::NoFlush);
+}
+
 void Http1ProxyFilter::onAboveWriteHighWatermark() {
   if (tunnel_) {
     tunnel_->onDownstreamBackedUp(true);

@@ -83,6 +83,7 @@ class Http1ProxyFilter : public network::ReadFilter,
   void onAboveWriteHighWatermark() override;
   void onBelowWriteLowWatermark() override;
   void onDrain() override;
+  void onPeerEndWhileReadDisabled() override;
 
   // proxy::RequestSink
   void onUpstreamReady(upstream::UpstreamHandle upstream) override;

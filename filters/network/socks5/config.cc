@@ -29,6 +29,7 @@ Socks5Stats makeStats(const std::string& chain) {
   s.tunnel_idle_timeout = scope.counter("tunnel_idle_timeout");
   s.upstream_reset = scope.counter("upstream_reset");
   s.downstream_reset = scope.counter("downstream_reset");
+  s.rq_abandoned = scope.counter("rq_abandoned");
   s.bind_timeout = scope.counter("bind_timeout");
   s.bind_peer_rejected = scope.counter("bind_peer_rejected");
   s.udp_associations_active = scope.gauge("udp_associations_active");

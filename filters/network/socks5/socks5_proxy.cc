@@ -908,6 +908,14 @@ void Socks5Filter::onEvent(network::ConnectionEvent event) {
   releaseAll();
 }
 
+void Socks5Filter::onPeerEndWhileReadDisabled() {
+  // The client left while its command waited for the filters (a lookup, a connect): the reply
+  // has no reader, so they are cancelled now instead of running to their timeouts.
+  if (state_ != State::Authorizing && state_ != State::Filtering) return;
+  config_->stats.rq_abandoned.inc();
+  downstream().close(network::CloseType::NoFlush);
+}
+
 void Socks5Filter::onAboveWriteHighWatermark() {
   if (tunnel_) tunnel_->onDownstreamBackedUp(true);
 }

@@ -44,6 +44,7 @@ struct Socks5Stats {
   stats::Counter tunnel_idle_timeout;
   stats::Counter upstream_reset;      // the destination (or BIND peer) closed a tunnel
   stats::Counter downstream_reset;    // the client left while its request was being served
+  stats::Counter rq_abandoned;        // ... while its lookup or connect was pending (cancelled)
   stats::Counter bind_timeout;        // no inbound connection within bind_timeout
   stats::Counter bind_peer_rejected;  // an inbound connection from another address (closed)
   stats::Gauge udp_associations_active;
@@ -210,6 +211,7 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   void onAboveWriteHighWatermark() override;
   void onBelowWriteLowWatermark() override;
   void onDrain() override;
+  void onPeerEndWhileReadDisabled() override;
 
   // Stage::Owner
   void onStagePassed(Stage& stage) override;

@@ -21,6 +21,7 @@ void registerProxyStats(const config::StatsScope& scope, ProxyStats& s) {
   s.upstream_reset = scope.counter("upstream_reset");
   s.downstream_idle_timeout = scope.counter("downstream_idle_timeout");
   s.downstream_reset = scope.counter("downstream_reset");
+  s.rq_abandoned = scope.counter("rq_abandoned");
   s.tunnel_idle_timeout = scope.counter("tunnel_idle_timeout");
   s.tunnels_active = scope.gauge("tunnels_active");
   s.bytes_upstream_tx = scope.counter("upstream_bytes_tx");

@@ -24,6 +24,8 @@ struct ProxyStats {
   stats::Counter upstream_reset;       // origins that closed mid-exchange
   stats::Counter downstream_idle_timeout;
   stats::Counter downstream_reset;  // clients that left (or reset a stream) mid-exchange
+  // Clients that left while their request waited for its lookup or connect (both cancelled).
+  stats::Counter rq_abandoned;
   stats::Counter tunnel_idle_timeout;
   stats::Gauge tunnels_active;
   stats::Counter bytes_upstream_tx;  // request bytes written to origins (head and body)

@@ -110,7 +110,13 @@ void Connection::onFileEvent(uint32_t events) {
   }
   if (events & event::FileEvent::kRead) {
     read_pending_ = true;
-    if (events & event::FileEvent::kClosed) peer_closed_ = true;
+    if ((events & event::FileEvent::kClosed) && !peer_closed_) {
+      peer_closed_ = true;
+      if (read_disable_count_ > 0) {
+        callbacks_->onPeerEndWhileReadDisabled();
+        if (state_ == State::Closed) return;
+      }
+    }
     if (read_disable_count_ == 0) onReadReady();
   }
 }

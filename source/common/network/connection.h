@@ -47,6 +47,9 @@ class ConnectionCallbacks {
   // feeding this connection (backpressure).
   virtual void onAboveWriteHighWatermark() {}
   virtual void onBelowWriteLowWatermark() {}
+  // The peer's FIN (or reset) arrived while reads were disabled: whatever it sent before waits
+  // unread, but the peer may be gone.
+  virtual void onPeerEndWhileReadDisabled() {}
 };
 
 // Sees every write before it is queued (the network filter manager, to run write filters).

@@ -45,6 +45,9 @@ class ReadFilter {
   virtual void onBelowWriteLowWatermark() {}
   // Graceful shutdown began: finish what is in flight, then close; close now if idle.
   virtual void onDrain() {}
+  // The client ended its side while the connection was not being read (a filter paused it):
+  // a codec whose request is still waiting for its upstream may give up on it.
+  virtual void onPeerEndWhileReadDisabled() {}
 };
 using ReadFilterPtr = std::unique_ptr<ReadFilter>;
 

@@ -456,8 +456,8 @@ void OriginExchange::onBodyData(buffer::Buffer& data, bool end_stream, bool afte
       break;
     }
     case http1::BodyFraming::Chunked: {
-      const http1::Dechunker::Status st = decode_chunks_ ? response_chunks_.decode(data, body)
-                                                         : response_chunks_.pass(data, body);
+      const http1::Dechunker::Status st =
+          decode_chunks_ ? response_chunks_.decode(data, body) : response_chunks_.pass(data, body);
       ok = st != http1::Dechunker::Status::Error;
       done = st == http1::Dechunker::Status::Done;
       break;

@@ -253,6 +253,29 @@ TEST_F(ConnectionTest, ReadDisableAlsoHoldsEof) {
   EXPECT_EQ("bye", server_cb_.received);
 }
 
+TEST_F(ConnectionTest, APeerEndWhileReadDisabledIsReportedOnceWithoutReading) {
+  connectPair();
+  server_->readDisable(true);
+  send(*client_, "request");
+  runFor(dispatcher_, milliseconds(50));
+  EXPECT_EQ(0, server_cb_.peer_end_while_disabled);  // bytes alone are not an end
+  client_->close(CloseType::NoFlush);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.peer_end_while_disabled == 1; }));
+  runFor(dispatcher_, milliseconds(50));
+  EXPECT_EQ(1, server_cb_.peer_end_while_disabled);
+  EXPECT_EQ(0, server_cb_.data_calls);  // still nothing read
+  server_->readDisable(false);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
+  EXPECT_EQ("request", server_cb_.received);
+}
+
+TEST_F(ConnectionTest, APeerEndWhileReadingIsOnlyEndStream) {
+  connectPair();
+  send(*client_, "bye", /*end_stream=*/true);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
+  EXPECT_EQ(0, server_cb_.peer_end_while_disabled);
+}
+
 TEST_F(ConnectionTest, WatermarksFireOncePerCrossing) {
   connectPair();
   client_->setHighWatermark(64 * 1024);

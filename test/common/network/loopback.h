@@ -164,6 +164,9 @@ class RecordingCallbacks : public network::ConnectionCallbacks {
   }
   void onAboveWriteHighWatermark() override { ++above_high; }
   void onBelowWriteLowWatermark() override { ++below_low; }
+  void onPeerEndWhileReadDisabled() override { ++peer_end_while_disabled; }
+
+  int peer_end_while_disabled = 0;
 
   int count(network::ConnectionEvent event) const {
     int n = 0;
