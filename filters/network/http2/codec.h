@@ -21,6 +21,7 @@ enum class ErrorCode : uint32_t {
   ProtocolError = 0x1,
   InternalError = 0x2,
   FlowControlError = 0x3,
+  StreamClosed = 0x5,
   RefusedStream = 0x7,
   Cancel = 0x8,
   ConnectError = 0xa,

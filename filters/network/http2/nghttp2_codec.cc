@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <vector>
 
 #include <nghttp2/nghttp2.h>
@@ -19,6 +21,56 @@ FrameInfo frameInfo(const nghttp2_frame_hd& hd) {
   info.flags = hd.flags;
   return info;
 }
+
+// What became of the client's recent streams, for the frames that still arrive on them after
+// they closed (RFC 9113 5.1): the last 128 client stream identifiers (odd), two bits each.
+class ClientStreamHistory {
+ public:
+  enum class Fate : uint8_t {
+    NeverOpened = 0,  // an identifier the client skipped: it is closed without having been used
+    Opened = 1,       // open, or closed by sluice's reset (frames may still be in flight)
+    ClientReset = 2,  // closed by the client's RST_STREAM
+    ClientEnded = 3,  // closed after the client's END_STREAM
+    Idle,             // above every identifier used so far
+    Forgotten,        // too old to tell
+  };
+
+  int32_t last() const { return last_; }
+  void opened(int32_t id) {
+    if (id <= last_) return;
+    // Identifiers skipped since the last one were never used.
+    const int32_t skipped = (id - last_) / 2;
+    if (skipped >= kIds) {
+      bits_.fill(0);
+    } else {
+      for (int32_t i = last_ + 2; i < id; i += 2) set(i, Fate::NeverOpened);
+    }
+    last_ = id;
+    set(id, Fate::Opened);
+  }
+  void closed(int32_t id, Fate fate) {
+    if (id <= last_ && last_ - id < 2 * kIds) set(id, fate);
+  }
+  Fate fate(int32_t id) const {
+    if (id > last_) return Fate::Idle;
+    if (last_ - id >= 2 * kIds) return Fate::Forgotten;
+    const uint32_t slot = slotOf(id);
+    return static_cast<Fate>((bits_[slot / 32] >> (2 * (slot % 32))) & 3);
+  }
+
+ private:
+  static constexpr int32_t kIds = 128;
+  static uint32_t slotOf(int32_t id) { return static_cast<uint32_t>(id >> 1) % kIds; }
+  void set(int32_t id, Fate fate) {
+    const uint32_t slot = slotOf(id);
+    uint64_t& word = bits_[slot / 32];
+    const uint32_t shift = 2 * (slot % 32);
+    word = (word & ~(uint64_t{3} << shift)) | (uint64_t{static_cast<uint8_t>(fate)} << shift);
+  }
+
+  int32_t last_ = 0;
+  std::array<uint64_t, kIds / 32> bits_{};
+};
 
 class Nghttp2ServerCodec : public ServerCodec {
  public:
@@ -58,22 +110,8 @@ class Nghttp2ServerCodec : public ServerCodec {
 
   bool receive(buffer::Buffer& data) override {
     while (!data.empty()) {
-      if (failed_) {
-        data.clear();
-        return false;
-      }
       std::string_view piece = data.front();
-      ssize_t rc = nghttp2_session_mem_recv(
-          session_, reinterpret_cast<const uint8_t*>(piece.data()), piece.size());
-      if (rc < 0) {
-        failed_ = true;
-        // A library-detected error (bad preface, HPACK failure, flood) gets a GOAWAY unless
-        // the filter already queued one.
-        if (rc != NGHTTP2_ERR_CALLBACK_FAILURE) {
-          nghttp2_session_terminate_session(session_, rc == NGHTTP2_ERR_FLOODED
-                                                          ? NGHTTP2_ENHANCE_YOUR_CALM
-                                                          : NGHTTP2_PROTOCOL_ERROR);
-        }
+      if (failed_ || !scan(reinterpret_cast<const uint8_t*>(piece.data()), piece.size())) {
         data.clear();
         return false;
       }
@@ -161,6 +199,134 @@ class Nghttp2ServerCodec : public ServerCodec {
     return nv;
   }
 
+  // Passes client bytes to nghttp2.
+  bool feed(const uint8_t* bytes, size_t n) {
+    if (n == 0) return true;
+    ssize_t rc = nghttp2_session_mem_recv(session_, bytes, n);
+    if (rc >= 0 && !failed_) return true;
+    failed_ = true;
+    // A library-detected error (bad preface, HPACK failure, flood) gets a GOAWAY unless the
+    // filter already queued one.
+    if (rc < 0 && rc != NGHTTP2_ERR_CALLBACK_FAILURE) {
+      nghttp2_session_terminate_session(
+          session_, rc == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR);
+    }
+    return false;
+  }
+
+  static int32_t streamIdOf(const uint8_t* header) {
+    return static_cast<int32_t>((uint32_t{header[5]} & 0x7f) << 24 | uint32_t{header[6]} << 16 |
+                                uint32_t{header[7]} << 8 | header[8]);
+  }
+
+  // The bytes of the frame header being gathered: 9, or 13 for a WINDOW_UPDATE on a stream
+  // (its increment decides what becomes of it).
+  size_t headNeeded() const {
+    if (held_ < 9) return 9;
+    const uint32_t length = uint32_t{hold_[0]} << 16 | uint32_t{hold_[1]} << 8 | hold_[2];
+    const bool on_stream = (hold_[5] & 0x7f) != 0 || hold_[6] != 0 || hold_[7] != 0 || hold_[8];
+    return hold_[3] == NGHTTP2_WINDOW_UPDATE && length == 4 && on_stream ? 13 : 9;
+  }
+
+  // Walks the client's bytes frame by frame into nghttp2, except a WINDOW_UPDATE with a zero
+  // increment on a stream already opened: RFC 9113 6.9 makes that a stream error
+  // (RST_STREAM PROTOCOL_ERROR), which nghttp2 would make a connection error. A frame header
+  // split across reads is held (at most 13 bytes) until it is whole.
+  bool scan(const uint8_t* p, size_t n) {
+    size_t from = 0;  // bytes before this are passed on or held
+    size_t i = 0;
+    while (i < n) {
+      if (pass_left_ > 0) {
+        const size_t k = std::min(pass_left_, n - i);
+        i += k;
+        pass_left_ -= k;
+        continue;
+      }
+      if (held_ == 0) {
+        if (!feed(p + from, i - from)) return false;
+      }
+      size_t need = headNeeded();
+      size_t k = std::min(need - held_, n - i);
+      memcpy(hold_.data() + held_, p + i, k);
+      held_ += k;
+      i += k;
+      from = i;
+      if (held_ < need) continue;
+      need = headNeeded();
+      if (held_ < need) continue;  // a stream WINDOW_UPDATE: its increment comes next
+      const uint32_t length = uint32_t{hold_[0]} << 16 | uint32_t{hold_[1]} << 8 | hold_[2];
+      if (need == 13) {
+        const int32_t stream = streamIdOf(hold_.data());
+        const uint32_t increment = (uint32_t{hold_[9]} & 0x7f) << 24 | uint32_t{hold_[10]} << 16 |
+                                   uint32_t{hold_[11]} << 8 | hold_[12];
+        if (increment == 0 && stream <= history_.last()) {
+          held_ = 0;
+          if (!streamError(FrameType::WindowUpdate, stream, ErrorCode::ProtocolError)) {
+            return false;
+          }
+          continue;
+        }
+      }
+      if (!checkStreamState(hold_[3], streamIdOf(hold_.data()))) return false;
+      if (!feed(hold_.data(), held_)) return false;
+      pass_left_ = length + 9 - held_;
+      held_ = 0;
+    }
+    return feed(p + from, n - from);
+  }
+
+  // A connection error nghttp2 does not raise itself: GOAWAY, counted as a protocol error.
+  bool connectionError(const FrameInfo& info, ErrorCode code) {
+    callbacks_.onProtocolError(info);
+    if (!failed_) nghttp2_session_terminate_session(session_, static_cast<uint32_t>(code));
+    failed_ = true;
+    return false;
+  }
+
+  // A stream error nghttp2 does not raise itself: RST_STREAM, counted as a protocol error.
+  bool streamError(FrameType type, int32_t stream_id, ErrorCode code) {
+    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream_id, static_cast<uint32_t>(code));
+    FrameInfo info;
+    info.type = type;
+    info.stream_id = stream_id;
+    if (!callbacks_.onProtocolError(info)) {
+      failed_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  // RFC 9113 5.1 and 5.1.1 for DATA and HEADERS on streams that are not open, which nghttp2
+  // drops silently. False: a connection error (GOAWAY queued).
+  // Runs on the frame's header before nghttp2 sees the frame, which it is given in any case
+  // (a header block must be decoded whatever becomes of its stream).
+  bool checkStreamState(uint8_t type, int32_t stream_id) {
+    if ((type != NGHTTP2_DATA && type != NGHTTP2_HEADERS) || stream_id <= 0) return true;
+    const ClientStreamHistory::Fate fate = history_.fate(stream_id);
+    if (fate == ClientStreamHistory::Fate::Idle) {
+      if (type == NGHTTP2_HEADERS) history_.opened(stream_id);
+      return true;
+    }
+    if (nghttp2_session_find_stream(session_, stream_id) != nullptr) return true;
+    FrameInfo info;
+    info.type = static_cast<FrameType>(type);
+    info.stream_id = stream_id;
+    switch (fate) {
+      case ClientStreamHistory::Fate::NeverOpened:
+        if (type == NGHTTP2_HEADERS) return connectionError(info, ErrorCode::ProtocolError);
+        return streamError(info.type, stream_id, ErrorCode::StreamClosed);
+      case ClientStreamHistory::Fate::ClientReset:
+        return streamError(info.type, stream_id, ErrorCode::StreamClosed);
+      case ClientStreamHistory::Fate::ClientEnded:
+        return connectionError(info, ErrorCode::StreamClosed);
+      case ClientStreamHistory::Fate::Opened:     // closed by sluice: frames were in flight
+      case ClientStreamHistory::Fate::Forgotten:  // too old to tell: ignored, as nghttp2 does
+      case ClientStreamHistory::Fate::Idle:
+        return true;
+    }
+    return true;
+  }
+
   static Nghttp2ServerCodec& self(void* user_data) {
     return *static_cast<Nghttp2ServerCodec*>(user_data);
   }
@@ -208,6 +374,8 @@ class Nghttp2ServerCodec : public ServerCodec {
 
   static int onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
     Nghttp2ServerCodec& c = self(user_data);
+    // The stream closes when this returns: its history says the client reset it.
+    if (frame->hd.type == NGHTTP2_RST_STREAM) c.client_reset_id_ = frame->hd.stream_id;
     FrameInfo info = frameInfo(frame->hd);
     if (frame->hd.type == NGHTTP2_DATA) {
       info.payload = static_cast<uint32_t>(frame->hd.length - frame->data.padlen);
@@ -276,12 +444,26 @@ class Nghttp2ServerCodec : public ServerCodec {
   static int onStreamClose(nghttp2_session* session, int32_t stream_id, uint32_t error_code,
                            void* user_data) {
     Nghttp2ServerCodec& c = self(user_data);
+    c.recordClose(session, stream_id);
     void* stream = c.streamOf(stream_id);
     if (stream == nullptr) return 0;
     nghttp2_session_set_stream_user_data(session, stream_id, nullptr);
     --c.active_;
     c.callbacks_.onStreamClose(stream, static_cast<ErrorCode>(error_code));
     return 0;
+  }
+
+  void recordClose(nghttp2_session* session, int32_t stream_id) {
+    ClientStreamHistory::Fate fate = ClientStreamHistory::Fate::Opened;
+    if (stream_id == client_reset_id_) {
+      fate = ClientStreamHistory::Fate::ClientReset;
+    } else if (nghttp2_stream* s = nghttp2_session_find_stream(session, stream_id)) {
+      if (nghttp2_stream_get_state(s) == NGHTTP2_STREAM_STATE_HALF_CLOSED_REMOTE) {
+        fate = ClientStreamHistory::Fate::ClientEnded;
+      }
+    }
+    client_reset_id_ = 0;
+    history_.closed(stream_id, fate);
   }
 
   static ssize_t onReadBody(nghttp2_session*, int32_t, uint8_t* buf, size_t length,
@@ -325,6 +507,13 @@ class Nghttp2ServerCodec : public ServerCodec {
   std::vector<nghttp2_nv> nva_;
   size_t active_ = 0;
   bool failed_ = false;
+  ClientStreamHistory history_;
+  int32_t client_reset_id_ = 0;
+  // The frame scanner: bytes of the preface or of a frame's payload still to pass through, and
+  // a frame header being gathered.
+  size_t pass_left_ = 24;
+  size_t held_ = 0;
+  std::array<uint8_t, 13> hold_{};
 };
 
 }  // namespace

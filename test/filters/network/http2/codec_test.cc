@@ -262,6 +262,41 @@ TEST_F(CodecTest, ResetStream) {
   EXPECT_TRUE(rec.streams[id].closed);
 }
 
+// Feeds the client's bytes to the codec one at a time: frame headers split across reads.
+bool receiveByteByByte(ServerCodec& codec, buffer::Buffer& bytes) {
+  bool ok = true;
+  while (!bytes.empty()) {
+    buffer::Buffer one;
+    one.move(bytes, 1);
+    ok = codec.receive(one) && ok;
+  }
+  return ok;
+}
+
+TEST_F(CodecTest, AZeroWindowUpdateOnAStreamIsAStreamErrorEvenWhenSplit) {
+  nghttp2_data_provider body{};
+  body.read_callback = [](nghttp2_session*, int32_t, uint8_t*, size_t, uint32_t*,
+                          nghttp2_data_source*, void*) -> ssize_t { return NGHTTP2_ERR_DEFERRED; };
+  int32_t id = client.get("/upload", &body);
+  buffer::Buffer c2s;
+  client.out(c2s);
+  // WINDOW_UPDATE, stream `id`, increment 0: nghttp2 itself would end the connection.
+  const uint8_t zero_update[13] = {
+      0, 0, 4, NGHTTP2_WINDOW_UPDATE, 0, 0, 0, 0, static_cast<uint8_t>(id), 0, 0, 0, 0};
+  c2s.add(zero_update, sizeof(zero_update));
+  ASSERT_TRUE(receiveByteByByte(*codec, c2s));
+  buffer::Buffer s2c;
+  codec->serialize(s2c, 1 << 20);
+  client.in(s2c);
+  EXPECT_EQ(client.closed[id], static_cast<uint32_t>(NGHTTP2_PROTOCOL_ERROR));
+  EXPECT_EQ(client.goaway_code, -1);
+  EXPECT_EQ(rec.protocol_errors, 1);
+  // The connection goes on: the next request is served.
+  int32_t next = client.get("/next");
+  ASSERT_TRUE(pump());
+  EXPECT_TRUE(rec.streams[next].headers_done);
+}
+
 TEST_F(CodecTest, GarbagePrefaceFails) {
   buffer::Buffer junk;
   junk.add(std::string_view("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
