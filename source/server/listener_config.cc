@@ -70,7 +70,7 @@ absl::Status buildConnectionLimits(const config::v1::ConnectionLimits& proto,
     }
   }
   // A per-client limit above the listener's is the listener's.
-  config.limiter = std::make_shared<ConnectionLimiter>(max, std::min(per_client, max));
+  config.limiter = std::make_shared<network::ConnectionLimiter>(max, std::min(per_client, max));
   if (proto.overflow_reply() == config::v1::ConnectionLimits::HTTP_503) {
     config.overflow_reply = absl::StrFormat(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -176,6 +176,17 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
   config->pool_idle_timeout =
       durationOr(bootstrap.upstream_pool().has_idle_timeout(),
                  bootstrap.upstream_pool().idle_timeout(), config->pool_idle_timeout);
+  for (const auto& [key, value] :
+       {std::pair<const char*, uint32_t>{"max_connections_per_client",
+                                         bootstrap.upstream_limits().max_connections_per_client()},
+        {"descriptor_reserve", bootstrap.upstream_limits().descriptor_reserve()}}) {
+    if (value > 10000000) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("upstream_limits.%s: %d is above 10000000", key, value));
+    }
+  }
+  config->upstream_per_client = bootstrap.upstream_limits().max_connections_per_client();
+  config->descriptor_reserve = bootstrap.upstream_limits().descriptor_reserve();
   if (!bootstrap.admin().address().empty()) {
     auto admin = network::Address::parseHostPort(bootstrap.admin().address());
     if (!admin.ok()) {

@@ -10,9 +10,9 @@
 #include "api/sluice/config/v1/bootstrap.pb.h"
 #include "source/common/ban/ban_table.h"
 #include "source/common/network/address.h"
+#include "source/common/network/connection_limiter.h"
 #include "source/common/network/filter.h"
 #include "source/common/stats/stats.h"
-#include "source/server/connection_limiter.h"
 
 namespace sluice {
 namespace server {
@@ -49,7 +49,7 @@ struct ListenerConfig {
   std::vector<FilterChainConfig> chains;
   ListenerStats stats;
   // Shared by the listener's workers; the config is immutable, the counts in it are not.
-  std::shared_ptr<ConnectionLimiter> limiter;
+  std::shared_ptr<network::ConnectionLimiter> limiter;
   // Sent (best effort) to a client refused by the limiter before it is closed; may be empty.
   std::string overflow_reply;
 
@@ -69,6 +69,9 @@ struct ServerConfig {
   // 0: never hand free heap memory back to the system.
   std::chrono::milliseconds memory_release_interval{10000};
   uint32_t pool_max_idle = 256;
+  // The upstream budget (0: automatic): see UpstreamLimits in bootstrap.proto.
+  uint32_t upstream_per_client = 0;
+  uint32_t descriptor_reserve = 0;
   std::chrono::milliseconds pool_idle_timeout{60000};
   network::Address admin_address;  // invalid when the admin endpoint is off
   // Shared by every listener's sluice.auth and sluice.ban; null when bans are disabled.

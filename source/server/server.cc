@@ -16,6 +16,7 @@
 #include "source/common/common/version.h"
 #include "source/common/config/redact.h"
 #include "source/common/extensions/registry.h"
+#include "source/common/upstream/upstream_budget.h"
 #include "source/server/ban_endpoints.h"
 
 namespace sluice {
@@ -177,6 +178,10 @@ absl::Status Server::start() {
   }
   // The destination guard treats this host's addresses as sluice itself: follow interfaces
   // coming and going.
+  upstream::UpstreamBudget& budget = upstream::UpstreamBudget::get();
+  budget.configure(config_->upstream_per_client, config_->descriptor_reserve);
+  SLUICE_LOG(Info, "upstream sockets: at most %d per client, %d descriptors kept back",
+             budget.perClient(), budget.reserve());
   host_address_count_ = network::HostAddresses::get().size();
   host_addresses_.add(static_cast<int64_t>(host_address_count_));
   host_address_timer_ = std::make_unique<event::Timer>(dispatcher_, [this] {
@@ -188,6 +193,8 @@ absl::Status Server::start() {
       host_address_count_ = count;
       SLUICE_LOG(Info, "the host's interface addresses changed: %d now", count);
     }
+    // A raised or lowered open-files limit (prlimit) moves the reserve's line.
+    upstream::UpstreamBudget::get().refreshDescriptorLimit();
     host_address_timer_->enable(kHostAddressInterval);
   });
   host_address_timer_->enable(kHostAddressInterval);

@@ -26,7 +26,7 @@ constexpr std::chrono::milliseconds kAcceptBackoff{100};
 // ---- ActiveConnection ----
 
 ActiveConnection::ActiveConnection(Worker& worker, const ListenerConfig& listener,
-                                   network::ConnectionPtr connection, ConnectionSlot slot)
+                                   network::ConnectionPtr connection, network::ConnectionSlot slot)
     : worker_(worker),
       listener_(listener),
       connection_(std::move(connection)),
@@ -146,7 +146,7 @@ void ActiveConnection::drain() {
 // ---- AcceptedSocket ----
 
 AcceptedSocket::AcceptedSocket(ActiveListener& listener, int fd, const network::Address& peer,
-                               ConnectionSlot slot)
+                               network::ConnectionSlot slot)
     : listener_(listener),
       fd_(fd),
       peer_(peer),
@@ -214,7 +214,7 @@ void ActiveListener::onAcceptReady() {
       failed_accepts_ = 0;
     }
     network::Address peer = network::Address::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
-    ConnectionSlot slot;
+    network::ConnectionSlot slot;
     if (!admit(fd, peer, slot)) continue;
     std::vector<network::ListenerFilterPtr> filters =
         ListenerFilterChain::makeFilters(config_->listener_filters);
@@ -250,17 +250,17 @@ void ActiveListener::onSocketDone(AcceptedSocket& socket, bool success) {
   worker_.dispatcher().deferredDelete(std::move(owned));
 }
 
-bool ActiveListener::admit(int fd, const network::Address& peer, ConnectionSlot& slot) {
-  ConnectionLimiter& limiter = *config_->limiter;
-  const ClientKey client = ClientKey::of(peer);
+bool ActiveListener::admit(int fd, const network::Address& peer, network::ConnectionSlot& slot) {
+  network::ConnectionLimiter& limiter = *config_->limiter;
+  const network::ClientKey client = network::ClientKey::of(peer);
   switch (limiter.tryAcquire(client)) {
-    case ConnectionLimiter::Admission::Admitted:
-      slot = ConnectionSlot(limiter, client);
+    case network::ConnectionLimiter::Admission::Admitted:
+      slot = network::ConnectionSlot(limiter, client);
       return true;
-    case ConnectionLimiter::Admission::ListenerFull:
+    case network::ConnectionLimiter::Admission::ListenerFull:
       config_->stats.downstream_cx_overflow.inc();
       break;
-    case ConnectionLimiter::Admission::ClientFull:
+    case network::ConnectionLimiter::Admission::ClientFull:
       config_->stats.downstream_cx_per_client_overflow.inc();
       break;
   }
@@ -278,7 +278,7 @@ bool ActiveListener::admit(int fd, const network::Address& peer, ConnectionSlot&
 
 ActiveConnection* ActiveListener::newConnection(int fd, const network::Address& peer,
                                                 const network::SocketFacts& facts,
-                                                ConnectionSlot slot) {
+                                                network::ConnectionSlot slot) {
   if (fd < 0) return nullptr;
   const FilterChainConfig* chain = config_->match(facts);
   if (chain == nullptr) {

@@ -10,11 +10,11 @@
 #include "source/common/dns/resolver.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/connection.h"
+#include "source/common/network/connection_limiter.h"
 #include "source/common/network/filter.h"
 #include "source/common/proxy/worker_context.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/pool.h"
-#include "source/server/connection_limiter.h"
 #include "source/server/listener_config.h"
 #include "source/server/listener_filter_chain.h"
 
@@ -33,7 +33,7 @@ class ActiveConnection : public network::ConnectionCallbacks,
                          public event::DeferredDeletable {
  public:
   ActiveConnection(Worker& worker, const ListenerConfig& listener,
-                   network::ConnectionPtr connection, ConnectionSlot slot);
+                   network::ConnectionPtr connection, network::ConnectionSlot slot);
   ~ActiveConnection() override;
 
   void initialize(const FilterChainConfig& chain);
@@ -66,7 +66,8 @@ class ActiveConnection : public network::ConnectionCallbacks,
   Worker& worker_;
   const ListenerConfig& listener_;
   network::ConnectionPtr connection_;
-  ConnectionSlot slot_;  // its place in the listener's connection limits, held until deletion
+  network::ConnectionSlot
+      slot_;  // its place in the listener's connection limits, held until deletion
   std::vector<network::ReadFilterPtr> filters_;
   std::vector<network::WriteFilterPtr> write_filters_;  // in the order added; run in reverse
   size_t stopped_at_ = 0;  // the filter that last returned StopIteration
@@ -78,7 +79,7 @@ class ActiveConnection : public network::ConnectionCallbacks,
 class AcceptedSocket : public event::DeferredDeletable {
  public:
   AcceptedSocket(ActiveListener& listener, int fd, const network::Address& peer,
-                 ConnectionSlot slot);
+                 network::ConnectionSlot slot);
   ~AcceptedSocket() override;
 
   void run(std::vector<network::ListenerFilterPtr> filters);
@@ -88,7 +89,7 @@ class AcceptedSocket : public event::DeferredDeletable {
     fd_ = -1;
     return fd;
   }
-  ConnectionSlot releaseSlot() { return std::move(slot_); }
+  network::ConnectionSlot releaseSlot() { return std::move(slot_); }
   const network::Address& peer() const { return peer_; }
   ListenerFilterChain& chain() { return chain_; }
   std::list<std::unique_ptr<AcceptedSocket>>::iterator position;
@@ -97,7 +98,7 @@ class AcceptedSocket : public event::DeferredDeletable {
   ActiveListener& listener_;
   int fd_;
   network::Address peer_;
-  ConnectionSlot slot_;
+  network::ConnectionSlot slot_;
   ListenerFilterChain chain_;
 };
 
@@ -117,11 +118,11 @@ class ActiveListener {
  private:
   void onAcceptReady();
   // Takes a place in the connection limits for the socket, or refuses and closes it.
-  bool admit(int fd, const network::Address& peer, ConnectionSlot& slot);
+  bool admit(int fd, const network::Address& peer, network::ConnectionSlot& slot);
   // The new connection (null when no filter chain matched). Its initialize() already ran, so
   // it may have closed (a filter refused it): such a connection is deleted on the next turn.
   ActiveConnection* newConnection(int fd, const network::Address& peer,
-                                  const network::SocketFacts& facts, ConnectionSlot slot);
+                                  const network::SocketFacts& facts, network::ConnectionSlot slot);
 
   Worker& worker_;
   ListenerConfigSharedPtr config_;

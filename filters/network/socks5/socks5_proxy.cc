@@ -162,10 +162,16 @@ void UdpRelay::shutdown() {
   own_port_.release();
 }
 
-int UdpRelay::open(const network::Address& local) {
+int UdpRelay::open(const network::Address& local, int max_fd) {
   if (!local.valid()) return EAFNOSUPPORT;
   fd_ = ::socket(local.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return errno;
+  if (fd_ >= max_fd) {
+    upstream::UpstreamBudget::get().countReserveRefusal();
+    ::close(fd_);
+    fd_ = -1;
+    return EMFILE;
+  }
   network::Address at = local;
   at.setPort(0);
   if (::bind(fd_, at.sockaddr_ptr(), at.length()) != 0) {
@@ -789,7 +795,19 @@ void Socks5Filter::onBindChecked() {
     sendReply(Reply::GeneralFailure, network::Address());
     return;
   }
+  // The listener, then the peer it accepts, is one upstream socket of the client's budget.
+  upstream::UpstreamBudget& budget = upstream::UpstreamBudget::get();
+  if (!budget.admit(downstream().peer(), bind_slot_)) {
+    sendReply(Reply::GeneralFailure, network::Address());
+    return;
+  }
   bind_fd_ = ::socket(local.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (bind_fd_ >= budget.descriptorCeiling()) {
+    budget.countReserveRefusal();
+    closeBindListener();
+    sendReply(Reply::GeneralFailure, network::Address());
+    return;
+  }
   network::Address at = local;
   at.setPort(0);
   if (bind_fd_ < 0 || ::bind(bind_fd_, at.sockaddr_ptr(), at.length()) != 0 ||
@@ -840,7 +858,7 @@ void Socks5Filter::onBindAccept() {
     upstream::UpstreamHandle inbound(
         std::make_unique<network::Connection>(downstream().dispatcher(), fd, peer,
                                               network::Connection::Blocking::NonBlocking),
-        nullptr, info);
+        nullptr, info, std::move(bind_slot_));
     // The second reply names the peer that connected.
     sendReply(Reply::Succeeded, peer);
     startTunnel(std::move(inbound));
@@ -854,7 +872,13 @@ void Socks5Filter::startUdpAssociate() {
   // is the port they come from (DST.ADDR is ignored: behind NAT it is not what arrives).
   udp_ = std::make_unique<UdpRelay>(*this, callbacks_->worker(), config_, downstream().peer(),
                                     target_.port);
-  const int err = udp_->open(local);
+  // The relay socket is one upstream socket of the client's budget.
+  if (!upstream::UpstreamBudget::get().admit(downstream().peer(), udp_slot_)) {
+    releaseUdp();
+    sendReply(Reply::GeneralFailure, network::Address());
+    return;
+  }
+  const int err = udp_->open(local, upstream::UpstreamBudget::get().descriptorCeiling());
   if (err != 0) {
     SLUICE_LOG(Warn, "socks5: UDP ASSOCIATE: cannot bind a relay socket on %s: %s",
                local.valid() ? local.ipString() : std::string("?"), strerror(err));
@@ -1012,6 +1036,7 @@ void Socks5Filter::releaseUdp() {
   // The relay may be inside one of its own callbacks (its idle timer): stop it now, free it
   // after the callback.
   udp_->shutdown();
+  udp_slot_.reset();
   callbacks_->connection().dispatcher().deferredDelete(std::move(udp_));
 }
 

@@ -10,12 +10,14 @@
 
 #include "filters/network/socks5/socks5_codec.h"
 #include "source/common/event/dispatcher.h"
+#include "source/common/network/connection_limiter.h"
 #include "source/common/network/filter.h"
 #include "source/common/network/local_host.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/request_record.h"
 #include "source/common/upstream/tunnel_relay.h"
+#include "source/common/upstream/upstream_budget.h"
 
 namespace sluice {
 namespace filters {
@@ -137,7 +139,9 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   void shutdown();
 
   // Binds the relay socket on `local`'s IP (port 0). errno on failure.
-  int open(const network::Address& local);
+  // `max_fd`: a socket numbered there or above is refused (EMFILE): the upstream budget's
+  // descriptor reserve.
+  int open(const network::Address& local, int max_fd);
   const network::Address& bound() const { return bound_; }
   // Payload bytes sent to destinations and received from them, for the record.
   uint64_t bytesToDestinations() const { return bytes_to_destinations_; }
@@ -301,6 +305,10 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   std::optional<event::FileEvent> bind_event_;
   network::Address bind_address_;
   network::OwnPort bind_port_;  // bind_address_'s port: sluice itself for the destination guard
+  // The client's place in the upstream budget: the BIND listener's, then its peer's (moved into
+  // the tunnel's handle), and the UDP relay socket's.
+  network::ConnectionSlot bind_slot_;
+  network::ConnectionSlot udp_slot_;
   // UDP ASSOCIATE
   std::unique_ptr<UdpRelay> udp_;
   // What the command (or a refused authentication) leaves in its end-of-request record.

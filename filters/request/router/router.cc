@@ -61,6 +61,12 @@ void RouterFilter::onResolved(const absl::Status& status,
 }
 
 void RouterFilter::route() {
+  // Every upstream socket a client holds counts, pooled or new, across all its connections and
+  // streams.
+  if (!slot_.held() && !config_->budget->admit(request_->client, slot_)) {
+    callbacks_->deny(proxy::Denial::ServiceUnavailable, kClientUpstreamsFull);
+    return;
+  }
   if (request_->kind == proxy::RequestKind::Forward && !request_->fresh_connection) {
     for (uint32_t i = 0; i < request_->pinned_count; ++i) {
       network::ConnectionPtr pooled = callbacks_->worker().pool().acquire(request_->pinned[i]);
@@ -69,8 +75,8 @@ void RouterFilter::route() {
         proxy::UpstreamInfo info = config_->upstream;
         info.reused = true;
         request_->upstream_address = request_->pinned[i];
-        callbacks_->upstreamReady(
-            upstream::UpstreamHandle(std::move(pooled), &callbacks_->worker().pool(), info));
+        callbacks_->upstreamReady(upstream::UpstreamHandle(
+            std::move(pooled), &callbacks_->worker().pool(), info, std::move(slot_)));
         return;
       }
     }
@@ -90,9 +96,18 @@ void RouterFilter::connectNext() {
   while (next_address_ < request_->pinned_count) {
     const network::Address& to = request_->pinned[next_address_++];
     config_->stats.cx_connect_total.inc();
-    connecting_ = network::Connection::connectTo(callbacks_->worker().dispatcher(), to);
+    connecting_ = network::Connection::connectTo(callbacks_->worker().dispatcher(), to,
+                                                 config_->budget->descriptorCeiling());
     if (connecting_) {
       connecting_->setCallbacks(this);
+      return;
+    }
+    if (errno == EMFILE || errno == ENFILE) {
+      // Out of descriptors (or into the reserve kept for accepts and the admin endpoint): no
+      // other address would fare better.
+      config_->budget->countReserveRefusal();
+      timer_->disable();
+      callbacks_->deny(proxy::Denial::ServiceUnavailable, kDescriptorsLow);
       return;
     }
     config_->stats.cx_connect_fail.inc();
@@ -112,8 +127,8 @@ void RouterFilter::onEvent(network::ConnectionEvent event) {
     request_->upstream_address = conn->peer();
     proxy::UpstreamInfo info = config_->upstream;
     info.reused = false;
-    callbacks_->upstreamReady(
-        upstream::UpstreamHandle(std::move(conn), &callbacks_->worker().pool(), info));
+    callbacks_->upstreamReady(upstream::UpstreamHandle(
+        std::move(conn), &callbacks_->worker().pool(), info, std::move(slot_)));
     return;
   }
   if (event == network::ConnectionEvent::RemoteClose && connecting_) {
@@ -151,6 +166,7 @@ void RouterFilter::onRequestEnd() {
   }
   if (timer_) timer_->disable();
   if (connecting_) dropConnecting();
+  slot_.reset();
   request_ = nullptr;
 }
 

@@ -3,17 +3,24 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "source/common/dns/resolver.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/connection.h"
+#include "source/common/network/connection_limiter.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/upstream_budget.h"
 
 namespace sluice {
 namespace filters {
 namespace router {
+
+inline constexpr std::string_view kClientUpstreamsFull =
+    "too many upstream connections from this client";
+inline constexpr std::string_view kDescriptorsLow = "sluice is short of file descriptors";
 
 struct RouterStats {
   stats::Counter cx_connect_total;  // outbound connects attempted
@@ -27,6 +34,8 @@ struct RouterConfig {
   std::chrono::milliseconds connect_timeout{10000};
   proxy::UpstreamInfo upstream;  // response and tunnel timeouts the codec applies
   RouterStats stats;
+  // Upstream sockets per client, and the descriptors kept back (the process's; a test's own).
+  upstream::UpstreamBudget* budget = &upstream::UpstreamBudget::get();
 };
 using RouterConfigSharedPtr = std::shared_ptr<const RouterConfig>;
 
@@ -59,6 +68,9 @@ class RouterFilter : public proxy::RequestFilter, public network::ConnectionCall
   dns::Resolver::Query* query_ = nullptr;
   uint32_t next_address_ = 0;  // into request_->pinned
   network::ConnectionPtr connecting_;
+  // The client's place in the upstream budget for this request's connection; it goes with the
+  // connection to the codec.
+  network::ConnectionSlot slot_;
   std::unique_ptr<event::Timer> timer_;
   std::string error_;  // detail of the last failure, for the refusal text
   // When the lookup or the connect began (the request's record takes their durations).

@@ -119,6 +119,11 @@ limits:
   # limit a client gets 503 and is closed at accept. Below the open-file limit (ulimit -n).
   max_connections: 10000
   max_connections_per_client: 256
+  # Upstream sockets one client may hold at once, across ports, protocols and HTTP/2 streams
+  # (503 beyond), and descriptors kept back from upstream sockets for accepts and the admin
+  # endpoint; 0 = automatic (512 and 128, less under a low open-file limit).
+  max_upstream_connections_per_client: 0
+  descriptor_reserve: 0
   # A CONNECT tunnel with no bytes either way is closed after this.
   tunnel_idle_timeout: 300s
 
@@ -531,6 +536,10 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   dns->mutable_timeout()->set_seconds(5);
   dns->mutable_max_cache_ttl()->set_seconds(60);
   dns->set_cache_size(4096);
+  v1::UpstreamLimits* upstream_limits = bootstrap.mutable_upstream_limits();
+  upstream_limits->set_max_connections_per_client(
+      config.limits().max_upstream_connections_per_client());
+  upstream_limits->set_descriptor_reserve(config.limits().descriptor_reserve());
   v1::UpstreamPool* pool = bootstrap.mutable_upstream_pool();
   pool->set_max_idle_per_destination(256);
   pool->mutable_idle_timeout()->set_seconds(60);

@@ -44,10 +44,15 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
       id_(t_next_connection_id++),
       file_event_(dispatcher, fd, [this](uint32_t events) { onFileEvent(events); }) {}
 
-std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher,
-                                                  const Address& to) {
+std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher, const Address& to,
+                                                  int max_fd) {
   int fd = ::socket(to.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return nullptr;
+  if (fd >= max_fd) {
+    ::close(fd);
+    errno = EMFILE;
+    return nullptr;
+  }
   setNoDelay(fd);
   int rc = ::connect(fd, to.sockaddr_ptr(), to.length());
   int err = rc == 0 ? 0 : errno;

@@ -80,8 +80,10 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   };
   Connection(event::Dispatcher& dispatcher, int fd, const Address& peer,
              Blocking blocking = Blocking::Unknown);
-  // Starts an outbound connect; Connected or RemoteClose follows.
-  static std::unique_ptr<Connection> connectTo(event::Dispatcher& dispatcher, const Address& to);
+  // Starts an outbound connect; Connected or RemoteClose follows. Null with errno set when no
+  // socket could be made, or (EMFILE) when its descriptor number is `max_fd` or above.
+  static std::unique_ptr<Connection> connectTo(event::Dispatcher& dispatcher, const Address& to,
+                                               int max_fd = 1 << 30);
   ~Connection() override;
 
   void setCallbacks(ConnectionCallbacks* callbacks) { callbacks_ = callbacks; }

@@ -11,10 +11,12 @@ UpstreamHandle& UpstreamHandle::operator=(UpstreamHandle&& other) noexcept {
   connection_ = std::move(other.connection_);
   pool_ = other.pool_;
   info_ = other.info_;
+  slot_ = std::move(other.slot_);
   return *this;
 }
 
 void UpstreamHandle::release(bool reusable) {
+  slot_.reset();
   if (!connection_) return;
   connection_->setCallbacks(nullptr);
   if (reusable && connection_->open()) {

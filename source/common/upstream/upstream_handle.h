@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "source/common/network/connection.h"
+#include "source/common/network/connection_limiter.h"
 
 namespace sluice {
 namespace upstream {
@@ -27,9 +28,11 @@ struct UpstreamInfo {
 class UpstreamHandle {
  public:
   UpstreamHandle() = default;
-  // `pool` takes the connection back after a clean exchange (null: never pooled).
-  UpstreamHandle(network::ConnectionPtr connection, Pool* pool, const UpstreamInfo& info)
-      : connection_(std::move(connection)), pool_(pool), info_(info) {}
+  // `pool` takes the connection back after a clean exchange (null: never pooled); `slot` is the
+  // client's place in the upstream budget, given back with the connection.
+  UpstreamHandle(network::ConnectionPtr connection, Pool* pool, const UpstreamInfo& info,
+                 network::ConnectionSlot slot = {})
+      : connection_(std::move(connection)), pool_(pool), info_(info), slot_(std::move(slot)) {}
   UpstreamHandle(UpstreamHandle&& other) noexcept { *this = std::move(other); }
   UpstreamHandle& operator=(UpstreamHandle&& other) noexcept;
   ~UpstreamHandle() { release(false); }
@@ -47,6 +50,7 @@ class UpstreamHandle {
   network::ConnectionPtr connection_;
   Pool* pool_ = nullptr;
   UpstreamInfo info_;
+  network::ConnectionSlot slot_;
 };
 
 }  // namespace upstream

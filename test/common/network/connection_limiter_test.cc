@@ -1,4 +1,4 @@
-#include "source/server/connection_limiter.h"
+#include "source/common/network/connection_limiter.h"
 
 #include <atomic>
 #include <thread>
@@ -7,13 +7,13 @@
 #include "gtest/gtest.h"
 
 namespace sluice {
-namespace server {
+namespace network {
 namespace {
 
 using Admission = ConnectionLimiter::Admission;
 
 ClientKey key(const char* host_port) {
-  auto address = network::Address::parseHostPort(host_port);
+  auto address = Address::parseHostPort(host_port);
   EXPECT_TRUE(address.ok()) << host_port;
   return ClientKey::of(*address);
 }
@@ -190,5 +190,5 @@ TEST(ConnectionLimiterTest, ConcurrentWorkersNeverExceedTheLimits) {
 }
 
 }  // namespace
-}  // namespace server
+}  // namespace network
 }  // namespace sluice

@@ -1,4 +1,4 @@
-#include "source/server/connection_limiter.h"
+#include "source/common/network/connection_limiter.h"
 
 #include <arpa/inet.h>
 
@@ -7,7 +7,7 @@
 #include "source/common/common/logger.h"
 
 namespace sluice {
-namespace server {
+namespace network {
 
 namespace {
 // IPv4 keys live in the ::ffff:0:0/96 range, which no real IPv6 /64 key can equal because an
@@ -21,7 +21,7 @@ uint64_t load64(const uint8_t* p) {
 }
 }  // namespace
 
-ClientKey ClientKey::of(const network::Address& address) {
+ClientKey ClientKey::of(const Address& address) {
   ClientKey key;
   if (address.family() == AF_INET) {
     key.low = kIpv4Marker | ntohl(address.v4().sin_addr.s_addr);
@@ -102,5 +102,5 @@ size_t ConnectionLimiter::trackedClients() const {
   return n;
 }
 
-}  // namespace server
+}  // namespace network
 }  // namespace sluice

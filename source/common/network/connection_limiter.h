@@ -10,7 +10,7 @@
 #include "source/common/network/address.h"
 
 namespace sluice {
-namespace server {
+namespace network {
 
 // Whose connections are counted together: an IPv4 address, or the /64 an IPv6 address is in
 // (one host usually owns a whole /64, so counting single IPv6 addresses would be no limit).
@@ -19,7 +19,7 @@ struct ClientKey {
   uint64_t high = 0;
   uint64_t low = 0;
 
-  static ClientKey of(const network::Address& address);
+  static ClientKey of(const Address& address);
 
   bool operator==(const ClientKey& other) const { return high == other.high && low == other.low; }
   template <typename H>
@@ -104,5 +104,5 @@ class ConnectionSlot {
   ClientKey client_;
 };
 
-}  // namespace server
+}  // namespace network
 }  // namespace sluice
