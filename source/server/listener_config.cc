@@ -185,6 +185,28 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
           absl::StrFormat("upstream_limits.%s: %d is above 10000000", key, value));
     }
   }
+  const sluice::config::v1::AccessLog& log = bootstrap.access_log();
+  if (!log.mode().empty() && !upstream::parseAccessLogMode(log.mode(), config->access_log.mode)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "access_log.mode: '%s' is not one of off, errors, all", log.mode()));
+  }
+  if (!log.format().empty() &&
+      !upstream::parseAccessLogFormat(log.format(), config->access_log.format)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("access_log.format: '%s' is not one of json, squid", log.format()));
+  }
+  if (!log.path().empty()) config->access_log.path = log.path();
+  for (const auto& [key, value, min, max] :
+       {std::tuple<const char*, uint32_t, uint32_t, uint32_t>{"batch_bytes", log.batch_bytes(),
+                                                              4096, 16u << 20},
+        {"max_pending_bytes", log.max_pending_bytes(), 65536, 1u << 30}}) {
+    if (value != 0 && (value < min || value > max)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "access_log.%s: %d is out of range [%d, %d]", key, value, min, max));
+    }
+  }
+  if (log.batch_bytes() != 0) config->access_log.batch_bytes = log.batch_bytes();
+  if (log.max_pending_bytes() != 0) config->access_log.max_pending_bytes = log.max_pending_bytes();
   config->upstream_per_client = bootstrap.upstream_limits().max_connections_per_client();
   config->descriptor_reserve = bootstrap.upstream_limits().descriptor_reserve();
   if (!bootstrap.admin().address().empty()) {

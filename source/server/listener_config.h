@@ -11,6 +11,7 @@
 #include "source/common/ban/ban_table.h"
 #include "source/common/network/address.h"
 #include "source/common/network/connection_limiter.h"
+#include "source/common/upstream/access_log.h"
 #include "source/common/network/filter.h"
 #include "source/common/stats/stats.h"
 
@@ -72,6 +73,7 @@ struct ServerConfig {
   // The upstream budget (0: automatic): see UpstreamLimits in bootstrap.proto.
   uint32_t upstream_per_client = 0;
   uint32_t descriptor_reserve = 0;
+  upstream::AccessLogConfig access_log;
   std::chrono::milliseconds pool_idle_timeout{60000};
   network::Address admin_address;  // invalid when the admin endpoint is off
   // Shared by every listener's sluice.auth and sluice.ban; null when bans are disabled.

@@ -92,7 +92,9 @@ Server::~Server() {
   if (sigint_ != nullptr) event_free(sigint_);
   if (sigterm_ != nullptr) event_free(sigterm_);
   if (sighup_ != nullptr) event_free(sighup_);
+  if (sigusr1_ != nullptr) event_free(sigusr1_);
   admin_.reset();
+  upstream::AccessLog::get().stop();
 }
 
 absl::Status Server::start() {
@@ -158,8 +160,18 @@ absl::Status Server::start() {
   evsignal_add(sigint_, nullptr);
   evsignal_add(sigterm_, nullptr);
   sighup_ = evsignal_new(dispatcher_.base(), SIGHUP, &Server::onHangup, this);
+  sigusr1_ = evsignal_new(
+      dispatcher_.base(), SIGUSR1,
+      [](evutil_socket_t, short, void*) { upstream::AccessLog::get().reopen(); }, nullptr);
+  evsignal_add(sigusr1_, nullptr);
   evsignal_add(sighup_, nullptr);
 
+  // Before the workers: each takes a line buffer when the log is on.
+  absl::Status log = upstream::AccessLog::get().configure(config_->access_log);
+  if (!log.ok()) {
+    close_all();
+    return log;
+  }
   for (uint32_t w = 0; w < n; ++w) {
     workers_.push_back(std::make_unique<Worker>(w, config_, fds[w], [this](uint32_t index) {
       dispatcher_.post([this, index] { onWorkerExit(index); });
@@ -209,6 +221,8 @@ absl::Status Server::start() {
 void Server::run() {
   dispatcher_.run();
   for (auto& w : workers_) w->join();
+  // The workers handed over their last lines as they exited.
+  upstream::AccessLog::get().stop();
   SLUICE_LOG(Info, "stopped");
 }
 
@@ -224,6 +238,7 @@ void Server::onSignal(evutil_socket_t signal, short, void* arg) {
 }
 
 void Server::onHangup(evutil_socket_t, short, void* arg) {
+  upstream::AccessLog::get().reopen();
   std::string report;
   static_cast<Server*>(arg)->reloadCertificates(report);
 }

@@ -50,6 +50,7 @@ class Server {
   struct event* sigint_ = nullptr;
   struct event* sigterm_ = nullptr;
   struct event* sighup_ = nullptr;
+  struct event* sigusr1_ = nullptr;  // reopens the access log
   std::unique_ptr<event::Timer> drain_timer_;
   std::unique_ptr<event::Timer> memory_release_timer_;
   // How often the host's interface addresses are re-read.

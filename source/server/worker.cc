@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include <netinet/in.h>
 #include <pthread.h>
@@ -12,6 +13,8 @@
 #include "absl/strings/str_format.h"
 
 #include "source/common/common/logger.h"
+#include "source/common/upstream/access_log.h"
+#include "source/common/upstream/access_log.h"
 
 namespace sluice {
 namespace server {
@@ -368,11 +371,19 @@ void Worker::run() {
         std::make_unique<ActiveListener>(*this, config_->listeners[i], listen_fds_[i]));
     listen_fds_[i] = -1;  // the listener owns it now
   }
+  // The access log's lines of this worker gather here and leave in batches.
+  std::optional<upstream::AccessLogBuffer> access_log;
+  if (upstream::AccessLog::get().enabled()) {
+    access_log.emplace(dispatcher_);
+    access_log->install();
+  }
   dispatcher_.run();
   // Close what is left on this thread, where it was created.
   listeners_.clear();
   connections_.clear();
   pool_->closeAll();
+  // The records of the connections just closed go out with the last batch.
+  access_log.reset();
   stats::Store::bindThreadShard(nullptr);
   if (on_exit_) on_exit_(index_);
 }

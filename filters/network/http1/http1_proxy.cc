@@ -204,7 +204,8 @@ void Http1ProxyFilter::startRequest() {
   retried_ = false;
   upgrade_ = false;
   downstream_ended_ = false;
-  trace_.begin(proxy::Protocol::Http1, head.method_text, head.host, head.port, downstream().peer());
+  trace_.begin(proxy::Protocol::Http1, head.method_text, head.host, head.port, downstream().peer(),
+               head.form == http1::TargetForm::Authority ? std::string_view() : head.path);
 
   if (head.form == http1::TargetForm::Authority) {
     if (head.framing != http1::BodyFraming::None) {
@@ -592,9 +593,11 @@ void Http1ProxyFilter::onEvent(network::ConnectionEvent event) {
 
 void Http1ProxyFilter::onPeerEndWhileReadDisabled() {
   // The client left while its request waited for the filters (a lookup or a connect): nobody
-  // waits for the answer, so both are cancelled now instead of running to their timeouts. (A
-  // client that only half-closed after its request is treated the same, as nginx and Squid do.)
+  // waits for the answer, so both are cancelled now instead of running to their timeouts. A FIN
+  // behind bytes still unread (a tunnel's first bytes, a body) is a half-close: the request goes
+  // on and the FIN reaches the destination in turn.
   if (state_ != State::Filtering) return;
+  if (downstream().hasUnreadBytes(head_in_buffer_ ? head_size_ : 0)) return;
   config_->stats.rq_abandoned.inc();
   downstream().close(network::CloseType::NoFlush);
 }

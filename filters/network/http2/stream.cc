@@ -118,7 +118,8 @@ void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
     return;
   }
   trace_.begin(proxy::Protocol::Http2, info_.method_text, info_.host, info_.port,
-               parent_.downstream().peer());
+               parent_.downstream().peer(),
+               info_.kind == proxy::RequestKind::Tunnel ? std::string_view() : info_.path);
   request_ = proxy::ProxyRequest();
   request_.protocol = proxy::Protocol::Http2;
   request_.kind = info_.kind;

@@ -936,6 +936,8 @@ void Socks5Filter::onPeerEndWhileReadDisabled() {
   // The client left while its command waited for the filters (a lookup, a connect): the reply
   // has no reader, so they are cancelled now instead of running to their timeouts.
   if (state_ != State::Authorizing && state_ != State::Filtering) return;
+  // A FIN behind the tunnel's first bytes is a half-close: the command goes on.
+  if (downstream().hasUnreadBytes()) return;
   config_->stats.rq_abandoned.inc();
   downstream().close(network::CloseType::NoFlush);
 }

@@ -536,6 +536,12 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   dns->mutable_timeout()->set_seconds(5);
   dns->mutable_max_cache_ttl()->set_seconds(60);
   dns->set_cache_size(4096);
+  if (config.has_access_log()) {
+    v1::AccessLog* log = bootstrap.mutable_access_log();
+    log->set_mode(config.access_log().mode());
+    log->set_format(config.access_log().format());
+    log->set_path(config.access_log().path());
+  }
   v1::UpstreamLimits* upstream_limits = bootstrap.mutable_upstream_limits();
   upstream_limits->set_max_connections_per_client(
       config.limits().max_upstream_connections_per_client());

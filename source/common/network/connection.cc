@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -124,6 +125,12 @@ void Connection::onFileEvent(uint32_t events) {
     }
     if (read_disable_count_ == 0) onReadReady();
   }
+}
+
+bool Connection::hasUnreadBytes(size_t taken) const {
+  if (read_buffer_.length() > taken) return true;
+  int pending = 0;
+  return state_ != State::Closed && ioctl(fd_, FIONREAD, &pending) == 0 && pending > 0;
 }
 
 void Connection::setTransportSocket(TransportSocketPtr transport) {

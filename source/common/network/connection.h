@@ -123,6 +123,9 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   void setByteCounters(ConnectionByteCounters counters) { counters_ = counters; }
   // The whole-connection data delivered to the callbacks but not yet drained stays here.
   buffer::Buffer& readBuffer() { return read_buffer_; }
+  // Bytes the peer sent beyond the first `taken` of the read buffer (those its reader still
+  // holds): in the buffer or still in the kernel.
+  bool hasUnreadBytes(size_t taken = 0) const;
   // True when the socket can be handed to a RawIoHandler: plain TCP (no transport), no write
   // filter that must see the bytes, open, nothing buffered either way, no close or half-close
   // pending.

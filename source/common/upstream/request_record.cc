@@ -3,6 +3,7 @@
 #include <string>
 
 #include "source/common/common/logger.h"
+#include "source/common/upstream/access_log.h"
 #include "source/common/stats/stats.h"
 
 namespace sluice {
@@ -99,14 +100,18 @@ void emitRecord(const RequestRecord& r) {
   s.bytes_to_origin.add(r.bytes_to_origin);
   s.bytes_from_origin.add(r.bytes_from_origin);
   if (logger::enabled(LogLevel::Debug)) logger::write(LogLevel::Debug, formatRecord(r));
+  logRecord(r);
 }
 
 void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
-                         uint16_t port, const network::Address& client) {
+                         uint16_t port, const network::Address& client, std::string_view path) {
   protocol_ = protocol;
   host = host.substr(0, 1024);
+  path = path.substr(0, kMaxPathBytes);
   text_.assign(host);
+  text_.append(path);
   host_len_ = static_cast<uint16_t>(host.size());
+  path_len_ = static_cast<uint16_t>(path.size());
   method_ = staticMethod(method);
   method_len_ = 0;
   if (method_.empty()) {
@@ -135,7 +140,7 @@ void RequestTrace::routed(const proxy::ProxyRequest& request) {
 }
 
 void RequestTrace::fail(std::string_view reason, FailureKind kind) {
-  if (!open_ || text_.size() > size_t{method_len_} + host_len_) return;  // the first one counts
+  if (!open_ || text_.size() > prefixLength()) return;  // the first one counts
   text_.append(reason.empty() ? std::string_view("refused") : reason);
   failure_ = kind;
 }
@@ -160,7 +165,8 @@ RequestRecord RequestTrace::record(std::string_view listener, event::MonotonicTi
   r.client = client_;
   const std::string_view text = text_;
   r.host = text.substr(0, host_len_);
-  r.method = method_len_ == 0 ? method_ : text.substr(host_len_, method_len_);
+  r.path = text.substr(host_len_, path_len_);
+  r.method = method_len_ == 0 ? method_ : text.substr(size_t{host_len_} + path_len_, method_len_);
   r.port = port_;
   r.status = status_;
   r.bytes_to_origin = to_origin_;
@@ -172,7 +178,7 @@ RequestRecord RequestTrace::record(std::string_view listener, event::MonotonicTi
   }
   r.total = std::chrono::duration_cast<std::chrono::microseconds>(now - start_);
   r.upstream = upstream_;
-  r.denial = text.substr(size_t{method_len_} + host_len_);
+  r.denial = text.substr(prefixLength());
   r.failure = failure_;
   return r;
 }

@@ -23,6 +23,7 @@ struct RequestRecord {
   std::string_view method;  // the HTTP method, or the SOCKS5 command ("connect", "bind", ...)
   std::string_view host;    // the target as the client named it
   uint16_t port = 0;
+  std::string_view path;    // an HTTP request's path (empty for tunnels and SOCKS5)
   // The HTTP status sent to the client (0: none, the client left first), or the SOCKS5 reply.
   uint16_t status = 0;
   uint64_t bytes_to_origin = 0;    // bytes written to the destination (heads included)
@@ -51,7 +52,7 @@ std::string formatRecord(const RequestRecord& record);
 class RequestTrace {
  public:
   void begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
-             uint16_t port, const network::Address& client);
+             uint16_t port, const network::Address& client, std::string_view path = {});
   bool open() const { return open_; }
   // What the request filters found: the key's name, the lookup and connect times, where the
   // router connected.
@@ -70,12 +71,13 @@ class RequestTrace {
   RequestRecord record(std::string_view listener, event::MonotonicTime now) const;
 
  private:
-  // The host, then the denial reason (one string, its capacity kept across requests); the
-  // method points at a static name when it is a known one, else into text_ after the host.
+  // The host, the path, then the denial reason (one string, its capacity kept across requests);
+  // the method points at a static name when it is a known one, else into text_ after the path.
   std::string text_;
   std::string_view method_;
   uint16_t method_len_ = 0;  // of a method copied into text_ (0: method_ is static)
   uint16_t host_len_ = 0;
+  uint16_t path_len_ = 0;
   std::string_view key_;
   network::Address client_;
   network::Address upstream_;
@@ -91,6 +93,10 @@ class RequestTrace {
   FailureKind failure_ = FailureKind::None;
   bool open_ = false;
   bool has_first_byte_ = false;
+
+  // The longest path a record keeps (a longer one is cut).
+  static constexpr size_t kMaxPathBytes = 2048;
+  size_t prefixLength() const { return size_t{host_len_} + path_len_ + method_len_; }
 };
 
 }  // namespace upstream
