@@ -26,13 +26,15 @@ build_pkgs=(
   libyaml-cpp-dev
 )
 # python3-yaml lets the integration tests edit the full form printed by `sluice config expand`;
-# libclang-rt-14-dev holds libFuzzer and the sanitizer runtimes for the fuzz build.
+# libclang-rt-14-dev holds libFuzzer and the sanitizer runtimes for the fuzz build; calamaris
+# (a Squid log analyser) reads the access log in its squid format.
 test_pkgs=(
   curl nginx-light wrk python3-pytest python3-requests python3-yaml openssl clang libclang-rt-14-dev
   python3-prometheus-client python3-h2 python3-websocket python3-socks python3-python-socks
   nghttp2-client chromium
   libnss3-tools
   squid dante-server
+  calamaris
 )
 
 bench_pkgs=(curl nginx-light squid wrk openssl)

@@ -127,6 +127,14 @@ limits:
   # A CONNECT tunnel with no bytes either way is closed after this.
   tunnel_idle_timeout: 300s
 
+# One line per request, tunnel and SOCKS5 command: off, errors (refused or failed) or all; as
+# json or squid (Squid's native format, for the tools that read Squid logs); to a file
+# (reopened on SIGUSR1 and SIGHUP, for logrotate) or "-" for standard output.
+access_log:
+  mode: off
+  format: json
+  path: "-"
+
 # The HTTPS proxy port: the one to expose beyond this machine, since keys then never cross
 # the network in clear text. Same auth, bans, destinations and limits as the plain port.
 # tls:

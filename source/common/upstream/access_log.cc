@@ -51,14 +51,6 @@ void appendJsonString(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
-void appendAddress(std::string& out, const network::Address& a) {
-  if (!a.valid()) {
-    out.push_back('-');
-    return;
-  }
-  out.append(a.asString());
-}
-
 // For a field that may be absent: "-" in Squid's format.
 std::string_view orDash(std::string_view s) { return s.empty() ? std::string_view("-") : s; }
 
@@ -153,7 +145,7 @@ void appendJsonLine(std::string& out, const RequestRecord& r, int64_t now_ms) {
   out.append("{\"time\":\"");
   appendTime(out, now_ms);
   out.append("\",\"client\":\"");
-  appendAddress(out, r.client);
+  if (r.client.valid()) out.append(r.client.asString());
   out.append("\",\"key\":");
   appendJsonString(out, r.key);
   out.append(",\"protocol\":\"");
@@ -183,7 +175,7 @@ void appendJsonLine(std::string& out, const RequestRecord& r, int64_t now_ms) {
   out.append(",\"total_us\":");
   appendMicros(out, r.total);
   out.append(",\"upstream\":\"");
-  appendAddress(out, r.upstream);
+  if (r.upstream.valid()) out.append(r.upstream.asString());
   out.append("\",\"failure\":\"");
   out.append(failureName(r.failure));
   out.append("\",\"denial\":");
@@ -305,8 +297,7 @@ void AccessLog::reopen() {
 
 bool AccessLog::submit(std::string&& batch, uint32_t records) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (stopping_ || !writer_.joinable() ||
-      queued_bytes_ + batch.size() > max_pending_bytes_) {
+  if (stopping_ || !writer_.joinable() || queued_bytes_ + batch.size() > max_pending_bytes_) {
     dropped_.add(records);
     return false;
   }

@@ -3,8 +3,8 @@
 #include <string>
 
 #include "source/common/common/logger.h"
-#include "source/common/upstream/access_log.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/access_log.h"
 
 namespace sluice {
 namespace upstream {

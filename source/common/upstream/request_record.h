@@ -23,7 +23,7 @@ struct RequestRecord {
   std::string_view method;  // the HTTP method, or the SOCKS5 command ("connect", "bind", ...)
   std::string_view host;    // the target as the client named it
   uint16_t port = 0;
-  std::string_view path;    // an HTTP request's path (empty for tunnels and SOCKS5)
+  std::string_view path;  // an HTTP request's path (empty for tunnels and SOCKS5)
   // The HTTP status sent to the client (0: none, the client left first), or the SOCKS5 reply.
   uint16_t status = 0;
   uint64_t bytes_to_origin = 0;    // bytes written to the destination (heads included)
