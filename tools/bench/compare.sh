@@ -4,7 +4,7 @@
 # "CPU" is the proxy's own user+system time (from /proc/<pid>/stat) divided by requests served.
 #
 #   tools/bench/compare.sh [--size 1k|10k|1m] [--duration 10] [--connections 64] [--close]
-#                          [--only sluice|nginx|squid]
+#                          [--only sluice|nginx|squid] [--access-log json|squid]
 #
 # --close sends "Connection: close": every request on a new client connection (origin
 # connections stay pooled where the proxy pools them).
@@ -20,6 +20,7 @@ DURATION=10
 CONNS=64
 CLOSE=0
 ONLY=""
+ACCESS_LOG=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) SIZE=$2; shift 2 ;;
@@ -27,6 +28,7 @@ while [ $# -gt 0 ]; do
     --connections) CONNS=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
     --close) CLOSE=1; shift ;;
+    --access-log) ACCESS_LOG=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -130,6 +132,11 @@ admin:
 destinations:
   allow: ["127.0.0.1/32"]   # the origin is on loopback, which the guard refuses by default
 YAML
+  if [ -n "${ACCESS_LOG:-}" ]; then
+    # Every request logged, to a file: what the access log costs per request.
+    printf 'access_log:\n  mode: all\n  format: %s\n  path: %s\n' "$ACCESS_LOG" \
+      "$WORK/access.log" >> "$WORK/sluice.yaml"
+  fi
   taskset -c 0 "$SLUICE" run -c "$WORK/sluice.yaml" 2>"$WORK/sluice.log" &
   PIDS+=($!)
   SPID=$!

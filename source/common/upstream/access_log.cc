@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -19,40 +20,151 @@ namespace {
 
 thread_local AccessLogBuffer* t_buffer = nullptr;
 
-void appendNumber(std::string& out, int64_t n) {
-  char digits[24];
-  const auto r = std::to_chars(digits, digits + sizeof(digits), n);
-  out.append(digits, static_cast<size_t>(r.ptr - digits));
-}
+// Writes one line into memory sized for it beforehand (see lineBound), with no check per byte
+// and no temporary strings: the access log's cost per request is mostly this.
+class LineWriter {
+ public:
+  explicit LineWriter(char* at) : begin_(at), p_(at) {}
+  size_t size() const { return static_cast<size_t>(p_ - begin_); }
 
-// Durations: microseconds, or -1 for a step that did not happen.
-void appendMicros(std::string& out, std::chrono::microseconds d) {
-  appendNumber(out, d.count() < 0 ? -1 : d.count());
-}
+  void put(char c) { *p_++ = c; }
+  void put(std::string_view s) {
+    memcpy(p_, s.data(), s.size());
+    p_ += s.size();
+  }
+  void number(int64_t n) { p_ = std::to_chars(p_, p_ + 24, n).ptr; }
+  // Durations: microseconds, or -1 for a step that did not happen.
+  void micros(std::chrono::microseconds d) { number(d.count() < 0 ? -1 : d.count()); }
+  void digits3(int n) {
+    put(static_cast<char>('0' + n / 100 % 10));
+    put(static_cast<char>('0' + n / 10 % 10));
+    put(static_cast<char>('0' + n % 10));
+  }
 
-// A JSON string. Bytes outside printable ASCII (control bytes, and anything a client sent that
-// is not ASCII) are written as \u00XX, so every line is valid JSON and valid UTF-8.
-void appendJsonString(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out.push_back('"');
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (u < 0x20 || u >= 0x7f) {
-      out.append("\\u00");
-      out.push_back(kHex[u >> 4]);
-      out.push_back(kHex[u & 15]);
-    } else {
-      out.push_back(c);
+  // JSON string content. Bytes outside printable ASCII (control bytes, and anything a client
+  // sent that is not ASCII) become \u00XX, so every line is valid JSON and valid UTF-8.
+  void jsonEscaped(std::string_view s) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (char c : s) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u >= 0x20 && u < 0x7f && u != '"' && u != '\\') {
+        *p_++ = c;
+      } else if (u == '"' || u == '\\') {
+        *p_++ = '\\';
+        *p_++ = c;
+      } else {
+        put(std::string_view("\\u00"));
+        *p_++ = kHex[u >> 4];
+        *p_++ = kHex[u & 15];
+      }
     }
   }
-  out.push_back('"');
+  void jsonString(std::string_view s) {
+    put('"');
+    jsonEscaped(s);
+    put('"');
+  }
+  // Squid's fields are separated by spaces: spaces and control bytes in one would shift the
+  // columns, so they become '%'.
+  void token(std::string_view s) {
+    if (s.empty()) {
+      put('-');
+      return;
+    }
+    for (char c : s) {
+      const auto u = static_cast<unsigned char>(c);
+      *p_++ = u <= 0x20 || u >= 0x7f ? '%' : c;
+    }
+  }
+
+  // "1.2.3.4" (formatted here: inet_ntop goes through sprintf) or an IPv6 address.
+  void ip(const network::Address& a) {
+    if (a.family() == AF_INET) {
+      const uint32_t v = ntohl(a.v4().sin_addr.s_addr);
+      number(v >> 24);
+      put('.');
+      number(v >> 16 & 255);
+      put('.');
+      number(v >> 8 & 255);
+      put('.');
+      number(v & 255);
+    } else if (a.family() == AF_INET6) {
+      char text[INET6_ADDRSTRLEN];
+      if (inet_ntop(AF_INET6, &a.v6().sin6_addr, text, sizeof(text)) != nullptr) put(text);
+    }
+  }
+  // "1.2.3.4:80" or "[::1]:80"; nothing when there is no address.
+  void address(const network::Address& a) {
+    if (!a.valid()) return;
+    const bool v6 = a.family() == AF_INET6;
+    if (v6) put('[');
+    ip(a);
+    if (v6) put(']');
+    put(':');
+    number(a.port());
+  }
+  // host:port, brackets around an IPv6 literal; `escape` for JSON, else as a Squid token.
+  void target(const RequestRecord& r, bool json) {
+    const bool v6 = r.host.find(':') != std::string_view::npos;
+    if (v6) put('[');
+    if (json) {
+      jsonEscaped(r.host);
+    } else {
+      token(r.host);
+    }
+    if (v6) put(']');
+    put(':');
+    number(r.port);
+  }
+
+  // "2026-12-01T16:10:00.123Z"; the part up to the second is formatted once per second.
+  void time(int64_t now_ms) {
+    thread_local int64_t cached_second = -1;
+    thread_local char cached[24];
+    thread_local size_t cached_len = 0;
+    const int64_t second = now_ms / 1000;
+    if (second != cached_second) {
+      const time_t t = static_cast<time_t>(second);
+      tm parts{};
+      gmtime_r(&t, &parts);
+      cached_len = strftime(cached, sizeof(cached), "%Y-%m-%dT%H:%M:%S", &parts);
+      cached_second = second;
+    }
+    put(std::string_view(cached, cached_len));
+    put('.');
+    digits3(static_cast<int>(now_ms % 1000));
+    put('Z');
+  }
+
+ private:
+  char* begin_;
+  char* p_;
+};
+
+// Most bytes a line of this record can take: every text field escaped at 6 bytes a byte.
+size_t lineBound(const RequestRecord& r) {
+  return 512 + 6 * (r.listener.size() + r.key.size() + r.method.size() + r.host.size() +
+                    r.path.size() + r.denial.size());
 }
 
-// For a field that may be absent: "-" in Squid's format.
-std::string_view orDash(std::string_view s) { return s.empty() ? std::string_view("-") : s; }
+// Formats with `fill` into `out`, through a per-thread scratch area (a line is appended in one
+// piece, so `out` keeps its reserved capacity and never sees a partial line).
+template <typename Fill>
+void appendLine(std::string& out, const RequestRecord& r, Fill fill) {
+  static constexpr size_t kScratch = 32 * 1024;
+  thread_local std::unique_ptr<char[]> scratch(new char[kScratch]);
+  const size_t bound = lineBound(r);
+  if (bound <= kScratch) {
+    LineWriter w(scratch.get());
+    fill(w);
+    out.append(scratch.get(), w.size());
+    return;
+  }
+  std::unique_ptr<char[]> large(new char[bound]);
+  LineWriter w(large.get());
+  fill(w);
+  out.append(large.get(), w.size());
+}
 
 const char* protocolName(proxy::Protocol p) {
   switch (p) {
@@ -64,38 +176,6 @@ const char* protocolName(proxy::Protocol p) {
       return "socks5";
   }
   return "unknown";
-}
-
-// host:port, with brackets around an IPv6 literal.
-void appendTarget(std::string& out, const RequestRecord& r) {
-  if (r.host.empty()) {
-    out.push_back('-');
-    return;
-  }
-  const bool v6 = r.host.find(':') != std::string_view::npos;
-  if (v6) out.push_back('[');
-  out.append(r.host);
-  if (v6) out.push_back(']');
-  out.push_back(':');
-  appendNumber(out, r.port);
-}
-
-// "2026-12-01T16:10:00.123Z"; the part up to the second is formatted once per second.
-void appendTime(std::string& out, int64_t now_ms) {
-  thread_local int64_t cached_second = -1;
-  thread_local char cached[24];
-  const int64_t second = now_ms / 1000;
-  if (second != cached_second) {
-    const time_t t = static_cast<time_t>(second);
-    tm parts{};
-    gmtime_r(&t, &parts);
-    strftime(cached, sizeof(cached), "%Y-%m-%dT%H:%M:%S", &parts);
-    cached_second = second;
-  }
-  out.append(cached);
-  char ms[8];
-  snprintf(ms, sizeof(ms), ".%03dZ", static_cast<int>(now_ms % 1000));
-  out.append(ms);
 }
 
 uint16_t socksStatus(uint16_t reply, bool served) {
@@ -142,97 +222,103 @@ bool parseAccessLogFormat(std::string_view name, AccessLogFormat& out) {
 }
 
 void appendJsonLine(std::string& out, const RequestRecord& r, int64_t now_ms) {
-  out.append("{\"time\":\"");
-  appendTime(out, now_ms);
-  out.append("\",\"client\":\"");
-  if (r.client.valid()) out.append(r.client.asString());
-  out.append("\",\"key\":");
-  appendJsonString(out, r.key);
-  out.append(",\"protocol\":\"");
-  out.append(protocolName(r.protocol));
-  out.append("\",\"listener\":");
-  appendJsonString(out, r.listener);
-  out.append(",\"method\":");
-  appendJsonString(out, r.method);
-  out.append(",\"target\":");
-  std::string target;
-  appendTarget(target, r);
-  appendJsonString(out, target);
-  out.append(",\"path\":");
-  appendJsonString(out, r.path);
-  out.append(",\"status\":");
-  appendNumber(out, r.status);
-  out.append(",\"bytes_to_origin\":");
-  appendNumber(out, static_cast<int64_t>(r.bytes_to_origin));
-  out.append(",\"bytes_from_origin\":");
-  appendNumber(out, static_cast<int64_t>(r.bytes_from_origin));
-  out.append(",\"resolve_us\":");
-  appendMicros(out, r.resolve);
-  out.append(",\"connect_us\":");
-  appendMicros(out, r.connect);
-  out.append(",\"first_byte_us\":");
-  appendMicros(out, r.first_byte);
-  out.append(",\"total_us\":");
-  appendMicros(out, r.total);
-  out.append(",\"upstream\":\"");
-  if (r.upstream.valid()) out.append(r.upstream.asString());
-  out.append("\",\"failure\":\"");
-  out.append(failureName(r.failure));
-  out.append("\",\"denial\":");
-  appendJsonString(out, r.denial);
-  out.append("}\n");
+  appendLine(out, r, [&](LineWriter& w) {
+    w.put("{\"time\":\"");
+    w.time(now_ms);
+    w.put("\",\"client\":\"");
+    w.address(r.client);
+    w.put("\",\"key\":");
+    w.jsonString(r.key);
+    w.put(",\"protocol\":\"");
+    w.put(protocolName(r.protocol));
+    w.put("\",\"listener\":");
+    w.jsonString(r.listener);
+    w.put(",\"method\":");
+    w.jsonString(r.method);
+    w.put(",\"target\":\"");
+    if (r.host.empty()) {
+      w.put('-');
+    } else {
+      w.target(r, true);
+    }
+    w.put("\",\"path\":");
+    w.jsonString(r.path);
+    w.put(",\"status\":");
+    w.number(r.status);
+    w.put(",\"bytes_to_origin\":");
+    w.number(static_cast<int64_t>(r.bytes_to_origin));
+    w.put(",\"bytes_from_origin\":");
+    w.number(static_cast<int64_t>(r.bytes_from_origin));
+    w.put(",\"resolve_us\":");
+    w.micros(r.resolve);
+    w.put(",\"connect_us\":");
+    w.micros(r.connect);
+    w.put(",\"first_byte_us\":");
+    w.micros(r.first_byte);
+    w.put(",\"total_us\":");
+    w.micros(r.total);
+    w.put(",\"upstream\":\"");
+    w.address(r.upstream);
+    w.put("\",\"failure\":\"");
+    w.put(failureName(r.failure));
+    w.put("\",\"denial\":");
+    w.jsonString(r.denial);
+    w.put("}\n");
+  });
 }
 
 void appendSquidLine(std::string& out, const RequestRecord& r, int64_t now_ms) {
   // %ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm %ru %[un %Sh/%<a %mt (Squid's "squid" logformat).
-  char head[48];
-  snprintf(head, sizeof(head), "%lld.%03d %6lld ", static_cast<long long>(now_ms / 1000),
-           static_cast<int>(now_ms % 1000), static_cast<long long>(r.total.count() / 1000));
-  out.append(head);
-  out.append(r.client.valid() ? r.client.ipString() : std::string("-"));
-  out.push_back(' ');
-  // Squid's result codes: a tunnel or a relayed request; refused before any destination was
-  // reached (TCP_DENIED), or failed after (TCP_MISS_ABORTED). A SOCKS5 reply is shown as the
-  // HTTP status Squid would have logged for it.
-  uint16_t status = r.status;
-  if (r.protocol == proxy::Protocol::Socks5) status = socksStatus(r.status, r.denial.empty());
-  if (r.denial.empty()) {
-    out.append(isTunnel(r) ? "TCP_TUNNEL" : "TCP_MISS");
-  } else {
-    out.append(r.upstream.valid() ? "TCP_MISS_ABORTED" : "TCP_DENIED");
-  }
-  char code[8];
-  snprintf(code, sizeof(code), "/%03d ", static_cast<int>(status % 1000));
-  out.append(code);
-  appendNumber(out, static_cast<int64_t>(r.bytes_from_origin));
-  out.push_back(' ');
-  // Squid's fields are separated by spaces: any in a client's text would shift the columns.
-  auto appendToken = [&out](std::string_view s) {
-    if (s.empty()) {
-      out.push_back('-');
-      return;
+  appendLine(out, r, [&](LineWriter& w) {
+    w.number(now_ms / 1000);
+    w.put('.');
+    w.digits3(static_cast<int>(now_ms % 1000));
+    w.put(' ');
+    const int64_t elapsed_ms = r.total.count() / 1000;
+    for (int64_t width = 100000; width > 1 && elapsed_ms < width; width /= 10) w.put(' ');
+    w.number(elapsed_ms);
+    w.put(' ');
+    if (r.client.valid()) {
+      w.ip(r.client);
+    } else {
+      w.put('-');
     }
-    for (char c : s) {
-      const auto u = static_cast<unsigned char>(c);
-      out.push_back(u <= 0x20 || u >= 0x7f ? '%' : c);
+    w.put(' ');
+    // Squid's result codes: a tunnel or a relayed request; refused before any destination was
+    // reached (TCP_DENIED), or failed after (TCP_MISS_ABORTED). A SOCKS5 reply is shown as the
+    // HTTP status Squid would have logged for it.
+    uint16_t status = r.status;
+    if (r.protocol == proxy::Protocol::Socks5) status = socksStatus(r.status, r.denial.empty());
+    if (r.denial.empty()) {
+      w.put(isTunnel(r) ? "TCP_TUNNEL/" : "TCP_MISS/");
+    } else {
+      w.put(r.upstream.valid() ? "TCP_MISS_ABORTED/" : "TCP_DENIED/");
     }
-  };
-  appendToken(r.protocol == proxy::Protocol::Socks5 ? std::string_view("CONNECT") : r.method);
-  out.push_back(' ');
-  std::string url;
-  if (isTunnel(r)) {
-    appendTarget(url, r);
-  } else if (!r.host.empty()) {
-    url = "http://";
-    appendTarget(url, r);
-    url.append(r.path.empty() ? std::string_view("/") : r.path);
-  }
-  appendToken(url);
-  out.push_back(' ');
-  appendToken(orDash(r.key));
-  out.append(r.upstream.valid() ? " HIER_DIRECT/" : " HIER_NONE/");
-  out.append(r.upstream.valid() ? r.upstream.ipString() : std::string("-"));
-  out.append(" -\n");
+    w.digits3(status % 1000);
+    w.put(' ');
+    w.number(static_cast<int64_t>(r.bytes_from_origin));
+    w.put(' ');
+    w.token(r.protocol == proxy::Protocol::Socks5 ? std::string_view("CONNECT") : r.method);
+    w.put(' ');
+    if (r.host.empty()) {
+      w.put('-');
+    } else if (isTunnel(r)) {
+      w.target(r, false);
+    } else {
+      w.put("http://");
+      w.target(r, false);
+      w.token(r.path.empty() ? std::string_view("/") : r.path);
+    }
+    w.put(' ');
+    w.token(r.key);
+    if (r.upstream.valid()) {
+      w.put(" HIER_DIRECT/");
+      w.ip(r.upstream);
+    } else {
+      w.put(" HIER_NONE/-");
+    }
+    w.put(" -\n");
+  });
 }
 
 // ---- AccessLog
