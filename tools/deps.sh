@@ -27,10 +27,12 @@ build_pkgs=(
 )
 # python3-yaml lets the integration tests edit the full form printed by `sluice config expand`;
 # libclang-rt-14-dev holds libFuzzer and the sanitizer runtimes for the fuzz build; calamaris
-# (a Squid log analyser) reads the access log in its squid format.
+# (a Squid log analyser) reads the access log in its squid format; prometheus is the only
+# package with promtool, which checks /stats/prometheus (where systemd runs, the package also
+# starts a Prometheus server: `systemctl disable --now prometheus`).
 test_pkgs=(
   curl nginx-light wrk python3-pytest python3-requests python3-yaml openssl clang libclang-rt-14-dev
-  python3-prometheus-client python3-h2 python3-websocket python3-socks python3-python-socks
+  python3-prometheus-client prometheus python3-h2 python3-websocket python3-socks python3-python-socks
   nghttp2-client chromium
   libnss3-tools
   squid dante-server

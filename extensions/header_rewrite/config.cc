@@ -54,7 +54,8 @@ class HeaderRewriteFactory : public FactoryBase<RequestFilterFactory, v1::Header
       config->add.emplace_back(h.name(), h.value());
     }
     config->replace = proto.replace();
-    config->rewritten = stats::Store::get().counter("header_rewrite.rq_rewritten");
+    config->rewritten = stats::Store::get().counter("header_rewrite.rq_rewritten",
+                                                    "Requests the header_rewrite filter rewrote.");
     HeaderRewriteConfigSharedPtr shared = std::move(config);
     return proxy::RequestFilterFactoryCb([shared](proxy::RequestFilterChain& chain) {
       chain.addFilter(std::make_unique<HeaderRewriteFilter>(shared));

@@ -350,7 +350,10 @@ void Admin::handle(evhttp_request* request) {
   if (path != "/health" && path != "/ready" &&
       !hostAllowed(evhttp_find_header(evhttp_request_get_input_headers(request), "Host"))) {
     // Registered on first use: the stats listing stays as it was until a refusal happens.
-    stats::Store::get().counter("admin.host_refused").inc();
+    stats::Store::get()
+        .counter("admin.host_refused",
+                 "Admin requests refused for a Host that is not the admin address (421).")
+        .inc();
     send(request, text(421, "Host is not this admin endpoint's address\n"));
     return;
   }

@@ -33,19 +33,26 @@ const FilterChainConfig* ListenerConfig::match(const network::SocketFacts& facts
 namespace {
 
 ListenerStats makeListenerStats(const std::string& name) {
-  stats::Store& store = stats::Store::get();
-  std::string p = absl::StrFormat("listener.%s.", stats::sanitizeNamePart(name));
+  const stats::Scope scope("listener", "listener", name);
   ListenerStats s;
-  s.downstream_cx_total = store.counter(p + "downstream_cx_total");
-  s.downstream_cx_active = store.gauge(p + "downstream_cx_active");
-  s.downstream_cx_refused = store.counter(p + "downstream_cx_refused");
-  s.downstream_cx_no_chain = store.counter(p + "downstream_cx_no_chain");
-  s.downstream_listener_filter_timeout = store.counter(p + "downstream_listener_filter_timeout");
-  s.downstream_accept_error = store.counter(p + "downstream_accept_error");
-  s.downstream_cx_overflow = store.counter(p + "downstream_cx_overflow");
-  s.downstream_cx_per_client_overflow = store.counter(p + "downstream_cx_per_client_overflow");
-  s.downstream_bytes_rx = store.counter(p + "downstream_bytes_rx");
-  s.downstream_bytes_tx = store.counter(p + "downstream_bytes_tx");
+  s.downstream_cx_total = scope.counter("downstream_cx_total", "Client connections accepted.");
+  s.downstream_cx_active = scope.gauge("downstream_cx_active", "Client connections open.");
+  s.downstream_cx_refused =
+      scope.counter("downstream_cx_refused", "Client connections closed by a listener filter.");
+  s.downstream_cx_no_chain =
+      scope.counter("downstream_cx_no_chain", "Client connections no filter chain matched.");
+  s.downstream_listener_filter_timeout =
+      scope.counter("downstream_listener_filter_timeout",
+                    "Client connections whose listener filters did not finish in time.");
+  s.downstream_accept_error =
+      scope.counter("downstream_accept_error", "accept(2) failures, EMFILE and ENFILE included.");
+  s.downstream_cx_overflow = scope.counter(
+      "downstream_cx_overflow", "Client connections refused at accept over max_connections.");
+  s.downstream_cx_per_client_overflow =
+      scope.counter("downstream_cx_per_client_overflow",
+                    "Client connections refused at accept over max_connections_per_client.");
+  s.downstream_bytes_rx = scope.counter("downstream_bytes_rx", "Bytes read from clients.");
+  s.downstream_bytes_tx = scope.counter("downstream_bytes_tx", "Bytes written to clients.");
   return s;
 }
 

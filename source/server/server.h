@@ -57,14 +57,18 @@ class Server {
   static constexpr std::chrono::seconds kHostAddressInterval{2};
   std::unique_ptr<event::Timer> host_address_timer_;
   size_t host_address_count_ = 0;
-  stats::Gauge host_addresses_ = stats::Store::get().gauge("server.host_addresses");
-  stats::Counter host_address_changes_ = stats::Store::get().counter("server.host_address_changes");
+  stats::Gauge host_addresses_ = stats::Store::get().gauge(
+      "server.host_addresses",
+      "Addresses of this host (what the destination guard refuses as sluice itself).");
+  stats::Counter host_address_changes_ = stats::Store::get().counter(
+      "server.host_address_changes", "Changes seen in the host's addresses.");
   std::chrono::steady_clock::time_point started_at_;
   uint32_t workers_exited_ = 0;
   bool running_ = false;
   bool draining_ = false;
   // Trims that handed memory back (malloc_trim returned 1).
-  stats::Counter memory_released_ = stats::Store::get().counter("server.memory_released");
+  stats::Counter memory_released_ = stats::Store::get().counter(
+      "server.memory_released", "Trims that handed free heap memory back to the system.");
 };
 
 // A listening TCP socket with SO_REUSEPORT (several per address: one per worker).

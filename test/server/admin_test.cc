@@ -229,14 +229,16 @@ TEST_F(AdminTest, StatsBadQuery) {
 
 TEST_F(AdminTest, Prometheus) {
   stats::Store& store = stats::Store::get();
-  store.counter("auth.denied").add(3);
-  store.gauge("worker.0.downstream_cx_active").add(2);
+  store.counter("auth.denied", "Requests denied.").add(3);
+  stats::Scope("listener", "listener", "http").gauge("downstream_cx_active", "Open.").add(2);
 
   const std::string expected =
-      "# TYPE sluice_auth_denied counter\n"
-      "sluice_auth_denied 3\n"
-      "# TYPE sluice_worker_0_downstream_cx_active gauge\n"
-      "sluice_worker_0_downstream_cx_active 2\n";
+      "# HELP sluice_auth_denied_total Requests denied.\n"
+      "# TYPE sluice_auth_denied_total counter\n"
+      "sluice_auth_denied_total 3\n"
+      "# HELP sluice_listener_downstream_cx_active Open.\n"
+      "# TYPE sluice_listener_downstream_cx_active gauge\n"
+      "sluice_listener_downstream_cx_active{listener=\"http\"} 2\n";
   Response r = get("/stats/prometheus");
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.headers["content-type"], kPrometheus);

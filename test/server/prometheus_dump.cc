@@ -6,14 +6,22 @@
 #include "source/common/stats/stats.h"
 
 int main() {
+  using sluice::stats::Label;
+  using sluice::stats::Scope;
   using sluice::stats::Store;
   Store& store = Store::get();
-  store.counter("listener.http.downstream_cx_total").add(12);
-  store.counter("http1.http.rq_total").add(40);
-  store.counter("auth.denied").add(3);  // A counter whose name lacks "_total".
+  const Scope http("listener", "listener", "http");
+  http.counter("downstream_cx_total", "Client connections accepted.").add(12);
+  Scope("listener", "listener", "we\"ird\\name\n").counter("downstream_cx_total", "").add(1);
+  const Scope chain("http1", "chain", "http");
+  chain.counter("rq_total", "Request heads parsed.").add(40);
+  chain.counter("rs_2xx", "rs", Label{"class", "2xx"}, "Responses, by class.").add(7);
+  chain.counter("rs_5xx", "rs", Label{"class", "5xx"}, "Responses, by class.");
+  store.counter("auth.denied", "Requests denied.").add(3);  // A counter whose name lacks "_total".
   store.counter("dns:cache-hits").add(5);
-  store.gauge("worker.0.downstream_cx_active").add(-2);  // Shards can net negative.
-  store.gauge("worker.1.downstream_cx_active").add(4);
+  http.gauge("downstream_cx_active", "Client connections open.")
+      .add(-2);  // Shards can net negative.
+  Scope("listener", "listener", "socks5").gauge("downstream_cx_active", "").add(4);
   store.counter("never.touched");
   // Two names that sanitize to the same metric.
   store.counter("a.b").add(1);

@@ -9,16 +9,21 @@ import sys
 from prometheus_client.parser import text_string_to_metric_families
 
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*",?)*\})? (-?[0-9]+)\Z')
+WEIRD = 'we"ird\\name\n'
 EXPECTED = {
-    "sluice_listener_http_downstream_cx_total": ("counter", 12),
-    "sluice_http1_http_rq_total": ("counter", 42),
-    "sluice_auth_denied": ("counter", 3),
-    "sluice_dns_cache_hits": ("counter", 5),
-    "sluice_worker_0_downstream_cx_active": ("gauge", -2),
-    "sluice_worker_1_downstream_cx_active": ("gauge", 4),
-    "sluice_never_touched": ("counter", 0),
-    "sluice_a_b": ("counter", 1),
-    "sluice_a_b_2": ("counter", 2),
+    ("sluice_listener_downstream_cx_total", (("listener", "http"),)): ("counter", 12),
+    ("sluice_listener_downstream_cx_total", (("listener", WEIRD),)): ("counter", 1),
+    ("sluice_http1_rq_total", (("chain", "http"),)): ("counter", 42),
+    ("sluice_http1_rs_total", (("chain", "http"), ("class", "2xx"))): ("counter", 7),
+    ("sluice_http1_rs_total", (("chain", "http"), ("class", "5xx"))): ("counter", 0),
+    ("sluice_auth_denied_total", ()): ("counter", 3),
+    ("sluice_dns_cache_hits_total", ()): ("counter", 5),
+    ("sluice_listener_downstream_cx_active", (("listener", "http"),)): ("gauge", -2),
+    ("sluice_listener_downstream_cx_active", (("listener", "socks5"),)): ("gauge", 4),
+    ("sluice_never_touched_total", ()): ("counter", 0),
+    ("sluice_a_b_total", ()): ("counter", 1),
+    ("sluice_a_b_2_total", ()): ("counter", 2),
 }
 
 
@@ -27,34 +32,50 @@ def fail(message):
     sys.exit(1)
 
 
+def unescape(value):
+    return re.sub(r'\\(.)', lambda m: {"n": "\n"}.get(m.group(1), m.group(1)), value)
+
+
 def check_lines(text):
-    """Line-level rules the lenient client parser does not enforce."""
+    """Line-level rules the lenient client parser does not enforce: one HELP then one TYPE per
+    family, right before its samples, no family twice."""
     if not text.endswith("\n"):
         fail("exposition does not end with a newline")
+    helped = set()
     typed = {}
+    current = None
     samples = {}
     for number, line in enumerate(text.split("\n")[:-1], 1):
-        if line.startswith("# TYPE "):
+        if line.startswith("# HELP "):
+            parts = line.split(" ", 3)
+            if len(parts) != 4 or not NAME.match(parts[2]) or not parts[3]:
+                fail("line %d: bad HELP line %r" % (number, line))
+            if parts[2] in helped:
+                fail("line %d: second HELP for %s" % (number, parts[2]))
+            helped.add(parts[2])
+            current = parts[2]
+        elif line.startswith("# TYPE "):
             parts = line.split(" ")
-            if len(parts) != 4 or not NAME.match(parts[2]) or parts[3] not in ("counter", "gauge"):
-                fail("line %d: bad TYPE line %r" % (number, line))
+            if len(parts) != 4 or parts[2] != current or parts[3] not in ("counter", "gauge"):
+                fail("line %d: bad TYPE line %r (not right after its HELP)" % (number, line))
             if parts[2] in typed:
                 fail("line %d: second TYPE for %s" % (number, parts[2]))
             typed[parts[2]] = parts[3]
         elif line.startswith("#"):
             fail("line %d: unexpected comment %r" % (number, line))
         else:
-            parts = line.split(" ")
-            if len(parts) != 2 or not NAME.match(parts[0]):
+            m = SAMPLE.match(line)
+            if not m:
                 fail("line %d: bad sample line %r" % (number, line))
-            if parts[0] not in typed:
-                fail("line %d: sample %s before its TYPE line" % (number, parts[0]))
-            if parts[0] in samples:
-                fail("line %d: duplicate sample %s" % (number, parts[0]))
-            try:
-                samples[parts[0]] = (typed[parts[0]], int(parts[1]))
-            except ValueError:
-                fail("line %d: value is not an integer: %r" % (number, line))
+            name = m.group(1)
+            if name != current or name not in typed:
+                fail("line %d: sample %s outside its family" % (number, name))
+            labels = tuple((k, unescape(v)) for k, v in
+                           re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"',
+                                      m.group(2) or ""))
+            if (name, labels) in samples:
+                fail("line %d: duplicate sample %r" % (number, line))
+            samples[(name, labels)] = (typed[name], int(m.group(3)))
     return samples
 
 
@@ -65,21 +86,19 @@ def main():
         fail("samples differ:\n got %r\nwant %r" % (samples, EXPECTED))
 
     # The client parser keeps counters in OpenMetrics form: family "x" for a sample named
-    # "x_total" or "x", so compare families.
+    # "x_total", so compare by sample name.
     parsed = {}
     for family in text_string_to_metric_families(text):
-        if family.name in parsed or len(family.samples) != 1:
-            fail("client parser saw family %s twice or with %d samples"
-                 % (family.name, len(family.samples)))
-        parsed[family.name] = (family.type, family.samples[0].value)
-    want = {}
-    for name, (kind, value) in EXPECTED.items():
-        if kind == "counter" and name.endswith("_total"):
-            name = name[:-len("_total")]
-        want[name] = (kind, float(value))
+        for smp in family.samples:
+            key = (smp.name, tuple(sorted(smp.labels.items())))
+            if key in parsed:
+                fail("client parser saw %r twice" % (key,))
+            parsed[key] = (family.type, smp.value)
+    want = {(name, tuple(sorted(labels))): (kind, float(value))
+            for (name, labels), (kind, value) in EXPECTED.items()}
     if parsed != want:
         fail("client parser read:\n got %r\nwant %r" % (parsed, want))
-    print("PASS: %d metrics" % len(parsed))
+    print("PASS: %d samples" % len(parsed))
 
 
 if __name__ == "__main__":

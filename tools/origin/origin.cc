@@ -846,7 +846,7 @@ int run(int argc, char** argv) {
     tls::ServerContextConfig config;
     config.certificates.push_back({std::string(tls_cert), std::string(tls_key)});
     config.alpn = {"http/1.1"};
-    config.stats_prefix = "origin.tls.";
+    config.stats_scope = stats::Scope("origin.tls");
     auto context = tls::ServerContext::create(config);
     if (!context.ok()) {
       fprintf(stderr, "sluice-origin: TLS: %s\n", std::string(context.status().message()).c_str());

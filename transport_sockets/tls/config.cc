@@ -71,14 +71,16 @@ class TlsFactory : public extensions::TransportSocketConfigFactory {
       }
       config.max_handshake_bytes = proto.max_handshake_bytes();
     }
-    config.stats_prefix = absl::StrFormat("tls.%s.", stats::sanitizeNamePart(context.chain_name));
+    config.stats_scope = stats::Scope("tls", "chain", context.chain_name);
     auto server = sluice::tls::ServerContext::create(config);
     // Its errors start with the field they concern ("certificates[0]: ...").
     if (!server.ok()) return bad(std::string(server.status().message()));
-    stats::Store& store = stats::Store::get();
+    const stats::Scope& scope = config.stats_scope;
     return network::TransportSocketFactorySharedPtr(std::make_shared<sluice::tls::TlsSocketFactory>(
-        std::move(*server), store.counter(config.stats_prefix + "certificate_reloads"),
-        store.counter(config.stats_prefix + "certificate_reload_failures")));
+        std::move(*server),
+        scope.counter("certificate_reloads", "Certificate reloads (SIGHUP or the admin endpoint)."),
+        scope.counter("certificate_reload_failures",
+                      "Certificate reloads that failed (the previous certificates stay).")));
   }
 };
 

@@ -23,7 +23,8 @@ class BanFactory : public extensions::FactoryBase<extensions::ListenerFilterFact
     }
     auto config = std::make_shared<BanFilterConfig>();
     config->table = context.bans;
-    config->refused = stats::Store::get().counter("bans.refused");
+    config->refused = stats::Store::get().counter(
+        "bans.refused", "Client connections closed at accept because banned.");
     BanFilterConfigSharedPtr shared = std::move(config);
     return network::ListenerFilterFactoryCb(
         [shared](network::ListenerFilterManager& manager) { addBanFilter(shared, manager); });

@@ -31,10 +31,10 @@ class IpAllowlistFactory : public extensions::FactoryBase<extensions::ListenerFi
       }
       config->ranges.push_back(*range);
     }
-    std::string prefix = absl::StrFormat("listener.%s.ip_allowlist.",
-                                         stats::sanitizeNamePart(context.listener_name));
-    config->allowed = stats::Store::get().counter(prefix + "allowed");
-    config->refused = stats::Store::get().counter(prefix + "refused");
+    const stats::Scope scope =
+        stats::Scope("listener", "listener", context.listener_name).scope("ip_allowlist");
+    config->allowed = scope.counter("allowed", "Client connections the IP allowlist admitted.");
+    config->refused = scope.counter("refused", "Client connections the IP allowlist closed.");
     IpAllowlistConfigSharedPtr shared = std::move(config);
     return network::ListenerFilterFactoryCb([shared](network::ListenerFilterManager& manager) {
       manager.addListenerFilter(std::make_unique<IpAllowlistFilter>(shared));

@@ -43,15 +43,21 @@ class ProtocolSnifferFactory
       }
       config->allow[static_cast<int>(protocol)] = true;
     }
-    std::string prefix =
-        absl::StrFormat("listener.%s.sniffer.", stats::sanitizeNamePart(context.listener_name));
-    stats::Store& store = stats::Store::get();
-    config->stats.tls = store.counter(prefix + "tls");
-    config->stats.h2c = store.counter(prefix + "h2c");
-    config->stats.socks5 = store.counter(prefix + "socks5");
-    config->stats.http1 = store.counter(prefix + "http1");
-    config->stats.not_allowed = store.counter(prefix + "not_allowed");
-    config->stats.unknown = store.counter(prefix + "unknown");
+    const stats::Scope scope =
+        stats::Scope("listener", "listener", context.listener_name).scope("sniffer");
+    // One family for the admitted protocols, a label each.
+    auto admitted = [&](const char* protocol) {
+      return scope.counter(protocol, "admitted", stats::Label{"protocol", protocol},
+                           "Client connections the protocol sniffer admitted, by protocol.");
+    };
+    config->stats.tls = admitted("tls");
+    config->stats.h2c = admitted("h2c");
+    config->stats.socks5 = admitted("socks5");
+    config->stats.http1 = admitted("http1");
+    config->stats.not_allowed = scope.counter(
+        "not_allowed", "Client connections closed: a protocol this listener does not accept.");
+    config->stats.unknown = scope.counter(
+        "unknown", "Client connections closed: bytes that start no protocol sluice speaks.");
     SnifferConfigSharedPtr shared = std::move(config);
     return network::ListenerFilterFactoryCb([shared](network::ListenerFilterManager& manager) {
       manager.addListenerFilter(std::make_unique<ProtocolSnifferFilter>(shared));

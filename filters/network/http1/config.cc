@@ -12,15 +12,19 @@ namespace http1proxy {
 namespace {
 
 Http1Stats makeStats(const std::string& chain) {
-  const config::StatsScope scope("http1", chain);
+  const stats::Scope scope("http1", "chain", chain);
   Http1Stats s;
   http::registerProxyStats(scope, s);
-  s.rq_total = scope.counter("rq_total");
-  s.rq_upgrade = scope.counter("rq_upgrade");
-  s.upgrade_rejected = scope.counter("upgrade_rejected");
-  s.upgrade_refused = scope.counter("upgrade_refused");
-  s.upgrade_switched = scope.counter("upgrade_switched");
-  s.upgrades_active = scope.gauge("upgrades_active");
+  s.rq_total = scope.counter("rq_total", "Request heads parsed.");
+  s.rq_upgrade = scope.counter("rq_upgrade", "WebSocket upgrade requests relayed to an origin.");
+  s.upgrade_rejected =
+      scope.counter("upgrade_rejected", "Upgrade requests refused by sluice (400).");
+  s.upgrade_refused =
+      scope.counter("upgrade_refused",
+                    "Upgrade requests the origin answered with a final status instead of 101.");
+  s.upgrade_switched = scope.counter(
+      "upgrade_switched", "Upgrades switched (101 relayed): the connection became a tunnel.");
+  s.upgrades_active = scope.gauge("upgrades_active", "Upgraded connections open.");
   return s;
 }
 

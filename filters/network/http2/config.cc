@@ -12,30 +12,44 @@ namespace http2proxy {
 namespace {
 
 Http2Stats makeStats(const std::string& chain) {
-  const config::StatsScope scope("http2", chain);
+  const stats::Scope scope("http2", "chain", chain);
   Http2Stats s;
   http::registerProxyStats(scope, s);
-  s.cx_total = scope.counter("cx_total");
-  s.cx_active = scope.gauge("cx_active");
-  s.streams_total = scope.counter("streams_total");
-  s.streams_active = scope.gauge("streams_active");
-  s.streams_refused = scope.counter("streams_refused");
-  s.rq_websocket = scope.counter("rq_websocket");
-  s.websocket_switched = scope.counter("websocket_switched");
-  s.websocket_refused = scope.counter("websocket_refused");
-  s.websocket_rejected = scope.counter("websocket_rejected");
-  s.rq_header_list_too_large = scope.counter("rq_header_list_too_large");
-  s.upstream_read_paused = scope.counter("upstream_read_paused");
-  s.connection_read_paused = scope.counter("connection_read_paused");
-  s.preface_timeout = scope.counter("preface_timeout");
-  s.rapid_reset = scope.counter("rapid_reset");
-  s.control_flood = scope.counter("control_flood");
-  s.empty_data_flood = scope.counter("empty_data_flood");
-  s.continuation_flood = scope.counter("continuation_flood");
-  s.protocol_error = scope.counter("protocol_error");
-  s.protocol_error_flood = scope.counter("protocol_error_flood");
-  s.codec_error = scope.counter("codec_error");
-  s.goaway_drain = scope.counter("goaway_drain");
+  s.cx_total = scope.counter("cx_total", "HTTP/2 connections served.");
+  s.cx_active = scope.gauge("cx_active", "HTTP/2 connections open.");
+  s.streams_total = scope.counter("streams_total", "Request streams opened by clients.");
+  s.streams_active = scope.gauge("streams_active", "Request streams open.");
+  s.streams_refused =
+      scope.counter("streams_refused", "Streams refused over max_concurrent_streams.");
+  s.rq_websocket =
+      scope.counter("rq_websocket", "RFC 8441 WebSocket streams bridged to an HTTP/1.1 upgrade.");
+  s.websocket_switched = scope.counter(
+      "websocket_switched", "WebSocket streams whose origin 101 was accepted: now tunnels.");
+  s.websocket_refused = scope.counter(
+      "websocket_refused", "WebSocket streams the origin answered with a final status instead.");
+  s.websocket_rejected = scope.counter("websocket_rejected",
+                                       "WebSocket streams with a bad 101 from the origin (502).");
+  s.rq_header_list_too_large =
+      scope.counter("rq_header_list_too_large", "Streams whose header list was too large (431).");
+  s.upstream_read_paused = scope.counter("upstream_read_paused",
+                                         "Upstreams paused: client window or stream queue full.");
+  s.connection_read_paused = scope.counter(
+      "connection_read_paused", "Connections whose every upstream was paused: queue full.");
+  s.preface_timeout = scope.counter(
+      "preface_timeout", "Connections without a connection preface within preface_timeout.");
+  s.rapid_reset = scope.counter(
+      "rapid_reset", "Connections ended (GOAWAY) for too many stream resets per window.");
+  s.control_flood = scope.counter(
+      "control_flood", "Connections ended (GOAWAY) for a SETTINGS, PING or PRIORITY flood.");
+  s.empty_data_flood =
+      scope.counter("empty_data_flood", "Connections ended (GOAWAY) for empty DATA frames.");
+  s.continuation_flood = scope.counter(
+      "continuation_flood", "Connections ended (GOAWAY) for too many CONTINUATION frames.");
+  s.protocol_error = scope.counter("protocol_error", "Frames the HTTP/2 codec rejected.");
+  s.protocol_error_flood = scope.counter(
+      "protocol_error_flood", "Connections ended (GOAWAY) for too many protocol errors.");
+  s.codec_error = scope.counter("codec_error", "Connections ended by a fatal codec error.");
+  s.goaway_drain = scope.counter("goaway_drain", "GOAWAY frames sent on drain.");
   return s;
 }
 

@@ -13,38 +13,65 @@ namespace socks5 {
 namespace {
 
 Socks5Stats makeStats(const std::string& chain) {
-  const config::StatsScope scope("socks5", chain);
+  const stats::Scope scope("socks5", "chain", chain);
   Socks5Stats s;
-  s.cx_total = scope.counter("cx_total");
-  s.handshake_timeout = scope.counter("handshake_timeout");
-  s.handshake_malformed = scope.counter("handshake_malformed");
-  s.no_acceptable_method = scope.counter("no_acceptable_method");
-  s.auth_ok = scope.counter("auth_ok");
-  s.auth_failed = scope.counter("auth_failed");
-  s.rq_connect = scope.counter("rq_connect");
-  s.rq_bind = scope.counter("rq_bind");
-  s.rq_udp_associate = scope.counter("rq_udp_associate");
-  for (size_t i = 0; i < kReplyCodes; ++i) s.replies[i] = scope.counter(kReplyStatNames[i]);
-  s.tunnels_active = scope.gauge("tunnels_active");
-  s.tunnel_idle_timeout = scope.counter("tunnel_idle_timeout");
-  s.upstream_reset = scope.counter("upstream_reset");
-  s.downstream_reset = scope.counter("downstream_reset");
-  s.rq_abandoned = scope.counter("rq_abandoned");
-  s.bind_timeout = scope.counter("bind_timeout");
-  s.bind_peer_rejected = scope.counter("bind_peer_rejected");
-  s.udp_associations_active = scope.gauge("udp_associations_active");
-  s.udp_idle_timeout = scope.counter("udp_idle_timeout");
-  s.udp_client_rx = scope.counter("udp_client_rx");
-  s.udp_client_tx = scope.counter("udp_client_tx");
-  s.udp_dropped_source = scope.counter("udp_dropped_source");
-  s.udp_dropped_fragment = scope.counter("udp_dropped_fragment");
-  s.udp_dropped_malformed = scope.counter("udp_dropped_malformed");
-  s.udp_dropped_too_large = scope.counter("udp_dropped_too_large");
-  s.udp_dropped_denied = scope.counter("udp_dropped_denied");
-  s.udp_dropped_pending = scope.counter("udp_dropped_pending");
-  s.udp_send_error = scope.counter("udp_send_error");
-  s.udp_bytes_rx = scope.counter("udp_bytes_rx");
-  s.udp_bytes_tx = scope.counter("udp_bytes_tx");
+  s.cx_total = scope.counter("cx_total", "SOCKS5 connections handled.");
+  s.handshake_timeout = scope.counter(
+      "handshake_timeout",
+      "Connections whose greeting, authentication or request was not in within the deadline.");
+  s.handshake_malformed =
+      scope.counter("handshake_malformed",
+                    "Connections with a malformed greeting, method list or subnegotiation.");
+  s.no_acceptable_method =
+      scope.counter("no_acceptable_method", "Greetings answered 0xFF: no acceptable method.");
+  s.auth_ok = scope.counter("auth_ok", "Connections the authentication request filters passed.");
+  s.auth_failed = scope.counter(
+      "auth_failed", "Connections the authentication request filters refused (RFC 1929 failure).");
+  s.rq_connect = scope.counter("rq_connect", "CONNECT requests.");
+  s.rq_bind = scope.counter("rq_bind", "BIND requests.");
+  s.rq_udp_associate = scope.counter("rq_udp_associate", "UDP ASSOCIATE requests.");
+  // One family for the reply codes, a label each ("reply_succeeded" is reply="succeeded").
+  for (size_t i = 0; i < kReplyCodes; ++i) {
+    const std::string_view stat = kReplyStatNames[i];
+    s.replies[i] = scope.counter(
+        stat, "reply", stats::Label{"reply", std::string(stat.substr(stat.find('_') + 1))},
+        "Replies sent to SOCKS5 requests, by reply code.");
+  }
+  s.tunnels_active = scope.gauge("tunnels_active", "SOCKS5 tunnels open (CONNECT and BIND).");
+  s.tunnel_idle_timeout =
+      scope.counter("tunnel_idle_timeout", "Tunnels closed after tunnel_idle_timeout.");
+  s.upstream_reset =
+      scope.counter("upstream_reset", "Tunnels the destination (or BIND peer) closed.");
+  s.downstream_reset =
+      scope.counter("downstream_reset", "Clients that left while their request was being served.");
+  s.rq_abandoned =
+      scope.counter("rq_abandoned", "Clients that left while their lookup or connect was pending.");
+  s.bind_timeout = scope.counter("bind_timeout",
+                                 "BIND requests with no inbound connection within bind_timeout.");
+  s.bind_peer_rejected = scope.counter("bind_peer_rejected",
+                                       "Inbound BIND connections from another address (closed).");
+  s.udp_associations_active = scope.gauge("udp_associations_active", "UDP associations open.");
+  s.udp_idle_timeout =
+      scope.counter("udp_idle_timeout", "UDP associations closed after their idle timeout.");
+  s.udp_client_rx = scope.counter("udp_client_rx", "Datagrams from clients relayed on.");
+  s.udp_client_tx = scope.counter("udp_client_tx", "Datagrams relayed to clients.");
+  s.udp_dropped_source =
+      scope.counter("udp_dropped_source",
+                    "Datagrams dropped: from neither the client nor a destination it wrote to.");
+  s.udp_dropped_fragment =
+      scope.counter("udp_dropped_fragment", "Datagrams dropped: fragmented (FRAG not 0).");
+  s.udp_dropped_malformed =
+      scope.counter("udp_dropped_malformed", "Datagrams dropped: a bad SOCKS5 UDP header.");
+  s.udp_dropped_too_large =
+      scope.counter("udp_dropped_too_large", "Datagrams dropped: over max_udp_datagram_bytes.");
+  s.udp_dropped_denied = scope.counter(
+      "udp_dropped_denied", "Datagrams dropped: the request filters refused the destination.");
+  s.udp_dropped_pending =
+      scope.counter("udp_dropped_pending",
+                    "Datagrams dropped: more than max_udp_pending_datagrams awaiting checks.");
+  s.udp_send_error = scope.counter("udp_send_error", "Datagrams dropped: sendto failed.");
+  s.udp_bytes_rx = scope.counter("udp_bytes_rx", "UDP payload bytes from clients.");
+  s.udp_bytes_tx = scope.counter("udp_bytes_tx", "UDP payload bytes to clients.");
   return s;
 }
 

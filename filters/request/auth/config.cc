@@ -69,10 +69,10 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
       ApiKey entry;
       entry.name = std::move(name);
       entry.digest = *digest;
-      const std::string allowed =
-          absl::StrFormat("auth.key.%s.allowed", stats::sanitizeNamePart(entry.name));
-      if (store.hasRoomFor(allowed, 1 + upstream::kKeyTunnelStats, kStatsReserve)) {
-        entry.allowed = store.counter(allowed);
+      const stats::Scope key_scope = stats::Scope("auth").scope("key", "key", entry.name);
+      if (store.hasRoomFor(key_scope.name("allowed"), 1 + upstream::kKeyTunnelStats,
+                           kStatsReserve)) {
+        entry.allowed = key_scope.counter("allowed", "Requests allowed with this API key.");
         entry.tunnel_stats = upstream::keyTunnelStats(entry.name);
       } else {
         // Thousands of keys: the ones past the stats store's room share one set, and the
@@ -83,7 +83,9 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
                      "tunnel.key_overflow.* (the stats store has no room for a set per key)",
                      context.path, entry.name);
         }
-        entry.allowed = store.counter("auth.key_overflow.allowed");
+        entry.allowed = store.counter(
+            "auth.key_overflow.allowed",
+            "Requests allowed with the keys that have no per-key stats (the store was full).");
         entry.tunnel_stats = upstream::keyOverflowTunnelStats();
       }
       config->keys.push_back(std::move(entry));
@@ -118,11 +120,16 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
       }
       SLUICE_LOG(Info, "%s: %d keys from %s", context.path, entries->size(), proto.api_keys_file());
     }
-    config->allowed = store.counter("auth.allowed");
-    config->denied_missing = store.counter("auth.denied_missing");
-    config->denied_invalid = store.counter("auth.denied_invalid");
-    config->open_relay = store.counter("auth.open_relay");
-    config->denied_banned = store.counter("auth.denied_banned");
+    config->allowed =
+        store.counter("auth.allowed", "Requests allowed with an API key, every key together.");
+    config->denied_missing =
+        store.counter("auth.denied_missing", "Requests refused without a key (407).");
+    config->denied_invalid =
+        store.counter("auth.denied_invalid", "Requests refused with a wrong key (407).");
+    config->open_relay = store.counter(
+        "auth.open_relay", "Requests let through by a listener without keys (an open relay).");
+    config->denied_banned = store.counter("auth.denied_banned",
+                                          "Requests refused because their client is banned (403).");
     config->bans = context.bans;
     if (config->keys.empty()) {
       // Beyond loopback a keyless listener serves anyone who finds it: only when said in words.

@@ -199,12 +199,19 @@ absl::StatusOr<DestGuardConfigSharedPtr> buildConfig(
   }
 
   stats::Store& store = stats::Store::get();
-  config->stats.allowed = store.counter("dest_guard.allowed");
-  config->stats.blocked_private = store.counter("dest_guard.blocked_private");
-  config->stats.blocked_denied = store.counter("dest_guard.blocked_denied");
-  config->stats.blocked_port = store.counter("dest_guard.blocked_port");
-  config->stats.blocked_self = store.counter("dest_guard.blocked_self");
-  config->stats.resolve_failed = store.counter("dest_guard.resolve_failed");
+  config->stats.allowed =
+      store.counter("dest_guard.allowed", "Requests passed on by the destination guard.");
+  config->stats.blocked_private = store.counter(
+      "dest_guard.blocked_private", "Requests refused: an address in an internal range.");
+  config->stats.blocked_denied =
+      store.counter("dest_guard.blocked_denied", "Requests refused: an address in a deny range.");
+  config->stats.blocked_port =
+      store.counter("dest_guard.blocked_port", "Requests refused: a port outside allowed_ports.");
+  config->stats.blocked_self =
+      store.counter("dest_guard.blocked_self",
+                    "Requests refused: sluice's own sockets or an address of its host.");
+  config->stats.resolve_failed =
+      store.counter("dest_guard.resolve_failed", "Requests refused: the name did not resolve.");
   return DestGuardConfigSharedPtr(std::move(config));
 }
 

@@ -31,11 +31,16 @@ class RouterFactory : public extensions::FactoryBase<extensions::RequestFilterFa
     config->upstream.splice = !proto.disable_splice();
     config::setIfNonZero(proto.max_splice_pipes(), config->upstream.max_splice_pipes);
     stats::Store& store = stats::Store::get();
-    config->stats.cx_connect_total = store.counter("upstream.cx_connect_total");
-    config->stats.cx_connect_fail = store.counter("upstream.cx_connect_fail");
-    config->stats.cx_connect_timeout = store.counter("upstream.cx_connect_timeout");
-    config->stats.pool_reuse = store.counter("upstream.pool_reuse");
-    config->stats.dns_fail = store.counter("upstream.dns_fail");
+    config->stats.cx_connect_total =
+        store.counter("upstream.cx_connect_total", "Connects to origins attempted.");
+    config->stats.cx_connect_fail = store.counter(
+        "upstream.cx_connect_fail", "Connects to origins refused, unreachable or reset.");
+    config->stats.cx_connect_timeout =
+        store.counter("upstream.cx_connect_timeout", "Connects to origins that timed out.");
+    config->stats.pool_reuse =
+        store.counter("upstream.pool_reuse", "Requests served on a pooled origin connection.");
+    config->stats.dns_fail =
+        store.counter("upstream.dns_fail", "Destination names that did not resolve.");
     RouterConfigSharedPtr shared = std::move(config);
     return proxy::RequestFilterFactoryCb([shared](proxy::RequestFilterChain& chain) {
       chain.addFilter(std::make_unique<RouterFilter>(shared));

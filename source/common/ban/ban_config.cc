@@ -97,14 +97,17 @@ absl::StatusOr<std::shared_ptr<BanTable>> createBanTable(const config::v1::Bans&
   if (proto.disabled()) return std::shared_ptr<BanTable>();
   stats::Store& store = stats::Store::get();
   BanStats stats;
-  stats.failures = store.counter("bans.failures");
-  stats.banned = store.counter("bans.banned");
-  stats.aggregated = store.counter("bans.aggregated");
-  stats.evicted = store.counter("bans.evicted");
-  stats.evicted_failures = store.counter("bans.evicted_failures");
-  stats.evicted_bans = store.counter("bans.evicted_bans");
-  stats.untracked = store.counter("bans.untracked");
-  stats.active = store.gauge("bans.active");
+  stats.failures = store.counter("bans.failures", "Wrong keys recorded.");
+  stats.banned = store.counter("bans.banned", "Bans started.");
+  stats.aggregated = store.counter("bans.aggregated", "IPv6 ranges banned whole.");
+  stats.evicted = store.counter("bans.evicted", "Ban table entries dropped at max_entries.");
+  stats.evicted_failures = store.counter("bans.evicted_failures",
+                                         "Addresses counting failures dropped for a newer entry.");
+  stats.evicted_bans =
+      store.counter("bans.evicted_bans", "Bans dropped, oldest first, for a newer ban.");
+  stats.untracked =
+      store.counter("bans.untracked", "Wrong keys not recorded: the table held nothing but bans.");
+  stats.active = store.gauge("bans.active", "Bans in the table.");
   return std::make_shared<BanTable>(*options, stats);
 }
 

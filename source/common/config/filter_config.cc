@@ -15,16 +15,5 @@ absl::Status checkLimits(const std::string& path, std::initializer_list<LimitRan
   return absl::OkStatus();
 }
 
-StatsScope::StatsScope(std::string_view prefix, std::string_view chain)
-    : prefix_(absl::StrFormat("%s.%s.", prefix, stats::sanitizeNamePart(chain))) {}
-
-stats::Counter StatsScope::counter(std::string_view name) const {
-  return stats::Store::get().counter(prefix_ + std::string(name));
-}
-
-stats::Gauge StatsScope::gauge(std::string_view name) const {
-  return stats::Store::get().gauge(prefix_ + std::string(name));
-}
-
 }  // namespace config
 }  // namespace sluice

@@ -3,11 +3,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
-#include <string_view>
 
 #include "absl/status/status.h"
-
-#include "source/common/stats/stats.h"
 
 namespace sluice {
 namespace config {
@@ -30,18 +27,6 @@ template <class Field, class Value>
 inline void setIfNonZero(Value value, Field& field) {
   if (value != 0) field = static_cast<Field>(value);
 }
-
-// Registers one filter instance's stats as "<prefix>.<chain>.<name>" (the chain name sanitized).
-// Used once per config load, never per connection.
-class StatsScope {
- public:
-  StatsScope(std::string_view prefix, std::string_view chain);
-  stats::Counter counter(std::string_view name) const;
-  stats::Gauge gauge(std::string_view name) const;
-
- private:
-  std::string prefix_;
-};
 
 }  // namespace config
 }  // namespace sluice

@@ -314,9 +314,13 @@ Resolver::Resolver(event::Dispatcher& dispatcher, const config::v1::Dns& config,
                          : kDefaultMaxCacheTtl),
       cache_size_(config.cache_size() > 0 ? config.cache_size() : kDefaultCacheSize) {
   stats::Store& store = stats::Store::get();
-  published_ = {store.counter("dns.queries"),    store.counter("dns.cache_hits"),
-                store.counter("dns.hosts_hits"), store.counter("dns.failures"),
-                store.counter("dns.timeouts"),   store.counter("dns.invalid_names")};
+  published_ = {store.counter("dns.queries", "Lookups sent to name servers."),
+                store.counter("dns.cache_hits", "Lookups answered from the cache."),
+                store.counter("dns.hosts_hits", "Lookups answered from /etc/hosts."),
+                store.counter("dns.failures", "Lookups that failed."),
+                store.counter("dns.timeouts", "Lookups that timed out."),
+                store.counter("dns.invalid_names",
+                              "Names refused before any lookup: not a valid host name.")};
   // The log hook is process-wide; every worker would set the same one.
   static std::once_flag log_hook_once;
   std::call_once(log_hook_once, [] { evdns_set_log_fn(&evdnsLog); });

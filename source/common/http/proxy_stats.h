@@ -2,7 +2,6 @@
 
 #include <cstdint>
 
-#include "source/common/config/filter_config.h"
 #include "source/common/stats/stats.h"
 
 namespace sluice {
@@ -47,8 +46,8 @@ struct ProxyStats {
   }
 };
 
-// Registers the shared stats in `scope` (at config load).
-void registerProxyStats(const config::StatsScope& scope, ProxyStats& s);
+// Registers the shared stats in `scope` (at config load): "<codec>.<chain>.<stat>".
+void registerProxyStats(const stats::Scope& scope, ProxyStats& s);
 
 }  // namespace http
 }  // namespace sluice

@@ -1,5 +1,6 @@
 #include "source/common/stats/stats.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 #include "source/common/common/logger.h"
@@ -26,12 +27,59 @@ bool prometheusChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
-std::string prometheusBaseName(std::string_view name) {
-  std::string out = "sluice_";
-  out.reserve(out.size() + name.size());
+bool labelNameValid(std::string_view name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
   for (char c : name) {
+    if (!prometheusChar(c)) return false;
+  }
+  return true;
+}
+
+// "sluice_" + family with every other character mapped to '_' (the dots first of all).
+std::string prometheusBaseName(std::string_view family) {
+  std::string out = "sluice_";
+  out.reserve(out.size() + family.size());
+  for (char c : family) {
     out.push_back(prometheusChar(c) ? c : '_');
   }
+  return out;
+}
+
+// A counter's exposed name ends in "_total" (the Prometheus convention); a gauge's as it is.
+std::string exposedName(std::string base, Type type) {
+  constexpr std::string_view kTotal = "_total";
+  const bool total = base.size() >= kTotal.size() &&
+                     std::string_view(base).substr(base.size() - kTotal.size()) == kTotal;
+  if (type == Type::Counter && !total) base += kTotal;
+  return base;
+}
+
+// Label values and HELP text escape backslash and line feed; label values the double quote too.
+void appendEscaped(std::string* out, std::string_view text, bool quote) {
+  for (char c : text) {
+    if (c == '\\') {
+      out->append("\\\\");
+    } else if (c == '\n') {
+      out->append("\\n");
+    } else if (c == '"' && quote) {
+      out->append("\\\"");
+    } else {
+      out->push_back(c);
+    }
+  }
+}
+
+// {a="x",b="y"} in the order given, or "" without labels.
+std::string renderLabels(const std::vector<Label>& labels) {
+  if (labels.empty()) return {};
+  std::string out = "{";
+  for (const Label& label : labels) {
+    if (out.size() > 1) out.push_back(',');
+    absl::StrAppend(&out, label.name, "=\"");
+    appendEscaped(&out, label.value, true);
+    out.push_back('"');
+  }
+  out.push_back('}');
   return out;
 }
 
@@ -80,9 +128,21 @@ Store& Store::get() {
 
 Store::Store() = default;
 
-Counter Store::counter(std::string_view name) { return Counter{registerStat(name, Type::Counter)}; }
+Counter Store::counter(std::string_view name, std::string_view help) {
+  return counter(name, Metric{std::string(name), {}, std::string(help)});
+}
 
-Gauge Store::gauge(std::string_view name) { return Gauge{registerStat(name, Type::Gauge)}; }
+Gauge Store::gauge(std::string_view name, std::string_view help) {
+  return gauge(name, Metric{std::string(name), {}, std::string(help)});
+}
+
+Counter Store::counter(std::string_view name, const Metric& metric) {
+  return Counter{registerStat(name, Type::Counter, metric)};
+}
+
+Gauge Store::gauge(std::string_view name, const Metric& metric) {
+  return Gauge{registerStat(name, Type::Gauge, metric)};
+}
 
 bool Store::hasRoomFor(std::string_view name, uint32_t slots, uint32_t reserve) const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -90,8 +150,12 @@ bool Store::hasRoomFor(std::string_view name, uint32_t slots, uint32_t reserve) 
   return next_index_ + slots + reserve <= kMaxStats;
 }
 
-uint32_t Store::registerStat(std::string_view name, Type type) {
+uint32_t Store::registerStat(std::string_view name, Type type, const Metric& metric) {
   SLUICE_ASSERT(validName(name), absl::StrFormat("invalid stat name '%s'", name));
+  for (const Label& label : metric.labels) {
+    SLUICE_ASSERT(labelNameValid(label.name),
+                  absl::StrFormat("stat '%s': invalid label name '%s'", name, label.name));
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = entries_.find(name);
   if (it != entries_.end()) {
@@ -101,22 +165,45 @@ uint32_t Store::registerStat(std::string_view name, Type type) {
   }
   SLUICE_ASSERT(next_index_ < kMaxStats, absl::StrFormat("too many stats registering '%s'", name));
   const uint32_t index = next_index_++;
-
-  std::string prometheus_name = prometheusBaseName(name);
-  if (prometheus_names_.count(prometheus_name) != 0) {
-    // Another name already maps here ("a.b" and "a_b"): keep both visible under distinct names.
-    int n = 2;
-    while (prometheus_names_.count(absl::StrFormat("%s_%d", prometheus_name, n)) != 0) {
-      ++n;
-    }
-    std::string unique = absl::StrFormat("%s_%d", prometheus_name, n);
-    SLUICE_LOG(Warn, "stat '%s' exported to Prometheus as '%s': '%s' is taken", name, unique,
-               prometheus_name);
-    prometheus_name = std::move(unique);
-  }
-  prometheus_names_.emplace(prometheus_name, index);
-  entries_.emplace(std::string(name), Entry{type, index, std::move(prometheus_name)});
+  it = entries_.emplace(std::string(name), Entry{type, index}).first;
+  addSeriesLocked(it->first, type, index, metric);
   return index;
+}
+
+void Store::addSeriesLocked(const std::string& name, Type type, uint32_t index,
+                            const Metric& metric) {
+  std::vector<std::string> label_names;
+  label_names.reserve(metric.labels.size());
+  for (const Label& label : metric.labels) label_names.push_back(label.name);
+  const std::string labels = renderLabels(metric.labels);
+  const std::string base = prometheusBaseName(metric.family);
+
+  std::string exposed = exposedName(base, type);
+  auto fits = [&](const std::string& candidate) {
+    auto family = families_.find(candidate);
+    return family == families_.end() ||
+           (family->second.type == type && family->second.label_names == label_names &&
+            family->second.series.count(labels) == 0);
+  };
+  if (!fits(exposed)) {
+    // Another stat already holds this sample ("a.b" and "a_b"), or the family has another
+    // type or other labels: keep both visible under distinct names.
+    int n = 2;
+    std::string candidate;
+    do {
+      candidate = exposedName(absl::StrFormat("%s_%d", base, n++), type);
+    } while (!fits(candidate));
+    SLUICE_LOG(Warn, "stat '%s' exported to Prometheus as '%s%s': '%s%s' is taken", name, candidate,
+               labels, exposed, labels);
+    exposed = std::move(candidate);
+  }
+  auto [family, created] = families_.try_emplace(exposed);
+  if (created) {
+    family->second.type = type;
+    family->second.label_names = std::move(label_names);
+  }
+  if (family->second.help.empty()) family->second.help = metric.help;
+  family->second.series.emplace(labels, Series{index, &name});
 }
 
 Shard* Store::createShard() {
@@ -195,13 +282,28 @@ std::string Store::renderPrometheus(std::string_view filter) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::vector<uint64_t> sums = sumAllLocked();
   std::string out;
-  for (const auto& [name, entry] : entries_) {
-    if (!matches(name, filter)) {
-      continue;
+  for (const auto& [exposed, family] : families_) {
+    bool described = false;
+    for (const auto& [labels, series] : family.series) {
+      if (!matches(*series.name, filter)) {
+        continue;
+      }
+      if (!described) {
+        out += "# HELP ";
+        out += exposed;
+        out.push_back(' ');
+        if (family.help.empty()) {
+          // A stat registered without a description still says where it comes from.
+          absl::StrAppend(&out, "sluice stat ", *series.name);
+        } else {
+          appendEscaped(&out, family.help, false);
+        }
+        absl::StrAppend(&out, "\n# TYPE ", exposed,
+                        family.type == Type::Counter ? " counter\n" : " gauge\n");
+        described = true;
+      }
+      absl::StrAppend(&out, exposed, labels, " ", static_cast<int64_t>(sums[series.index]), "\n");
     }
-    const char* type = entry.type == Type::Counter ? "counter" : "gauge";
-    absl::StrAppendFormat(&out, "# TYPE %s %s\n%s %d\n", entry.prometheus_name, type,
-                          entry.prometheus_name, static_cast<int64_t>(sums[entry.index]));
   }
   return out;
 }
@@ -224,8 +326,8 @@ std::string Store::renderJson(std::string_view filter) const {
 
 void Store::resetForTest() {
   std::lock_guard<std::mutex> lock(mutex_);
+  families_.clear();
   entries_.clear();
-  prometheus_names_.clear();
   next_index_ = 1;
   auto zero = [](Shard& shard) {
     for (auto& value : shard.values) {
@@ -236,6 +338,47 @@ void Store::resetForTest() {
   for (auto& shard : shards_) {
     zero(*shard);
   }
+}
+
+Scope::Scope(std::string_view prefix)
+    : prefix_(std::string(prefix) + "."), family_(std::string(prefix) + "_") {}
+
+Scope::Scope(std::string_view prefix, std::string_view label_name, std::string_view value)
+    : prefix_(std::string(prefix) + "." + sanitizeNamePart(value) + "."),
+      family_(std::string(prefix) + "_"),
+      labels_{Label{std::string(label_name), std::string(value)}} {}
+
+Scope Scope::scope(std::string_view segment) const {
+  const std::string part(segment);
+  return Scope(prefix_ + part + ".", family_ + part + "_", labels_);
+}
+
+Scope Scope::scope(std::string_view segment, std::string_view label_name,
+                   std::string_view value) const {
+  const std::string part(segment);
+  std::vector<Label> labels = labels_;
+  labels.push_back(Label{std::string(label_name), std::string(value)});
+  return Scope(prefix_ + part + "." + sanitizeNamePart(value) + ".", family_ + part + "_",
+               std::move(labels));
+}
+
+Metric Scope::metric(std::string_view family, std::string_view help) const {
+  return Metric{family_ + std::string(family), labels_, std::string(help)};
+}
+
+Counter Scope::counter(std::string_view stat, std::string_view help) const {
+  return Store::get().counter(name(stat), metric(stat, help));
+}
+
+Gauge Scope::gauge(std::string_view stat, std::string_view help) const {
+  return Store::get().gauge(name(stat), metric(stat, help));
+}
+
+Counter Scope::counter(std::string_view stat, std::string_view family, Label value,
+                       std::string_view help) const {
+  Metric m = metric(family, help);
+  m.labels.push_back(std::move(value));
+  return Store::get().counter(name(stat), m);
 }
 
 }  // namespace stats

@@ -5,17 +5,17 @@
 #include <ctime>
 #include <mutex>
 
+#include <unistd.h>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "openssl/err.h"
 #include "openssl/hmac.h"
-#include "openssl/pem.h"
 #include "openssl/mem.h"
+#include "openssl/pem.h"
 #include "openssl/rand.h"
 #include "openssl/sha.h"
 #include "openssl/x509v3.h"
-
-#include <unistd.h>
 
 namespace sluice {
 namespace tls {
@@ -137,9 +137,9 @@ absl::StatusOr<std::vector<std::string>> certificateNames(const std::string& pat
       const GENERAL_NAME* gn = sk_GENERAL_NAME_value(sans.get(), i);
       if (gn->type != GEN_DNS) continue;
       const ASN1_STRING* s = gn->d.dNSName;
-      names.push_back(absl::AsciiStrToLower(
-          std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
-                      static_cast<size_t>(ASN1_STRING_length(s)))));
+      names.push_back(
+          absl::AsciiStrToLower(std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                                            static_cast<size_t>(ASN1_STRING_length(s)))));
     }
   }
   return names;
@@ -170,22 +170,32 @@ bool certificateNameMatches(std::string_view pattern, std::string_view host) {
 }
 
 ServerContext::ServerContext(const ServerContextConfig& config) : config_(config) {
-  stats::Store& store = stats::Store::get();
-  auto c = [&](const char* name) { return store.counter(config_.stats_prefix + name); };
-  stats_.handshakes = c("handshakes");
-  stats_.handshakes_resumed = c("handshakes_resumed");
-  stats_.alpn_h2 = c("alpn_h2");
-  stats_.alpn_http11 = c("alpn_http11");
-  stats_.alpn_none = c("alpn_none");
-  stats_.fail_timeout = c("handshake_fail.timeout");
-  stats_.fail_too_large = c("handshake_fail.too_large");
-  stats_.fail_closed = c("handshake_fail.closed");
-  stats_.fail_protocol_version = c("handshake_fail.protocol_version");
-  stats_.fail_no_shared_cipher = c("handshake_fail.no_shared_cipher");
-  stats_.fail_peer_alert = c("handshake_fail.peer_alert");
-  stats_.fail_not_tls = c("handshake_fail.not_tls");
-  stats_.fail_other = c("handshake_fail.other");
-  stats_.sni_unmatched = c("sni_unmatched");
+  const stats::Scope& scope = config_.stats_scope;
+  stats_.handshakes = scope.counter("handshakes", "TLS handshakes completed, full or resumed.");
+  stats_.handshakes_resumed = scope.counter(
+      "handshakes_resumed", "TLS handshakes completed from a ticket or the session cache.");
+  // Breakdowns: one family each, the protocol or the reason a label.
+  auto alpn = [&](const char* stat, const char* protocol) {
+    return scope.counter(stat, "alpn", stats::Label{"protocol", protocol},
+                         "TLS handshakes completed, by the protocol ALPN chose.");
+  };
+  stats_.alpn_h2 = alpn("alpn_h2", "h2");
+  stats_.alpn_http11 = alpn("alpn_http11", "http/1.1");
+  stats_.alpn_none = alpn("alpn_none", "none");
+  auto fail = [&](const char* reason) {
+    return scope.counter(std::string("handshake_fail.") + reason, "handshake_fail",
+                         stats::Label{"reason", reason}, "TLS handshakes failed, by reason.");
+  };
+  stats_.fail_timeout = fail("timeout");
+  stats_.fail_too_large = fail("too_large");
+  stats_.fail_closed = fail("closed");
+  stats_.fail_protocol_version = fail("protocol_version");
+  stats_.fail_no_shared_cipher = fail("no_shared_cipher");
+  stats_.fail_peer_alert = fail("peer_alert");
+  stats_.fail_not_tls = fail("not_tls");
+  stats_.fail_other = fail("other");
+  stats_.sni_unmatched = scope.counter(
+      "sni_unmatched", "TLS clients that named a server no certificate covers (the first served).");
 }
 
 ServerContext::~ServerContext() = default;
@@ -210,8 +220,7 @@ absl::Status ServerContext::init() {
     FILE* f = fopen(config_.ticket_key_file.c_str(), "rb");
     if (f == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "session_ticket_key_file: cannot read %s: %s", config_.ticket_key_file,
-          strerror(errno)));
+          "session_ticket_key_file: cannot read %s: %s", config_.ticket_key_file, strerror(errno)));
     }
     char buf[4096];
     size_t n;
@@ -257,7 +266,7 @@ absl::Status ServerContext::addCertificate(const CertificateConfig& cc) {
     return absl::InternalError(absl::StrFormat("cipher list: %s", sslError()));
   }
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                          SSL_MODE_RELEASE_BUFFERS);
+                            SSL_MODE_RELEASE_BUFFERS);
   for (const std::string* path : {&cc.cert_path, &cc.key_path}) {
     if (::access(path->c_str(), R_OK) != 0) {
       return absl::InvalidArgumentError(
@@ -265,13 +274,13 @@ absl::Status ServerContext::addCertificate(const CertificateConfig& cc) {
     }
   }
   if (SSL_CTX_use_certificate_chain_file(ctx, cc.cert_path.c_str()) != 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: not a PEM certificate chain (%s)", cc.cert_path, sslError()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: not a PEM certificate chain (%s)", cc.cert_path, sslError()));
   }
   if (SSL_CTX_use_PrivateKey_file(ctx, cc.key_path.c_str(), SSL_FILETYPE_PEM) != 1 ||
       SSL_CTX_check_private_key(ctx) != 1) {
-    const bool mismatch = ERR_GET_REASON(ERR_peek_error()) == X509_R_KEY_VALUES_MISMATCH ||
-                          ERR_peek_error() == 0;
+    const bool mismatch =
+        ERR_GET_REASON(ERR_peek_error()) == X509_R_KEY_VALUES_MISMATCH || ERR_peek_error() == 0;
     if (mismatch) {
       ERR_clear_error();
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -335,8 +344,8 @@ int ServerContext::selectCertificate(SSL* ssl) const {
   return SSL_TLSEXT_ERR_OK;
 }
 
-int ServerContext::ticketKey(uint8_t* key_name, uint8_t* iv, EVP_CIPHER_CTX* cipher,
-                             HMAC_CTX* hmac, int encrypt) const {
+int ServerContext::ticketKey(uint8_t* key_name, uint8_t* iv, EVP_CIPHER_CTX* cipher, HMAC_CTX* hmac,
+                             int encrypt) const {
   const int64_t rotation = config_.ticket_key_rotation.count();
   const int64_t period = static_cast<int64_t>(::time(nullptr)) / rotation;
   if (encrypt) {

@@ -48,7 +48,8 @@ struct ServerContextConfig {
   uint32_t session_cache_size = 20480;
   std::chrono::milliseconds handshake_timeout{10000};
   uint32_t max_handshake_bytes = 65536;
-  std::string stats_prefix;  // "tls.<chain>."
+  // sluice's chains: "tls.<chain>.", the chain a label in Prometheus.
+  stats::Scope stats_scope = stats::Scope("tls");
 };
 
 // The shared, immutable TLS server state of one filter chain: an SSL_CTX per certificate
@@ -85,7 +86,7 @@ class ServerContext {
 
   ServerContextConfig config_;
   std::vector<Certificate> certificates_;
-  std::string alpn_wire_;  // config_.alpn in ALPN wire format
+  std::string alpn_wire_;                   // config_.alpn in ALPN wire format
   const uint8_t* ticket_secret_ = nullptr;  // 32 bytes: the process's, or file_secret_
   uint8_t file_secret_[32] = {};
   mutable TlsStats stats_;

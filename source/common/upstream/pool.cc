@@ -41,7 +41,8 @@ Pool::Pool(event::Dispatcher& dispatcher, uint32_t max_idle_per_destination,
     : dispatcher_(dispatcher),
       max_idle_per_destination_(max_idle_per_destination),
       idle_timeout_(idle_timeout),
-      idle_gauge_(stats::Store::get().gauge("upstream.pool_idle")) {}
+      idle_gauge_(
+          stats::Store::get().gauge("upstream.pool_idle", "Idle pooled origin connections.")) {}
 
 Pool::~Pool() { closeAll(); }
 

@@ -12,11 +12,15 @@ namespace upstream {
 namespace {
 
 struct RecordStats {
-  stats::Counter total = stats::Store::get().counter("request_record.total");
-  stats::Counter denied = stats::Store::get().counter("request_record.denied");
-  stats::Counter bytes_to_origin = stats::Store::get().counter("request_record.bytes_to_origin");
-  stats::Counter bytes_from_origin =
-      stats::Store::get().counter("request_record.bytes_from_origin");
+  stats::Counter total = stats::Store::get().counter(
+      "request_record.total",
+      "Requests, tunnels and SOCKS5 commands ended (end-of-request records).");
+  stats::Counter denied =
+      stats::Store::get().counter("request_record.denied", "Ended requests that were denied.");
+  stats::Counter bytes_to_origin = stats::Store::get().counter(
+      "request_record.bytes_to_origin", "Bytes sent to origins, over every ended request.");
+  stats::Counter bytes_from_origin = stats::Store::get().counter(
+      "request_record.bytes_from_origin", "Bytes received from origins, over every ended request.");
 };
 
 const RecordStats& recordStats() {

@@ -1,46 +1,50 @@
 #include "source/common/upstream/tunnel_stats.h"
 
-#include <string>
-
 namespace sluice {
 namespace upstream {
 
 namespace {
 
 // A key's set: tunnels and bytes (thousands of keys share the store, so four counters each).
-TunnelStats registerKeyTunnelStats(const std::string& prefix) {
-  stats::Store& store = stats::Store::get();
+TunnelStats registerKeyTunnelStats(const stats::Scope& scope) {
   TunnelStats s;
-  s.tunnels_total = store.counter(prefix + "tunnels_total");
-  s.tunnels_active = store.gauge(prefix + "tunnels_active");
-  s.bytes_to_upstream = store.counter(prefix + "bytes_to_upstream");
-  s.bytes_to_downstream = store.counter(prefix + "bytes_to_downstream");
+  s.tunnels_total = scope.counter("tunnels_total", "Tunnels started.");
+  s.tunnels_active = scope.gauge("tunnels_active", "Tunnels open.");
+  s.bytes_to_upstream =
+      scope.counter("bytes_to_upstream", "Tunnel bytes from clients to destinations.");
+  s.bytes_to_downstream =
+      scope.counter("bytes_to_downstream", "Tunnel bytes from destinations to clients.");
   return s;
 }
 
 // A listener's set: the key's, plus splice and how tunnels ended.
-TunnelStats registerTunnelStats(const std::string& prefix) {
-  stats::Store& store = stats::Store::get();
-  TunnelStats s = registerKeyTunnelStats(prefix);
-  s.bytes_spliced = store.counter(prefix + "bytes_spliced");
-  s.splice_fallback = store.counter(prefix + "splice_fallback");
-  s.idle_timeout = store.counter(prefix + "idle_timeout");
-  s.upstream_reset = store.counter(prefix + "upstream_reset");
-  s.downstream_reset = store.counter(prefix + "downstream_reset");
+TunnelStats registerTunnelStats(const stats::Scope& scope) {
+  TunnelStats s = registerKeyTunnelStats(scope);
+  s.bytes_spliced = scope.counter("bytes_spliced",
+                                  "Tunnel bytes (both ways) moved socket to socket by splice(2).");
+  s.splice_fallback = scope.counter(
+      "splice_fallback", "Bulk tunnels that found no pipe for splice(2) and copy instead.");
+  s.idle_timeout = scope.counter("idle_timeout", "Tunnels closed after tunnel_idle_timeout.");
+  s.upstream_reset = scope.counter(
+      "upstream_reset", "Tunnels the destination reset or closed before both sides ended.");
+  s.downstream_reset = scope.counter("downstream_reset",
+                                     "Tunnels the client reset or closed before both sides ended.");
   return s;
 }
 
 }  // namespace
 
 TunnelStats listenerTunnelStats(std::string_view listener) {
-  return registerTunnelStats("tunnel.listener." + stats::sanitizeNamePart(listener) + ".");
+  return registerTunnelStats(stats::Scope("tunnel").scope("listener", "listener", listener));
 }
 
 TunnelStats keyTunnelStats(std::string_view key_name) {
-  return registerKeyTunnelStats("tunnel.key." + stats::sanitizeNamePart(key_name) + ".");
+  return registerKeyTunnelStats(stats::Scope("tunnel").scope("key", "key", key_name));
 }
 
-TunnelStats keyOverflowTunnelStats() { return registerKeyTunnelStats("tunnel.key_overflow."); }
+TunnelStats keyOverflowTunnelStats() {
+  return registerKeyTunnelStats(stats::Scope("tunnel").scope("key_overflow"));
+}
 
 }  // namespace upstream
 }  // namespace sluice

@@ -21,10 +21,11 @@ struct TunnelStats {
   stats::Counter downstream_reset;  // the client did
 };
 
-// "tunnel.listener.<listener>.*" (the name sanitized). Same name, same handles.
+// "tunnel.listener.<listener>.*" (the name sanitized; in Prometheus the label listener). Same
+// name, same handles.
 TunnelStats listenerTunnelStats(std::string_view listener);
-// "tunnel.key.<key name>.*": tunnels_total, tunnels_active and the bytes each way (the others
-// count nowhere: a key's resets and timeouts are its listener's).
+// "tunnel.key.<key name>.*" (in Prometheus the label key): tunnels_total, tunnels_active and the
+// bytes each way (the others count nowhere: a key's resets and timeouts are its listener's).
 TunnelStats keyTunnelStats(std::string_view key_name);
 // "tunnel.key_overflow.*": shared by the keys past the ones that have a set of their own.
 TunnelStats keyOverflowTunnelStats();

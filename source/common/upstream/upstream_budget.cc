@@ -28,8 +28,12 @@ UpstreamBudget::UpstreamBudget() {
 void UpstreamBudget::configure(uint32_t per_client, uint32_t reserve) {
   configured_reserve_ = reserve;
   stats::Store& store = stats::Store::get();
-  stats_.client_refused = store.counter("upstream.client_limit_refused");
-  stats_.reserve_refused = store.counter("upstream.descriptor_reserve_refused");
+  stats_.client_refused =
+      store.counter("upstream.client_limit_refused",
+                    "Upstream sockets refused: the client holds max_connections_per_client (503).");
+  stats_.reserve_refused =
+      store.counter("upstream.descriptor_reserve_refused",
+                    "Upstream sockets refused: they would take a reserved descriptor (503).");
   refreshDescriptorLimit();
   // The per-client limit is fixed for the life of the process (slots refer to the limiter).
   const uint64_t usable = static_cast<uint64_t>(descriptorCeiling());

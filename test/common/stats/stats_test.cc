@@ -302,22 +302,78 @@ TEST_F(StatsTest, RenderJson) {
 
 TEST_F(StatsTest, RenderPrometheus) {
   EXPECT_EQ(store().renderPrometheus(), "");
-  store().counter("listener.http.downstream_cx_total").add(12);
-  store().gauge("worker.0.downstream_cx_active").add(-2);
-  store().counter("auth.denied").inc();
-  store().counter("dns:cache-hits").add(3);
+  store().counter("listener.http.downstream_cx_total", "Connections accepted.").add(12);
+  store().gauge("worker.0.downstream_cx_active", "Connections open.").add(-2);
+  store().counter("auth.denied", "Requests denied.").inc();
+  store().counter("dns:cache-hits").add(3);  // No description: HELP names the stat.
   EXPECT_EQ(store().renderPrometheus(),
-            "# TYPE sluice_auth_denied counter\n"
-            "sluice_auth_denied 1\n"
-            "# TYPE sluice_dns_cache_hits counter\n"
-            "sluice_dns_cache_hits 3\n"
+            "# HELP sluice_auth_denied_total Requests denied.\n"
+            "# TYPE sluice_auth_denied_total counter\n"
+            "sluice_auth_denied_total 1\n"
+            "# HELP sluice_dns_cache_hits_total sluice stat dns:cache-hits\n"
+            "# TYPE sluice_dns_cache_hits_total counter\n"
+            "sluice_dns_cache_hits_total 3\n"
+            "# HELP sluice_listener_http_downstream_cx_total Connections accepted.\n"
             "# TYPE sluice_listener_http_downstream_cx_total counter\n"
             "sluice_listener_http_downstream_cx_total 12\n"
+            "# HELP sluice_worker_0_downstream_cx_active Connections open.\n"
             "# TYPE sluice_worker_0_downstream_cx_active gauge\n"
             "sluice_worker_0_downstream_cx_active -2\n");
   EXPECT_EQ(store().renderPrometheus("auth"),
-            "# TYPE sluice_auth_denied counter\n"
-            "sluice_auth_denied 1\n");
+            "# HELP sluice_auth_denied_total Requests denied.\n"
+            "# TYPE sluice_auth_denied_total counter\n"
+            "sluice_auth_denied_total 1\n");
+}
+
+TEST_F(StatsTest, ScopesPutInstancesInLabels) {
+  const Scope http("listener", "listener", "http");
+  const Scope tls("listener", "listener", "tls.1");  // The dotted name sanitizes it.
+  http.counter("downstream_cx_total", "Connections accepted.").add(3);
+  tls.counter("downstream_cx_total", "Connections accepted.").add(4);
+  http.gauge("downstream_cx_active", "Connections open.").add(1);
+  Scope("tunnel").scope("key", "key", "ci").counter("bytes_to_upstream", "Bytes up.").add(9);
+  const Scope sniffer = http.scope("sniffer");
+  sniffer.counter("tls", "admitted", Label{"protocol", "tls"}, "Admitted.").add(5);
+  sniffer.counter("http1", "admitted", Label{"protocol", "http1"}, "Admitted.").add(6);
+
+  // /stats keeps the dotted names.
+  EXPECT_EQ(store().counterValue("listener.http.downstream_cx_total"), 3u);
+  EXPECT_EQ(store().counterValue("listener.tls_1.downstream_cx_total"), 4u);
+  EXPECT_EQ(store().counterValue("tunnel.key.ci.bytes_to_upstream"), 9u);
+  EXPECT_EQ(store().counterValue("listener.http.sniffer.tls"), 5u);
+  EXPECT_EQ(http.name("downstream_cx_total"), "listener.http.downstream_cx_total");
+
+  // One HELP and one TYPE per family, however many label sets it holds; counters end in _total
+  // once, gauges never.
+  EXPECT_EQ(store().renderPrometheus(),
+            "# HELP sluice_listener_downstream_cx_active Connections open.\n"
+            "# TYPE sluice_listener_downstream_cx_active gauge\n"
+            "sluice_listener_downstream_cx_active{listener=\"http\"} 1\n"
+            "# HELP sluice_listener_downstream_cx_total Connections accepted.\n"
+            "# TYPE sluice_listener_downstream_cx_total counter\n"
+            "sluice_listener_downstream_cx_total{listener=\"http\"} 3\n"
+            "sluice_listener_downstream_cx_total{listener=\"tls.1\"} 4\n"
+            "# HELP sluice_listener_sniffer_admitted_total Admitted.\n"
+            "# TYPE sluice_listener_sniffer_admitted_total counter\n"
+            "sluice_listener_sniffer_admitted_total{listener=\"http\",protocol=\"http1\"} 6\n"
+            "sluice_listener_sniffer_admitted_total{listener=\"http\",protocol=\"tls\"} 5\n"
+            "# HELP sluice_tunnel_key_bytes_to_upstream_total Bytes up.\n"
+            "# TYPE sluice_tunnel_key_bytes_to_upstream_total counter\n"
+            "sluice_tunnel_key_bytes_to_upstream_total{key=\"ci\"} 9\n");
+  // The filter still matches dotted names, and a family shows only the samples that match.
+  EXPECT_EQ(store().renderPrometheus("tls_1"),
+            "# HELP sluice_listener_downstream_cx_total Connections accepted.\n"
+            "# TYPE sluice_listener_downstream_cx_total counter\n"
+            "sluice_listener_downstream_cx_total{listener=\"tls.1\"} 4\n");
+}
+
+TEST_F(StatsTest, PrometheusEscapesLabelValuesAndHelp) {
+  Scope("listener", "listener", "a\\b\"c\nd").counter("rq", "Back\\slash\nand \"quotes\".").inc();
+  EXPECT_EQ(store().renderPrometheus(),
+            "# HELP sluice_listener_rq_total Back\\\\slash\\nand \"quotes\".\n"
+            "# TYPE sluice_listener_rq_total counter\n"
+            "sluice_listener_rq_total{listener=\"a\\\\b\\\"c\\nd\"} 1\n");
+  EXPECT_EQ(store().renderText(), "listener.a_b_c_d.rq: 1\n");
 }
 
 TEST_F(StatsTest, PrometheusNamesStayUnique) {
@@ -325,15 +381,49 @@ TEST_F(StatsTest, PrometheusNamesStayUnique) {
   store().counter("a_b").add(2);
   store().gauge("a-b").add(3);
   store().counter("a_b_2").add(4);
+  store().counter("c_total").add(5);
+  store().counter("c").add(6);
   EXPECT_EQ(store().renderPrometheus(),
-            "# TYPE sluice_a_b_3 gauge\n"
-            "sluice_a_b_3 3\n"
-            "# TYPE sluice_a_b counter\n"
-            "sluice_a_b 1\n"
-            "# TYPE sluice_a_b_2 counter\n"
-            "sluice_a_b_2 2\n"
-            "# TYPE sluice_a_b_2_2 counter\n"
-            "sluice_a_b_2_2 4\n");
+            "# HELP sluice_a_b sluice stat a-b\n"
+            "# TYPE sluice_a_b gauge\n"
+            "sluice_a_b 3\n"
+            "# HELP sluice_a_b_2_2_total sluice stat a_b_2\n"
+            "# TYPE sluice_a_b_2_2_total counter\n"
+            "sluice_a_b_2_2_total 4\n"
+            "# HELP sluice_a_b_2_total sluice stat a_b\n"
+            "# TYPE sluice_a_b_2_total counter\n"
+            "sluice_a_b_2_total 2\n"
+            "# HELP sluice_a_b_total sluice stat a.b\n"
+            "# TYPE sluice_a_b_total counter\n"
+            "sluice_a_b_total 1\n"
+            "# HELP sluice_c_2_total sluice stat c\n"
+            "# TYPE sluice_c_2_total counter\n"
+            "sluice_c_2_total 6\n"
+            "# HELP sluice_c_total sluice stat c_total\n"
+            "# TYPE sluice_c_total counter\n"
+            "sluice_c_total 5\n");
+}
+
+TEST_F(StatsTest, FamiliesKeepOneTypeAndOneSetOfLabelNames) {
+  store().counter("x.all", Metric{"x", {}, "All."}).add(1);
+  store().counter("x.one", Metric{"x", {{"key", "one"}}, "Per key."}).add(2);
+  store().gauge("x.g", Metric{"x_total", {{"key", "one"}}, "A gauge."}).add(3);
+  EXPECT_EQ(store().renderPrometheus(),
+            "# HELP sluice_x_2_total Per key.\n"
+            "# TYPE sluice_x_2_total counter\n"
+            "sluice_x_2_total{key=\"one\"} 2\n"
+            "# HELP sluice_x_total All.\n"
+            "# TYPE sluice_x_total counter\n"
+            "sluice_x_total 1\n"
+            "# HELP sluice_x_total_2 A gauge.\n"
+            "# TYPE sluice_x_total_2 gauge\n"
+            "sluice_x_total_2{key=\"one\"} 3\n");
+}
+
+TEST_F(StatsTest, InvalidLabelNamesDie) {
+  EXPECT_DEATH(store().counter("y", Metric{"y", {{"0key", "v"}}, ""}), "invalid label name");
+  EXPECT_DEATH(store().counter("y", Metric{"y", {{"a-b", "v"}}, ""}), "invalid label name");
+  EXPECT_DEATH(store().counter("y", Metric{"y", {{"", "v"}}, ""}), "invalid label name");
 }
 
 }  // namespace

@@ -13,7 +13,6 @@
 #include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
 
-#include "source/common/config/filter_config.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/pool.h"
 #include "test/common/network/loopback.h"
@@ -97,7 +96,7 @@ class OriginExchangeTest : public testing::Test {
   void SetUp() override {
     signal(SIGPIPE, SIG_IGN);
     ASSERT_TRUE(listener_.ok());
-    http::registerProxyStats(config::StatsScope("exchange_test", "t"), stats_);
+    http::registerProxyStats(stats::Scope("exchange_test", "chain", "t"), stats_);
     for (const char* name :
          {"upstream_rs_bad", "upstream_rs_timeout", "upstream_reset", "rq_retry"}) {
       base_[name] = stats::Store::get().counterValue(std::string("exchange_test.t.") + name);
