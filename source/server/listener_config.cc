@@ -9,6 +9,7 @@
 #include "source/common/ban/ban_config.h"
 #include "source/common/common/duration.h"
 #include "source/common/extensions/registry.h"
+#include "source/common/http/proxy_status.h"
 
 namespace sluice {
 namespace server {
@@ -81,8 +82,10 @@ absl::Status buildConnectionLimits(const config::v1::ConnectionLimits& proto,
   if (proto.overflow_reply() == config::v1::ConnectionLimits::HTTP_503) {
     config.overflow_reply = absl::StrFormat(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
-        kOverflowBody.size(), kOverflowBody);
+        "Content-Length: %d\r\nProxy-Status: %s\r\nConnection: close\r\n\r\n%s",
+        kOverflowBody.size(),
+        http::proxyStatusValue(http::ProxyError::ConnectionLimitReached, "too many connections"),
+        kOverflowBody);
   }
   return absl::OkStatus();
 }

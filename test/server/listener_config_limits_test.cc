@@ -79,6 +79,8 @@ TEST(ListenerConfigLimitsTest, Http503ReplyIsAWholeResponse) {
   const std::string& reply = (*config)->listeners[0]->overflow_reply;
   EXPECT_THAT(reply, StartsWith("HTTP/1.1 503 Service Unavailable\r\n"));
   EXPECT_THAT(reply, HasSubstr("\r\nConnection: close\r\n"));
+  EXPECT_THAT(reply, HasSubstr("\r\nProxy-Status: sluice; error=connection_limit_reached; "
+                               "details=\"too many connections\"\r\n"));
   const size_t end = reply.find("\r\n\r\n");
   ASSERT_NE(end, std::string::npos);
   const std::string body = reply.substr(end + 4);

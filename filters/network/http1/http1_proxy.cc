@@ -181,7 +181,7 @@ void Http1ProxyFilter::processHead(buffer::Buffer& data) {
   if (status == http1::ParseStatus::Error) {
     config_->stats.rq_rejected.inc();
     trace_.begin(proxy::Protocol::Http1, "-", {}, 0, downstream().peer());
-    sendLocalReply(err.status, err.reason, true);
+    sendLocalReply(err.status, http::ProxyError::HttpRequestError, err.reason, true);
     return;
   }
   timer_->disable();
@@ -210,7 +210,7 @@ void Http1ProxyFilter::startRequest() {
   if (head.form == http1::TargetForm::Authority) {
     if (head.framing != http1::BodyFraming::None) {
       config_->stats.rq_rejected.inc();
-      sendLocalReply(400, "CONNECT with a body", true);
+      sendLocalReply(400, http::ProxyError::HttpRequestError, "CONNECT with a body", true);
       return;
     }
     pending_->request.kind = proxy::RequestKind::Tunnel;
@@ -222,12 +222,14 @@ void Http1ProxyFilter::startRequest() {
       // TLS to the origin is the client's: it sends CONNECT and runs TLS through the tunnel.
       config_->stats.rq_rejected.inc();
       config_->stats.upgrade_rejected.inc();
-      sendLocalReply(400, "wss:// URLs are not relayed; use CONNECT", true);
+      sendLocalReply(400, http::ProxyError::HttpRequestError,
+                     "wss:// URLs are not relayed; use CONNECT", true);
       return;
     }
     if (!ws && !http1::equalsIgnoreCase(head.scheme, "http")) {
       config_->stats.rq_rejected.inc();
-      sendLocalReply(400, "only http:// URLs are relayed; use CONNECT for others", true);
+      sendLocalReply(400, http::ProxyError::HttpRequestError,
+                     "only http:// URLs are relayed; use CONNECT for others", true);
       return;
     }
     // Other upgrades (h2c, ...) are not relayed: their Upgrade is stripped as a hop-by-hop
@@ -237,14 +239,14 @@ void Http1ProxyFilter::startRequest() {
       if (const char* why = http::checkWebSocketRequest(head); why != nullptr) {
         config_->stats.rq_rejected.inc();
         config_->stats.upgrade_rejected.inc();
-        sendLocalReply(400, why, true);
+        sendLocalReply(400, http::ProxyError::HttpRequestError, why, true);
         return;
       }
       upgrade_ = true;
     } else if (ws) {
       config_->stats.rq_rejected.inc();
       config_->stats.upgrade_rejected.inc();
-      sendLocalReply(400,
+      sendLocalReply(400, http::ProxyError::HttpRequestError,
                      config_->websocket ? "ws:// URL without a websocket upgrade"
                                         : "websocket is disabled on this proxy",
                      true);
@@ -261,7 +263,8 @@ void Http1ProxyFilter::startRequest() {
     }
   } else {
     config_->stats.rq_rejected.inc();
-    sendLocalReply(400, "not a proxy request: use an absolute URL or CONNECT", true);
+    sendLocalReply(400, http::ProxyError::HttpRequestError,
+                   "not a proxy request: use an absolute URL or CONNECT", true);
     return;
   }
   const uint64_t max_body = config_->max_request_body_bytes;
@@ -269,7 +272,8 @@ void Http1ProxyFilter::startRequest() {
       head.content_length > max_body) {
     // Refused before any filter runs, so nothing reaches an origin.
     config_->stats.rq_body_too_large.inc();
-    sendLocalReply(413, "request body larger than the proxy allows", true);
+    sendLocalReply(413, http::ProxyError::HttpRequestError,
+                   "request body larger than the proxy allows", true);
     return;
   }
   pending_->request.protocol = proxy::Protocol::Http1;
@@ -294,7 +298,9 @@ void Http1ProxyFilter::onDenied(proxy::Denial denial, std::string_view reason) {
   bool close = !client_keep_alive_ || request_framing_ != http1::BodyFraming::None ||
                downstream_ended_ || pending_->request.close_connection;
   chain_->end();
-  sendLocalReply(status, reason, close, denial == proxy::Denial::Unauthorized);
+  sendLocalReply(
+      status, http::denialError(denial, pending_->request.denial_cause, pending_->request.failure),
+      reason, close, denial == proxy::Denial::Unauthorized);
   if (close) return;
   if (head_in_buffer_) {
     downstream().readBuffer().drain(head_size_);
@@ -391,7 +397,7 @@ void Http1ProxyFilter::afterBody(upstream::BodyProgress progress, bool client_en
   if (progress == upstream::BodyProgress::Error) {
     config_->stats.rq_rejected.inc();
     if (!exchange_->responseStarted()) {
-      sendLocalReply(400, exchange_->requestBodyError(), true);
+      sendLocalReply(400, http::ProxyError::HttpRequestError, exchange_->requestBodyError(), true);
     } else {
       closeAll();
     }
@@ -400,7 +406,8 @@ void Http1ProxyFilter::afterBody(upstream::BodyProgress progress, bool client_en
   if (progress == upstream::BodyProgress::TooLarge) {
     config_->stats.rq_body_too_large.inc();
     if (!exchange_->responseStarted()) {
-      sendLocalReply(413, "request body larger than the proxy allows", true);
+      sendLocalReply(413, http::ProxyError::HttpRequestError,
+                     "request body larger than the proxy allows", true);
     } else {
       closeAll();
     }
@@ -525,7 +532,8 @@ void Http1ProxyFilter::onExchangeError(upstream::ExchangeError error, std::strin
     closeAll();
     return;
   }
-  sendLocalReply(http::exchangeErrorStatus(error), detail, true);
+  sendLocalReply(http::exchangeErrorStatus(error),
+                 http::exchangeError(error, exchange_->bytesFromOrigin() > 0), detail, true);
 }
 
 void Http1ProxyFilter::onOriginBackedUp(bool backed_up) {
@@ -633,7 +641,8 @@ void Http1ProxyFilter::onTimer() {
     case State::ReadingHead:
       if (!downstream().readBuffer().empty()) {
         config_->stats.rq_head_timeout.inc();
-        sendLocalReply(408, "request head not received in time", true);
+        sendLocalReply(408, http::ProxyError::HttpRequestError, "request head not received in time",
+                       true);
       } else {
         config_->stats.downstream_idle_timeout.inc();
         setState(State::Closed);
@@ -652,8 +661,8 @@ void Http1ProxyFilter::onTimer() {
   }
 }
 
-void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, bool close,
-                                      bool auth_challenge) {
+void Http1ProxyFilter::sendLocalReply(uint16_t status, http::ProxyError error,
+                                      std::string_view detail, bool close, bool auth_challenge) {
   std::string body = http::localReplyBody(status, detail);
   std::string head = absl::StrFormat(
       "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n", status,
@@ -662,13 +671,16 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, std::string_view detail, 
     head +=
         absl::StrFormat("Proxy-Authenticate: Basic realm=\"%s\"\r\n", pending_->request.auth_realm);
   }
-  head += close ? "Connection: close\r\n\r\n" : "\r\n";
+  head += "Proxy-Status: ";
+  head += http::proxyStatusValue(error, detail);
+  head += close ? "\r\nConnection: close\r\n\r\n" : "\r\n\r\n";
   buffer::Buffer out;
   out.add(head);
   if (method_ != http1::Method::Head || state_ == State::ReadingHead) out.add(body);
   config_->stats.countStatus(status);
   downstream().write(out);
   trace_.setStatus(status);
+  trace_.setProxyStatusError(http::proxyErrorName(error));
   trace_.fail(detail);
   if (exchange_) exchange_->reportTo(trace_);
   endRecord();

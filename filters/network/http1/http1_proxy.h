@@ -10,6 +10,7 @@
 #include "source/common/http/h1_parser.h"
 #include "source/common/http/proxy_credential.h"
 #include "source/common/http/proxy_stats.h"
+#include "source/common/http/proxy_status.h"
 #include "source/common/network/filter.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
@@ -134,8 +135,9 @@ class Http1ProxyFilter : public network::ReadFilter,
   void finishExchange();
   void onTimer();
   void armHeadTimer();
-  // A reply made by the proxy itself; closes the connection after it when close is set.
-  void sendLocalReply(uint16_t status, std::string_view detail, bool close,
+  // A reply made by the proxy itself, its Proxy-Status naming `error`; closes the connection
+  // after it when close is set.
+  void sendLocalReply(uint16_t status, http::ProxyError error, std::string_view detail, bool close,
                       bool auth_challenge = false);
   void releaseUpstream();
   void closeAll();

@@ -93,7 +93,7 @@ void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
   trace_.begin(proxy::Protocol::Http2, "-", {}, 0, parent_.downstream().peer());
   if (header_error_ != nullptr) {
     config().stats.rq_header_list_too_large.inc();
-    localReply(431, header_error_);
+    localReply(431, http::ProxyError::HttpRequestError, header_error_);
     return;
   }
   findCredential();
@@ -108,13 +108,14 @@ void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
   if (!http2::parseRequest(fields_.data(), static_cast<uint32_t>(fields_.size()), info_, err,
                            !config().disable_websocket)) {
     config().stats.rq_rejected.inc();
-    localReply(err.status, err.reason);
+    localReply(err.status, http::ProxyError::HttpRequestError, err.reason);
     return;
   }
   const uint64_t max_body = config().max_request_body_bytes;
   if (max_body != 0 && info_.has_content_length && info_.content_length > max_body) {
     config().stats.rq_body_too_large.inc();
-    localReply(413, "request body larger than the proxy allows");
+    localReply(413, http::ProxyError::HttpRequestError,
+               "request body larger than the proxy allows");
     return;
   }
   trace_.begin(proxy::Protocol::Http2, info_.method_text, info_.host, info_.port,
@@ -153,7 +154,8 @@ void Http2ProxyFilter::Stream::onClientData(const uint8_t* data, size_t length) 
     config().stats.rq_body_too_large.inc();
     parent_.codec_->consume(id_, length);
     if (!response_started_) {
-      localReply(413, "request body larger than the proxy allows");
+      localReply(413, http::ProxyError::HttpRequestError,
+                 "request body larger than the proxy allows");
     } else {
       reset(ErrorCode::Cancel);
     }
@@ -296,7 +298,9 @@ void Http2ProxyFilter::Stream::onDenied(proxy::Denial denial, std::string_view r
   trace_.fail(reason, request_.failure.kind);
   // The refusal goes out first, then the GOAWAY (onResponseSent).
   drain_after_reply_ = request_.close_connection;
-  localReply(http::denialStatus(denial), reason, denial == proxy::Denial::Unauthorized);
+  localReply(http::denialStatus(denial),
+             http::denialError(denial, request_.denial_cause, request_.failure), reason,
+             denial == proxy::Denial::Unauthorized);
 }
 
 std::string_view Http2ProxyFilter::Stream::get(std::string_view name) const {
@@ -569,6 +573,7 @@ void Http2ProxyFilter::Stream::onRetry() {
 
 void Http2ProxyFilter::Stream::onExchangeError(upstream::ExchangeError error,
                                                std::string_view detail) {
+  const bool origin_answered = exchange_->bytesFromOrigin() > 0;
   exchange_->reportTo(trace_);
   exchange_.reset();
   trace_.fail(detail, upstream::failureKind(error));
@@ -582,7 +587,7 @@ void Http2ProxyFilter::Stream::onExchangeError(upstream::ExchangeError error,
                                                             : ErrorCode::InternalError);
     return;
   }
-  localReply(http::exchangeErrorStatus(error), detail);
+  localReply(http::exchangeErrorStatus(error), http::exchangeError(error, origin_answered), detail);
 }
 
 void Http2ProxyFilter::Stream::onOriginBackedUp(bool backed_up) {
@@ -702,8 +707,8 @@ void Http2ProxyFilter::Stream::onTimer() {
   }
 }
 
-void Http2ProxyFilter::Stream::localReply(uint16_t status, std::string_view detail,
-                                          bool auth_challenge) {
+void Http2ProxyFilter::Stream::localReply(uint16_t status, http::ProxyError error,
+                                          std::string_view detail, bool auth_challenge) {
   timer_.disable();
   releaseUpstream();
   if (response_started_) {
@@ -714,10 +719,13 @@ void Http2ProxyFilter::Stream::localReply(uint16_t status, std::string_view deta
   dropOutput();
   std::string body = http::localReplyBody(status, detail);
   std::string length = absl::StrFormat("%d", body.size());
+  std::string proxy_status = http::proxyStatusValue(error, detail);
   std::string challenge;
-  http2::ResponseHeader headers[3] = {
-      {"content-type", "text/plain; charset=utf-8"}, {"content-length", length}, {}};
-  size_t count = 2;
+  http2::ResponseHeader headers[4] = {{"content-type", "text/plain; charset=utf-8"},
+                                      {"content-length", length},
+                                      {"proxy-status", proxy_status},
+                                      {}};
+  size_t count = 3;
   if (auth_challenge) {
     challenge = absl::StrFormat("Basic realm=\"%s\"", request_.auth_realm);
     headers[count++] = {"proxy-authenticate", challenge};
@@ -728,6 +736,7 @@ void Http2ProxyFilter::Stream::localReply(uint16_t status, std::string_view deta
   response_started_ = true;
   config().stats.countStatus(status);
   trace_.setStatus(status);
+  trace_.setProxyStatusError(http::proxyErrorName(error));
   trace_.fail(detail);
   parent_.codec_->submitResponse(id_, status, headers, count, head);
   // A client that stops reading cannot keep the stream (and its queued reply) forever.

@@ -10,6 +10,7 @@
 #include "filters/network/http2/http2_proxy.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/http/h1_parser.h"
+#include "source/common/http/proxy_status.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/upstream/origin_exchange.h"
 #include "source/common/upstream/tunnel_relay.h"
@@ -143,8 +144,9 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
 
   void onTimer();
 
-  // A reply made by the proxy itself, on this stream only.
-  void localReply(uint16_t status, std::string_view detail, bool auth_challenge = false);
+  // A reply made by the proxy itself, on this stream only, its proxy-status naming `error`.
+  void localReply(uint16_t status, http::ProxyError error, std::string_view detail,
+                  bool auth_challenge = false);
   void reset(http2::ErrorCode code);
 
   void releaseUpstream();

@@ -5,6 +5,7 @@
 
 #include <net/if.h>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
 #include "source/common/common/logger.h"
@@ -264,7 +265,7 @@ void DestGuardFilter::onResolved(const absl::Status& status,
     config_->stats.resolve_failed.inc();
     error_ = status.ok() ? absl::StrFormat("%s: no addresses", request_->host)
                          : std::string(status.message());
-    request_->failure = {upstream::FailureKind::DnsFailure, 0};
+    request_->failure = upstream::dnsFailure(absl::IsDeadlineExceeded(status));
     callbacks_->deny(proxy::Denial::BadGateway, error_);
   } else {
     admitted = admit(addresses.data(), addresses.size());
@@ -286,14 +287,17 @@ bool DestGuardFilter::admit(const network::Address* addresses, size_t count) {
         continue;
       case Verdict::Private:
         config_->stats.blocked_private.inc();
+        request_->denial_cause = proxy::DenialCause::DestinationAddress;
         callbacks_->deny(proxy::Denial::Forbidden, kReasonPrivate);
         return false;
       case Verdict::Denied:
         config_->stats.blocked_denied.inc();
+        request_->denial_cause = proxy::DenialCause::DestinationAddress;
         callbacks_->deny(proxy::Denial::Forbidden, kReasonDenied);
         return false;
       case Verdict::Self:
         config_->stats.blocked_self.inc();
+        request_->denial_cause = proxy::DenialCause::DestinationAddress;
         callbacks_->deny(proxy::Denial::Forbidden, kReasonSelf);
         return false;
     }

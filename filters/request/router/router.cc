@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
 #include "source/common/upstream/pool.h"
@@ -44,7 +45,7 @@ void RouterFilter::onResolved(const absl::Status& status,
   request_->resolve_time = since(started_, callbacks_->worker().dispatcher().now());
   if (!status.ok() || addresses.empty()) {
     config_->stats.dns_fail.inc();
-    request_->failure = {upstream::FailureKind::DnsFailure, 0};
+    request_->failure = upstream::dnsFailure(absl::IsDeadlineExceeded(status));
     error_ = status.ok() ? absl::StrFormat("%s: no addresses", request_->host)
                          : std::string(status.message());
     callbacks_->deny(proxy::Denial::BadGateway, error_);
@@ -64,6 +65,7 @@ void RouterFilter::route() {
   // Every upstream socket a client holds counts, pooled or new, across all its connections and
   // streams.
   if (!slot_.held() && !config_->budget->admit(request_->client, slot_)) {
+    request_->denial_cause = proxy::DenialCause::ConnectionLimit;
     callbacks_->deny(proxy::Denial::ServiceUnavailable, kClientUpstreamsFull);
     return;
   }
@@ -107,6 +109,7 @@ void RouterFilter::connectNext() {
       // other address would fare better.
       config_->budget->countReserveRefusal();
       timer_->disable();
+      request_->denial_cause = proxy::DenialCause::ConnectionLimit;
       callbacks_->deny(proxy::Denial::ServiceUnavailable, kDescriptorsLow);
       return;
     }

@@ -34,6 +34,16 @@ class RequestHeaders {
   virtual bool add(std::string_view name, std::string_view value) = 0;
 };
 
+// What a refusal is about where its Denial and the request's failure do not say, set with the
+// Denial by the filter that refuses, so an answer can name it (HTTP's Proxy-Status error type).
+enum class DenialCause : uint8_t {
+  Unspecified,         // the Denial says it all
+  DestinationAddress,  // the destination is an address sluice does not reach (private, denied,
+                       // sluice itself)
+  ConnectionLimit,     // the client's upstream sockets, or sluice's descriptors, ran out
+  NoRoute,             // no filter routed the request: the chain has no router
+};
+
 // One proxy request as every codec presents it to the request filters, whatever the protocol.
 // Views point into codec-owned memory that stays valid until the request ends.
 struct ProxyRequest {
@@ -73,6 +83,8 @@ struct ProxyRequest {
   // codec can answer in its own terms (an HTTP status, a SOCKS5 reply code) without parsing
   // text.
   upstream::Failure failure;
+  // What a refusal is about, beyond its Denial and failure (set by the filter that refuses).
+  DenialCause denial_cause = DenialCause::Unspecified;
 
   // For the end-of-request record: the time the destination lookup and the connect took (-1:
   // not done, e.g. a literal address or a pooled connection), set by the filter that did them,

@@ -48,6 +48,7 @@ void RequestFilterChain::iterate() {
   while (state_ == State::Running) {
     if (next_ >= filters_.size()) {
       // The config loader requires a terminal router; reaching here is a config bug.
+      request_->denial_cause = DenialCause::NoRoute;
       deny(Denial::BadGateway, "no route");
       return;
     }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
 
 namespace sluice {
@@ -20,9 +21,15 @@ enum class FailureKind : uint8_t {
 
 struct Failure {
   FailureKind kind = FailureKind::None;
-  int error = 0;  // errno where one applies (a failed connect), else 0
+  // errno where one applies (a failed connect; ETIMEDOUT for a lookup that timed out), else 0
+  int error = 0;
   explicit operator bool() const { return kind != FailureKind::None; }
 };
+
+// A failed lookup of the destination's name.
+inline Failure dnsFailure(bool timed_out) {
+  return {FailureKind::DnsFailure, timed_out ? ETIMEDOUT : 0};
+}
 
 // Why an exchange failed. The exchange counted it; the codec answers in its own protocol.
 enum class ExchangeError : uint8_t {

@@ -131,6 +131,7 @@ void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std:
   resolve_ = connect_ = std::chrono::microseconds(-1);
   to_origin_ = from_origin_ = 0;
   status_ = 0;
+  proxy_status_error_ = {};
   failure_ = FailureKind::None;
   has_first_byte_ = false;
   open_ = true;
@@ -184,6 +185,7 @@ RequestRecord RequestTrace::record(std::string_view listener, event::MonotonicTi
   r.upstream = upstream_;
   r.denial = text.substr(prefixLength());
   r.failure = failure_;
+  r.proxy_status_error = proxy_status_error_;
   return r;
 }
 

@@ -36,6 +36,9 @@ struct RequestRecord {
   network::Address upstream;  // the address connected to (unset: none)
   std::string_view denial;    // why the request was refused or failed; empty when served
   FailureKind failure = FailureKind::None;
+  // The RFC 9209 error type of an answer sluice made itself (its Proxy-Status: "dns_error",
+  // "http_request_denied", ...); empty for an origin's answer, a tunnel and SOCKS5.
+  std::string_view proxy_status_error;
 };
 
 // Emits one record: counts it (request_record.total, .denied, .bytes_to_origin,
@@ -58,6 +61,8 @@ class RequestTrace {
   // router connected.
   void routed(const proxy::ProxyRequest& request);
   void setStatus(uint16_t status) { status_ = status; }
+  // The RFC 9209 error type of the answer sluice made itself (a static string).
+  void setProxyStatusError(std::string_view error) { proxy_status_error_ = error; }
   // The request was refused or failed (the reason is copied).
   void fail(std::string_view reason, FailureKind kind = FailureKind::None);
   void addBytes(uint64_t to_origin, uint64_t from_origin) {
@@ -79,6 +84,7 @@ class RequestTrace {
   uint16_t host_len_ = 0;
   uint16_t path_len_ = 0;
   std::string_view key_;
+  std::string_view proxy_status_error_;
   network::Address client_;
   network::Address upstream_;
   event::MonotonicTime start_{};

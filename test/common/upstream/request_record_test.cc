@@ -66,6 +66,22 @@ TEST(RequestTrace, KeepsAMethodItDoesNotKnowAndResetsOnBegin) {
   EXPECT_EQ(r.first_byte.count(), -1);
 }
 
+TEST(RequestTrace, CarriesTheProxyStatusErrorOfItsOwnAnswerOnly) {
+  RequestTrace trace;
+  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, network::Address());
+  trace.setStatus(403);
+  trace.setProxyStatusError("destination_ip_prohibited");
+  RequestRecord r = trace.record("l", std::chrono::steady_clock::now());
+  EXPECT_EQ(r.proxy_status_error, "destination_ip_prohibited");
+  trace.end("l");
+  // An origin's answer on the next request carries none.
+  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, network::Address());
+  trace.setStatus(403);
+  r = trace.record("l", std::chrono::steady_clock::now());
+  EXPECT_EQ(r.proxy_status_error, "");
+  trace.end("l");
+}
+
 TEST(RequestRecord, FormatsEveryFieldAndQuotesSpaces) {
   RequestRecord r;
   r.protocol = proxy::Protocol::Http2;
