@@ -101,6 +101,7 @@ def test_every_request_tunnel_and_command_leaves_one_json_line(start_sluice, tmp
     refused = by[("http1", "GET", "/nokey")]
     assert (refused["status"], refused["key"]) == (407, ""), refused
     assert refused["denial"] == "proxy credentials required" and refused["upstream"] == ""
+    assert refused["proxy_status"] == "http_request_denied" and get["proxy_status"] == ""
     tunnel = by[("http1", "CONNECT", "")]
     assert tunnel["status"] == 200 and tunnel["bytes_to_origin"] == 4
     assert tunnel["bytes_from_origin"] == 4

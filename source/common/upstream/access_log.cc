@@ -263,7 +263,9 @@ void appendJsonLine(std::string& out, const RequestRecord& r, int64_t now_ms) {
     w.put(failureName(r.failure));
     w.put("\",\"denial\":");
     w.jsonString(r.denial);
-    w.put("}\n");
+    w.put(",\"proxy_status\":\"");
+    w.put(r.proxy_status_error);
+    w.put("\"}\n");
   });
 }
 

@@ -48,7 +48,8 @@ TEST(AccessLogTest, JsonLineHasEveryField) {
             "\"target\":\"example.com:80\",\"path\":\"/a?b=c\",\"status\":200,"
             "\"bytes_to_origin\":79,\"bytes_from_origin\":1463,\"resolve_us\":-1,"
             "\"connect_us\":42,\"first_byte_us\":3099,\"total_us\":4731,"
-            "\"upstream\":\"93.184.216.34:80\",\"failure\":\"none\",\"denial\":\"\"}\n");
+            "\"upstream\":\"93.184.216.34:80\",\"failure\":\"none\",\"denial\":\"\","
+            "\"proxy_status\":\"\"}\n");
 }
 
 TEST(AccessLogTest, JsonEscapesWhatAClientSent) {
