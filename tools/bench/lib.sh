@@ -42,7 +42,8 @@ server: {listen: "127.0.0.1:$SLUICE_PORT", workers: 1}
 admin: {listen: "127.0.0.1:$ADMIN_PORT"}
 auth: {api_keys: ["$KEY"]}
 destinations: {allow_private: true}
-limits: {max_connections_per_client: 100000, max_connections: 100000}
+limits: {max_connections_per_client: 100000, max_connections: 100000,
+         max_upstream_connections_per_client: 1000000}
 tls: {listen: "127.0.0.1:$TLS_PORT", cert: "$WORK/certs/server-chain.pem", key: "$WORK/certs/server.key"}
 socks5: {listen: "127.0.0.1:$SOCKS_PORT"}
 YAML

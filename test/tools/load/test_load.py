@@ -641,7 +641,8 @@ class Sluice:
                 f"admin:\n  listen: 127.0.0.1:{self.admin}\n"
                 "destinations:\n  allow_private: true\n"
                 "  allowed_ports: [80, 443, \"1024-65535\"]\n"
-                "limits:\n  max_connections_per_client: 100000\n")
+                "limits:\n  max_connections_per_client: 100000\n"
+                "  max_upstream_connections_per_client: 1000000\n")
         if socks5:
             conf += f"socks5:\n  listen: 127.0.0.1:{self.socks_port}\n"
         if tls:
