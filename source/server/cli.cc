@@ -20,8 +20,10 @@
 #include "source/common/config/short_form.h"
 #include "source/common/config/yaml_loader.h"
 #include "source/common/extensions/registry.h"
+#include "source/server/admin_client.h"
 #include "source/server/listener_config.h"
 #include "source/server/server.h"
+#include "source/server/status_command.h"
 
 namespace sluice {
 namespace server {
@@ -36,11 +38,13 @@ constexpr const char* kUsage =
     "  check           validate the configuration (binds nothing)\n"
     "  init            write a commented configuration with a fresh API key\n"
     "  config expand   print the full form of the configuration\n"
+    "  status          ask the running instance (at the config's admin address) how it is\n"
     "  --version       print the version\n"
     "\n"
     "options:\n"
     "  -c, --config FILE   configuration file (default: %s)\n"
-    "  --log-level LEVEL   error | warn | info | debug (overrides log_level)\n";
+    "  --log-level LEVEL   error | warn | info | debug (overrides log_level)\n"
+    "  --json              status: print one JSON object\n";
 
 void printUsage(FILE* out) { absl::FPrintF(out, kUsage, config::defaultConfigPath()); }
 
@@ -103,6 +107,31 @@ void raiseFileLimit(const ServerConfig& config) {
   }
 }
 
+int cmdStatus(const std::string& path, const ServerConfig& config, bool json) {
+  if (!config.admin_address.valid()) {
+    return fail(absl::StrFormat(
+        "%s has no admin address (admin.listen is off): status asks the running instance "
+        "there, so it cannot find one",
+        path));
+  }
+  if (config.admin_address.port() == 0) {
+    return fail(absl::StrFormat(
+        "%s: the admin address %s has port 0 (any free port): no fixed address to ask", path,
+        config.admin_address.asString()));
+  }
+  auto status = queryInstanceStatus(config.admin_address);
+  if (!status.ok()) {
+    if (absl::IsUnavailable(status.status()) || absl::IsDeadlineExceeded(status.status())) {
+      return fail(absl::StrFormat("no sluice is answering at %s (the admin address in %s): %s",
+                                  adminDialAddress(config.admin_address).asString(), path,
+                                  status.status().message()));
+    }
+    return fail(std::string(status.status().message()));
+  }
+  absl::PrintF("%s", json ? renderStatusJson(*status) : renderStatusText(*status));
+  return 0;
+}
+
 }  // namespace
 
 int runCli(int argc, char** argv) {
@@ -110,6 +139,7 @@ int runCli(int argc, char** argv) {
   std::string command;
   std::string path = config::defaultConfigPath();
   std::string log_level;
+  bool json = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--version" || a == "version") {
@@ -123,6 +153,10 @@ int runCli(int argc, char** argv) {
     if (a == "-c" || a == "--config" || a == "--log-level") {
       if (i + 1 >= args.size()) return fail(absl::StrFormat("%s needs a value", a));
       (a == "--log-level" ? log_level : path) = args[++i];
+      continue;
+    }
+    if (a == "--json") {
+      json = true;
       continue;
     }
     if (!a.empty() && a[0] == '-') {
@@ -142,8 +176,9 @@ int runCli(int argc, char** argv) {
     printUsage(stderr);
     return 2;
   }
+  if (json && command != "status") return fail("--json goes with `sluice status`");
   if (command == "init") return cmdInit(path);
-  if (command != "run" && command != "check" && command != "config expand") {
+  if (command != "run" && command != "check" && command != "config expand" && command != "status") {
     printUsage(stderr);
     return fail(absl::StrFormat("unknown command '%s'", command));
   }
@@ -173,6 +208,7 @@ int runCli(int argc, char** argv) {
   if (!server_config.ok()) {
     return fail(absl::StrFormat("%s: %s", path, server_config.status().message()));
   }
+  if (command == "status") return cmdStatus(path, **server_config, json);
   if (command == "check") {
     absl::PrintF("configuration OK: %s (%d listeners, %d workers)\n", path,
                  (*server_config)->listeners.size(), (*server_config)->workers);
