@@ -23,6 +23,7 @@
 #include "source/server/admin_client.h"
 #include "source/server/listener_config.h"
 #include "source/server/server.h"
+#include "source/server/service_command.h"
 #include "source/server/status_command.h"
 
 namespace sluice {
@@ -32,6 +33,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: sluice <command> [-c FILE] [--log-level LEVEL]\n"
+    "       sluice service enable|disable|status [--user] [--unit-dir DIR] [--no-systemctl]\n"
     "\n"
     "commands:\n"
     "  run             run the proxy in the foreground (SIGINT/SIGTERM drain, then exit 0)\n"
@@ -39,12 +41,19 @@ constexpr const char* kUsage =
     "  init            write a commented configuration with a fresh API key\n"
     "  config expand   print the full form of the configuration\n"
     "  status          ask the running instance (at the config's admin address) how it is\n"
+    "  service enable  write a systemd unit running this binary with the config, and start it\n"
+    "  service disable stop it and remove the unit\n"
+    "  service status  systemctl status of the unit\n"
     "  --version       print the version\n"
     "\n"
     "options:\n"
     "  -c, --config FILE   configuration file (default: %s)\n"
     "  --log-level LEVEL   error | warn | info | debug (overrides log_level)\n"
-    "  --json              status: print one JSON object\n";
+    "  --json              status: print one JSON object\n"
+    "  --user              service: the user's service manager (systemctl --user)\n"
+    "  --unit-dir DIR      service: the unit's folder (default /etc/systemd/system, or\n"
+    "                      ~/.config/systemd/user with --user)\n"
+    "  --no-systemctl      service: only write or remove the unit\n";
 
 void printUsage(FILE* out) { absl::FPrintF(out, kUsage, config::defaultConfigPath()); }
 
@@ -140,6 +149,8 @@ int runCli(int argc, char** argv) {
   std::string path = config::defaultConfigPath();
   std::string log_level;
   bool json = false;
+  ServiceCommand service;
+  bool service_option = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--version" || a == "version") {
@@ -150,13 +161,19 @@ int runCli(int argc, char** argv) {
       printUsage(stdout);
       return 0;
     }
-    if (a == "-c" || a == "--config" || a == "--log-level") {
+    if (a == "-c" || a == "--config" || a == "--log-level" || a == "--unit-dir") {
       if (i + 1 >= args.size()) return fail(absl::StrFormat("%s needs a value", a));
-      (a == "--log-level" ? log_level : path) = args[++i];
+      (a == "--log-level" ? log_level : a == "--unit-dir" ? service.unit_dir : path) = args[++i];
+      service_option |= a == "--unit-dir";
       continue;
     }
     if (a == "--json") {
       json = true;
+      continue;
+    }
+    if (a == "--user" || a == "--no-systemctl") {
+      (a == "--user" ? service.user : service.no_systemctl) = true;
+      service_option = true;
       continue;
     }
     if (!a.empty() && a[0] == '-') {
@@ -167,6 +184,8 @@ int runCli(int argc, char** argv) {
       command = a;
     } else if (command == "config" && a == "expand") {
       command = "config expand";
+    } else if (command == "service" && service.action.empty()) {
+      service.action = a;
     } else {
       printUsage(stderr);
       return fail(absl::StrFormat("unexpected argument '%s'", a));
@@ -177,8 +196,21 @@ int runCli(int argc, char** argv) {
     return 2;
   }
   if (json && command != "status") return fail("--json goes with `sluice status`");
+  if (service_option && command != "service") {
+    return fail("--user, --unit-dir and --no-systemctl go with `sluice service`");
+  }
+  if (command == "service") {
+    if (service.action != "enable" && service.action != "disable" && service.action != "status") {
+      printUsage(stderr);
+      return fail("service: say enable, disable or status");
+    }
+    service.config_path = path;
+    // Only a unit for a config that passes `check` is written.
+    if (service.action != "enable") return runServiceCommand(service, nullptr);
+  }
   if (command == "init") return cmdInit(path);
-  if (command != "run" && command != "check" && command != "config expand" && command != "status") {
+  if (command != "run" && command != "check" && command != "config expand" && command != "status" &&
+      command != "service") {
     printUsage(stderr);
     return fail(absl::StrFormat("unknown command '%s'", command));
   }
@@ -209,6 +241,7 @@ int runCli(int argc, char** argv) {
     return fail(absl::StrFormat("%s: %s", path, server_config.status().message()));
   }
   if (command == "status") return cmdStatus(path, **server_config, json);
+  if (command == "service") return runServiceCommand(service, server_config->get());
   if (command == "check") {
     absl::PrintF("configuration OK: %s (%d listeners, %d workers)\n", path,
                  (*server_config)->listeners.size(), (*server_config)->workers);
