@@ -20,8 +20,11 @@
 #include "source/common/config/short_form.h"
 #include "source/common/config/yaml_loader.h"
 #include "source/common/extensions/registry.h"
+#include "source/server/admin_client.h"
 #include "source/server/listener_config.h"
 #include "source/server/server.h"
+#include "source/server/service_command.h"
+#include "source/server/status_command.h"
 
 namespace sluice {
 namespace server {
@@ -30,17 +33,27 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: sluice <command> [-c FILE] [--log-level LEVEL]\n"
+    "       sluice service enable|disable|status [--user] [--unit-dir DIR] [--no-systemctl]\n"
     "\n"
     "commands:\n"
     "  run             run the proxy in the foreground (SIGINT/SIGTERM drain, then exit 0)\n"
     "  check           validate the configuration (binds nothing)\n"
     "  init            write a commented configuration with a fresh API key\n"
     "  config expand   print the full form of the configuration\n"
+    "  status          ask the running instance (at the config's admin address) how it is\n"
+    "  service enable  write a systemd unit running this binary with the config, and start it\n"
+    "  service disable stop it and remove the unit\n"
+    "  service status  systemctl status of the unit\n"
     "  --version       print the version\n"
     "\n"
     "options:\n"
     "  -c, --config FILE   configuration file (default: %s)\n"
-    "  --log-level LEVEL   error | warn | info | debug (overrides log_level)\n";
+    "  --log-level LEVEL   error | warn | info | debug (overrides log_level)\n"
+    "  --json              status: print one JSON object\n"
+    "  --user              service: the user's service manager (systemctl --user)\n"
+    "  --unit-dir DIR      service: the unit's folder (default /etc/systemd/system, or\n"
+    "                      ~/.config/systemd/user with --user)\n"
+    "  --no-systemctl      service: only write or remove the unit\n";
 
 void printUsage(FILE* out) { absl::FPrintF(out, kUsage, config::defaultConfigPath()); }
 
@@ -103,6 +116,31 @@ void raiseFileLimit(const ServerConfig& config) {
   }
 }
 
+int cmdStatus(const std::string& path, const ServerConfig& config, bool json) {
+  if (!config.admin_address.valid()) {
+    return fail(absl::StrFormat(
+        "%s has no admin address (admin.listen is off): status asks the running instance "
+        "there, so it cannot find one",
+        path));
+  }
+  if (config.admin_address.port() == 0) {
+    return fail(absl::StrFormat(
+        "%s: the admin address %s has port 0 (any free port): no fixed address to ask", path,
+        config.admin_address.asString()));
+  }
+  auto status = queryInstanceStatus(config.admin_address);
+  if (!status.ok()) {
+    if (absl::IsUnavailable(status.status()) || absl::IsDeadlineExceeded(status.status())) {
+      return fail(absl::StrFormat("no sluice is answering at %s (the admin address in %s): %s",
+                                  adminDialAddress(config.admin_address).asString(), path,
+                                  status.status().message()));
+    }
+    return fail(std::string(status.status().message()));
+  }
+  absl::PrintF("%s", json ? renderStatusJson(*status) : renderStatusText(*status));
+  return 0;
+}
+
 }  // namespace
 
 int runCli(int argc, char** argv) {
@@ -110,6 +148,9 @@ int runCli(int argc, char** argv) {
   std::string command;
   std::string path = config::defaultConfigPath();
   std::string log_level;
+  bool json = false;
+  ServiceCommand service;
+  bool service_option = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--version" || a == "version") {
@@ -120,9 +161,19 @@ int runCli(int argc, char** argv) {
       printUsage(stdout);
       return 0;
     }
-    if (a == "-c" || a == "--config" || a == "--log-level") {
+    if (a == "-c" || a == "--config" || a == "--log-level" || a == "--unit-dir") {
       if (i + 1 >= args.size()) return fail(absl::StrFormat("%s needs a value", a));
-      (a == "--log-level" ? log_level : path) = args[++i];
+      (a == "--log-level" ? log_level : a == "--unit-dir" ? service.unit_dir : path) = args[++i];
+      service_option |= a == "--unit-dir";
+      continue;
+    }
+    if (a == "--json") {
+      json = true;
+      continue;
+    }
+    if (a == "--user" || a == "--no-systemctl") {
+      (a == "--user" ? service.user : service.no_systemctl) = true;
+      service_option = true;
       continue;
     }
     if (!a.empty() && a[0] == '-') {
@@ -133,6 +184,8 @@ int runCli(int argc, char** argv) {
       command = a;
     } else if (command == "config" && a == "expand") {
       command = "config expand";
+    } else if (command == "service" && service.action.empty()) {
+      service.action = a;
     } else {
       printUsage(stderr);
       return fail(absl::StrFormat("unexpected argument '%s'", a));
@@ -142,8 +195,22 @@ int runCli(int argc, char** argv) {
     printUsage(stderr);
     return 2;
   }
+  if (json && command != "status") return fail("--json goes with `sluice status`");
+  if (service_option && command != "service") {
+    return fail("--user, --unit-dir and --no-systemctl go with `sluice service`");
+  }
+  if (command == "service") {
+    if (service.action != "enable" && service.action != "disable" && service.action != "status") {
+      printUsage(stderr);
+      return fail("service: say enable, disable or status");
+    }
+    service.config_path = path;
+    // Only a unit for a config that passes `check` is written.
+    if (service.action != "enable") return runServiceCommand(service, nullptr);
+  }
   if (command == "init") return cmdInit(path);
-  if (command != "run" && command != "check" && command != "config expand") {
+  if (command != "run" && command != "check" && command != "config expand" && command != "status" &&
+      command != "service") {
     printUsage(stderr);
     return fail(absl::StrFormat("unknown command '%s'", command));
   }
@@ -173,6 +240,8 @@ int runCli(int argc, char** argv) {
   if (!server_config.ok()) {
     return fail(absl::StrFormat("%s: %s", path, server_config.status().message()));
   }
+  if (command == "status") return cmdStatus(path, **server_config, json);
+  if (command == "service") return runServiceCommand(service, server_config->get());
   if (command == "check") {
     absl::PrintF("configuration OK: %s (%d listeners, %d workers)\n", path,
                  (*server_config)->listeners.size(), (*server_config)->workers);

@@ -18,6 +18,7 @@
 #include "source/common/extensions/registry.h"
 #include "source/common/upstream/upstream_budget.h"
 #include "source/server/ban_endpoints.h"
+#include "source/server/service_notify.h"
 
 namespace sluice {
 namespace server {
@@ -215,7 +216,17 @@ absl::Status Server::start() {
                bound_[i].asString(), n);
   }
   if (admin_) SLUICE_LOG(Info, "admin on http://%s/", admin_->boundAddress().asString());
+  notifyServiceReady(servingStatus());
   return absl::OkStatus();
+}
+
+std::string Server::servingStatus() const {
+  std::string listeners;
+  for (size_t i = 0; i < config_->listeners.size(); ++i) {
+    absl::StrAppendFormat(&listeners, "%s%s on %s", i == 0 ? "" : ", ", config_->listeners[i]->name,
+                          bound_[i].asString());
+  }
+  return absl::StrFormat("serving: %s; workers: %d", listeners, workers_.size());
 }
 
 void Server::run() {
@@ -238,9 +249,17 @@ void Server::onSignal(evutil_socket_t signal, short, void* arg) {
 }
 
 void Server::onHangup(evutil_socket_t, short, void* arg) {
+  auto* self = static_cast<Server*>(arg);
+  // Once stopping, the service manager hears nothing more but the exit.
+  const bool tell = !self->draining_;
+  if (tell) notifyServiceReloading("reloading the TLS certificates and the access log");
   upstream::AccessLog::get().reopen();
   std::string report;
-  static_cast<Server*>(arg)->reloadCertificates(report);
+  const bool ok = self->reloadCertificates(report);
+  if (tell) {
+    notifyServiceReady(ok ? self->servingStatus()
+                          : self->servingStatus() + " (a certificate did not reload: see the log)");
+  }
 }
 
 bool Server::reloadCertificates(std::string& report) {
@@ -269,6 +288,8 @@ void Server::beginDrain() {
   draining_ = true;
   SLUICE_LOG(Info, "draining: no new connections; in-flight requests have %d ms to finish",
              static_cast<int>(config_->drain_timeout.count()));
+  notifyServiceStopping(absl::StrFormat("draining: in-flight requests have %d ms to finish",
+                                        static_cast<int>(config_->drain_timeout.count())));
   for (auto& w : workers_) w->drain();
   drain_timer_ = std::make_unique<event::Timer>(dispatcher_, [this] {
     SLUICE_LOG(Warn, "drain timeout: closing the remaining connections");

@@ -41,6 +41,8 @@ class Server {
   std::string serverInfoJson() const;
   std::string listenersJson() const;
   std::string configDumpJson() const;
+  // The one-line STATUS= told to the service manager while serving.
+  std::string servingStatus() const;
 
   ServerConfigSharedPtr config_;
   event::Dispatcher dispatcher_;

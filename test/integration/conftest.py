@@ -73,17 +73,18 @@ def py_origin():
 
 @pytest.fixture
 def start_sluice(request, tmp_path):
-    """Factory: start_sluice(workers=1, extra_short="", router=None, drain_timeout=None, patch=None).
+    """Factory: start_sluice(workers=1, extra_short="", router=None, drain_timeout=None, patch=None,
+    env=None).
 
     `router` (a dict of RouterConfig fields), `drain_timeout` or `patch` (a function editing the
     full form as a dict) switch to the full form: the
     short config is expanded with `sluice config expand` and patched, so the test exercises the
-    same schema the binary prints.
+    same schema the binary prints. `env` adds to the process's environment.
     """
     started = []
     request.node._sluice_processes = started
 
-    def start(workers=1, extra_short="", router=None, drain_timeout=None, patch=None):
+    def start(workers=1, extra_short="", router=None, drain_timeout=None, patch=None, env=None):
         n = len(started)
         workdir = tmp_path / f"sluice{n}"
         workdir.mkdir()
@@ -95,7 +96,7 @@ def start_sluice(request, tmp_path):
             cfg = write_full_form(cfg, workdir / "full.yaml", key, router, drain_timeout, patch)
         s = Sluice(workdir, key, port, admin_port, cfg)
         started.append(s)
-        return s.start()
+        return s.start(env)
 
     yield start
 

@@ -114,11 +114,12 @@ class Sluice:
 
     # -- lifecycle
 
-    def start(self):
+    def start(self, env=None):
+        """Starts it (with `env` added to the environment) and waits for /ready."""
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([sluice_binary(), "run", "-c", str(self.config_path)],
                                      stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=CLEAN_ENV)
+                                     stderr=subprocess.STDOUT, env={**CLEAN_ENV, **(env or {})})
         _live_processes.append(self.proc)
         deadline = time.monotonic() + READY_TIMEOUT
         last = None

@@ -1,12 +1,14 @@
 """The command line: --version, check, init, config expand, and startup failures."""
 
+import base64
+import json
 import socket
 import subprocess
 
 import yaml
 
 from sluice_proc import Sluice, find_typed_configs, run_cli, short_config, sluice_binary
-from helpers import CLEAN_ENV, free_port
+from helpers import CLEAN_ENV, curl, free_port
 
 
 def output(r):
@@ -238,3 +240,92 @@ def test_open_relay_said_in_words_starts(tmp_path):
         auth.pop("open_relay")
     write(full_path, yaml.safe_dump(full, sort_keys=False))
     assert_refused_as_open_relay(run_cli("check", "-c", full_path), f"0.0.0.0:{port}")
+
+
+# ---------------------------------------------------------------------------------------------
+# sluice status: the running instance, found through the config's admin address
+
+
+def open_tunnel(s, port):
+    """A CONNECT tunnel through sluice to 127.0.0.1:port, left open."""
+    c = socket.create_connection(s.proxy_addr, timeout=10)
+    auth = base64.b64encode(f"user:{s.key}".encode()).decode()
+    c.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+              f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = c.recv(4096)
+        assert chunk, f"sluice closed the CONNECT: {head!r}"
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return c
+
+
+def test_status_of_a_running_instance(start_sluice, nginx):
+    s = start_sluice(workers=2)
+    r = curl("-x", s.proxy_url, "-U", f"user:{s.key}", "-o", "/dev/null", "-w", "%{http_code}",
+             nginx.url("/1k"))
+    assert r.stdout == b"200", r.describe()
+    s.wait_stat("request_record.total", lambda v: v >= 1)
+    with open_tunnel(s, nginx.port):
+        s.wait_stat("tunnel.listener.http.tunnels_active", lambda v: v == 1)
+        r = run_cli("status", "-c", s.config_path, "--json")
+        stats = s.stats()
+        text = run_cli("status", "-c", s.config_path)
+    assert r.returncode == 0, output(r)
+    st = json.loads(r.stdout)
+    info = s.admin("/server_info").json()
+    assert st["version"] == info["version"] and st["state"] == "live", st
+    assert st["workers"] == 2 and st["uptime_seconds"] >= 0, st
+    assert st["admin_address"] == f"127.0.0.1:{s.admin_port}", st
+    assert st["listeners"] == [{"name": "http", "address": f"127.0.0.1:{s.port}"}], st
+    assert st["active_connections"] >= 1, st
+    assert st["tunnels_active"] == stats["tunnel.listener.http.tunnels_active"] == 1, st
+    assert st["requests_total"] == stats["request_record.total"] >= 1, st
+    assert st["upstream_budget_refused"] == (stats["upstream.client_limit_refused"] +
+                                             stats["upstream.descriptor_reserve_refused"]), st
+    assert st["bans_enabled"] is True and st["bans"] == 0, st
+
+    assert text.returncode == 0, output(text)
+    lines = text.stdout
+    assert lines.startswith(f"sluice {info['version']}, admin endpoint 127.0.0.1:{s.admin_port}")
+    assert "state:            live" in lines, lines
+    assert "workers:          2" in lines, lines
+    assert f"http       127.0.0.1:{s.port}" in lines, lines
+    assert "tunnels:          1 active" in lines, lines
+    assert f"requests:         {st['requests_total']} served" in lines, lines
+    assert "bans:             0" in lines, lines
+
+
+def test_status_says_when_nothing_answers(tmp_path):
+    admin_port = free_port()
+    cfg = write(tmp_path / "c.yaml", short_config(free_port(), admin_port, "k-0123456789abcdef"))
+    for args in (("status", "-c", cfg), ("status", "-c", cfg, "--json")):
+        r = run_cli(*args)
+        assert r.returncode == 1, output(r)
+        assert f"no sluice is answering at 127.0.0.1:{admin_port}" in r.stderr, output(r)
+        assert r.stdout == "", output(r)
+
+
+def test_status_without_an_admin_address(tmp_path):
+    admin_port = free_port()
+    cfg = write(tmp_path / "c.yaml",
+                short_config(free_port(), admin_port, "k-0123456789abcdef").replace(
+                    f"listen: 127.0.0.1:{admin_port}", "listen: \"off\""))
+    r = run_cli("status", "-c", cfg)
+    assert r.returncode == 1, output(r)
+    assert "has no admin address" in r.stderr, output(r)
+
+
+def test_status_with_a_bad_config_gives_the_check_error(tmp_path):
+    cfg = write(tmp_path / "bad.yaml", "server:\n  lisen: 127.0.0.1:8080\nauth:\n"
+                "  api_keys: [\"k\"]\n")
+    check = run_cli("check", "-c", cfg)
+    r = run_cli("status", "-c", cfg)
+    assert r.returncode == 1, output(r)
+    assert "server.lisen" in r.stderr and r.stderr == check.stderr, (output(r), output(check))
+
+
+def test_json_is_only_for_status(tmp_path):
+    r = run_cli("check", "-c", valid_config(tmp_path), "--json")
+    assert r.returncode != 0 and "--json" in r.stderr, output(r)

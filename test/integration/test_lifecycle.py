@@ -1,5 +1,6 @@
 """Signals: SIGTERM/SIGINT stop accepting, let in-flight requests finish, and exit 0."""
 
+import os
 import signal
 import socket
 import subprocess
@@ -86,6 +87,63 @@ def test_admin_post_drain_stops_and_exits_zero(start_sluice, nginx):
     assert r.status == 200, f"POST /drain: {r}"
     code = s.wait(15)
     assert code == 0, f"exit code after POST /drain: {code}"
+
+
+class NotifySocket:
+    """The datagram socket a service manager (systemd) listens on for sd_notify messages."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.seen = []
+
+    def wait_for(self, assignment, timeout=10):
+        """Reads messages until one holds `assignment` (a line such as READY=1); returns it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                message = self.sock.recv(4096).decode()
+            except socket.timeout:
+                break
+            self.seen.append(message)
+            if assignment in message.split("\n"):
+                return message
+        raise AssertionError(f"no {assignment} within {timeout}s; messages: {self.seen}")
+
+    def close(self):
+        self.sock.close()
+        os.unlink(self.path)
+
+
+def test_service_manager_hears_ready_reloading_and_stopping(start_sluice, tmp_path):
+    notify = NotifySocket(tmp_path / "notify")
+    try:
+        s = start_sluice(env={"NOTIFY_SOCKET": notify.path})
+        ready = notify.wait_for("READY=1")
+        assert f"STATUS=serving: http on 127.0.0.1:{s.port}; workers: 1" in ready, ready
+        assert notify.seen == [ready], f"something came before READY=1: {notify.seen}"
+
+        s.signal(signal.SIGHUP)
+        reloading = notify.wait_for("RELOADING=1")
+        assert any(l.startswith("MONOTONIC_USEC=") for l in reloading.split("\n")), reloading
+        assert "STATUS=" in notify.wait_for("READY=1")
+
+        s.signal(signal.SIGTERM)
+        stopping = notify.wait_for("STOPPING=1")
+        assert "STATUS=draining" in stopping, stopping
+        assert s.wait(15) == 0
+    finally:
+        notify.close()
+
+
+def test_no_notify_socket_no_message(start_sluice, tmp_path):
+    # Without NOTIFY_SOCKET nothing is sent (and nothing fails): the usual case outside systemd.
+    s = start_sluice()
+    s.signal(signal.SIGHUP)
+    assert s.admin("/ready").status == 200
+    assert "service manager" not in s.log(), s.log()
 
 
 def burst(s, n=1500):
