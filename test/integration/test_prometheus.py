@@ -126,6 +126,10 @@ def test_prometheus_exposition_passes_promtool(busy_sluice, tmp_path):
 
 def test_instances_are_labels(busy_sluice):
     s = busy_sluice
+    # The clients above have closed; their connections leave the gauges asynchronously, and the
+    # two scrapes below must see the same values.
+    for listener in ("http", "https", "socks5"):
+        s.wait_stat(f"listener.{listener}.downstream_cx_active", lambda v: v == 0, timeout=10)
     text = s.admin("/stats/prometheus").text
     families = parse_exposition(text)
     stats = s.stats()

@@ -29,6 +29,7 @@ class LineWriter {
 
   void put(char c) { *p_++ = c; }
   void put(std::string_view s) {
+    if (s.empty()) return;  // an empty view may have no data at all
     memcpy(p_, s.data(), s.size());
     p_ += s.size();
   }
