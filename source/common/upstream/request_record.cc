@@ -94,6 +94,8 @@ std::string formatRecord(const RequestRecord& r) {
   addField(out, "upstream", r.upstream.valid() ? r.upstream.asString() : "-");
   addField(out, "failure", failureName(r.failure));
   addField(out, "denial", r.denial.empty() ? std::string_view("-") : r.denial);
+  if (!r.path.empty()) addField(out, "path", r.path);
+  if (!r.proxy_status_error.empty()) addField(out, "proxy_status", r.proxy_status_error);
   return out;
 }
 
