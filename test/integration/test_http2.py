@@ -1122,3 +1122,29 @@ def test_resets_sluice_sends_spend_the_rapid_reset_budget(start_sluice, py_origi
     # The streams past the budget never reached an origin.
     assert len(py_origin.requests) < 200
     s.close()
+
+
+@pytest.mark.parametrize("method", ["CONNECT", "GET"])
+def test_a_stream_reset_while_its_connect_is_pending_cancels_the_connect(h2_sluice, method):
+    """The destination never answers the SYN (connect_timeout is 10 s): a client that resets
+    the stream first takes the pending connect with it, and the connection goes on."""
+    from helpers import SilentPort
+    silent = SilentPort()
+    try:
+        c = H2Client(h2_sluice)
+        authority = f"127.0.0.1:{silent.port}"
+        sid = c.open(method, authority, "/", end=method != "CONNECT")
+        deadline = time.monotonic() + 5
+        while silent.pending_connects() != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert silent.pending_connects() == 1, "sluice did not dial"
+        c.conn.reset_stream(sid)
+        c.send()
+        deadline = time.monotonic() + 3
+        while silent.pending_connects() != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert silent.pending_connects() == 0, "the connect outlived its stream"
+        assert h2_sluice.wait_stat(f"http2.{chain_of(h2_sluice)}.streams_active",
+                                   lambda v: v == 0) == 0
+    finally:
+        silent.close()
