@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 
+#include "source/common/common/json.h"
 #include "source/common/common/logger.h"
 #include "source/common/network/address.h"
 
@@ -13,23 +14,8 @@ namespace server {
 
 namespace {
 
-std::string jsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 AdminEndpoint::Response jsonError(int code, std::string_view message) {
-  return AdminEndpoint::Response{code, absl::StrFormat("{\"error\":%s}\n", jsonString(message)),
+  return AdminEndpoint::Response{code, absl::StrFormat("{\"error\":%s}\n", jsonQuoted(message)),
                                  true};
 }
 
@@ -45,8 +31,8 @@ AdminEndpoint::Response listBans(ban::BanTable* table) {
     absl::StrAppendFormat(&out,
                           "%s{\"address\":%s,\"failures\":%d,\"expires_in_seconds\":%d,"
                           "\"reason\":%s}",
-                          first ? "" : ",", jsonString(b.address), b.failures, seconds,
-                          jsonString(b.reason));
+                          first ? "" : ",", jsonQuoted(b.address), b.failures, seconds,
+                          jsonQuoted(b.reason));
     first = false;
   }
   absl::StrAppendFormat(&out, "],\"tracked\":%d}\n", table->size());
@@ -96,7 +82,7 @@ AdminEndpoint::Response unban(ban::BanTable* table,
   }
   SLUICE_LOG(Info, "admin: ban of %s lifted", lifted->asString());
   return AdminEndpoint::Response{
-      200, absl::StrFormat("{\"unbanned\":%s}\n", jsonString(lifted->asString())), true};
+      200, absl::StrFormat("{\"unbanned\":%s}\n", jsonQuoted(lifted->asString())), true};
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/json_util.h"
 
+#include "source/common/common/json.h"
 #include "source/common/common/logger.h"
 #include "source/common/common/version.h"
 #include "source/common/config/redact.h"
@@ -66,21 +67,6 @@ network::Address localAddress(int fd) {
   socklen_t len = sizeof(ss);
   getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
   return network::Address::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
-}
-
-std::string jsonEscape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -312,17 +298,17 @@ std::string Server::serverInfoJson() const {
   for (const auto& w : workers_) active += w->activeConnections();
   return absl::StrFormat(
       "{\"version\":\"%s\",\"state\":\"%s\",\"uptime_seconds\":%d,\"workers\":%d,"
-      "\"active_connections\":%d,\"extensions\":\"%s\"}\n",
+      "\"active_connections\":%d,\"extensions\":%s}\n",
       kVersion, draining_ ? "draining" : "live", uptime.count(), workers_.size(), active,
-      jsonEscape(extensions::describeLinked()));
+      jsonQuoted(extensions::describeLinked()));
 }
 
 std::string Server::listenersJson() const {
   std::string out = "{\"listeners\":[";
   for (size_t i = 0; i < config_->listeners.size(); ++i) {
     if (i > 0) out += ",";
-    out += absl::StrFormat("{\"name\":\"%s\",\"address\":\"%s\"}",
-                           jsonEscape(config_->listeners[i]->name), bound_[i].asString());
+    out += absl::StrFormat("{\"name\":%s,\"address\":\"%s\"}",
+                           jsonQuoted(config_->listeners[i]->name), bound_[i].asString());
   }
   return out + "]}\n";
 }
@@ -335,7 +321,7 @@ std::string Server::configDumpJson() const {
   options.add_whitespace = true;
   options.preserve_proto_field_names = true;
   auto status = google::protobuf::util::MessageToJsonString(copy, &json, options);
-  if (!status.ok()) return absl::StrFormat("{\"error\":\"%s\"}\n", jsonEscape(status.ToString()));
+  if (!status.ok()) return absl::StrFormat("{\"error\":%s}\n", jsonQuoted(status.ToString()));
   return json;
 }
 

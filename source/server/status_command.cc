@@ -9,6 +9,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
+#include "source/common/common/json.h"
 #include "source/server/admin_client.h"
 
 namespace sluice {
@@ -44,21 +45,6 @@ std::string string(const Struct& s, const char* field) {
   auto it = s.fields().find(field);
   if (it == s.fields().end() || it->second.kind_case() != Value::kStringValue) return "";
   return it->second.string_value();
-}
-
-std::string jsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 std::string humanDuration(int64_t seconds) {
@@ -184,7 +170,7 @@ std::string renderStatusJson(const InstanceStatus& s) {
   std::string listeners;
   for (const InstanceStatus::Listener& l : s.listeners) {
     absl::StrAppendFormat(&listeners, "%s{\"name\":%s,\"address\":%s}",
-                          listeners.empty() ? "" : ",", jsonString(l.name), jsonString(l.address));
+                          listeners.empty() ? "" : ",", jsonQuoted(l.name), jsonQuoted(l.address));
   }
   return absl::StrFormat(
       "{\"admin_address\":%s,\"version\":%s,\"uptime_seconds\":%d,\"state\":%s,"
@@ -192,7 +178,7 @@ std::string renderStatusJson(const InstanceStatus& s) {
       "\"requests_total\":%d,\"upstream_budget_refused\":%d,"
       "\"upstream_client_limit_refused\":%d,\"upstream_descriptor_reserve_refused\":%d,"
       "\"bans_enabled\":%s,\"bans\":%d}\n",
-      jsonString(s.admin_address), jsonString(s.version), s.uptime_seconds, jsonString(s.state),
+      jsonQuoted(s.admin_address), jsonQuoted(s.version), s.uptime_seconds, jsonQuoted(s.state),
       s.workers, listeners, s.active_connections, s.tunnels_active, s.requests_total,
       s.budget_client_refused + s.budget_reserve_refused, s.budget_client_refused,
       s.budget_reserve_refused, s.bans_enabled ? "true" : "false", s.bans);

@@ -109,8 +109,10 @@ bool HostAddresses::contains(const Address& address) const {
 size_t HostAddresses::size() const { return snapshot()->size(); }
 
 OwnPorts& OwnPorts::get() {
-  static OwnPorts* ports = new OwnPorts();
-  return *ports;
+  // Static storage, zero before the program starts (its atomics have trivial constructors): no
+  // dynamic initialisation writes it, so only the pages of ports in use ever become resident.
+  static OwnPorts ports;
+  return ports;
 }
 
 void OwnPorts::add(Transport transport, uint16_t port) {

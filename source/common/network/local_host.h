@@ -63,7 +63,7 @@ class OwnPorts {
   }
 
  private:
-  // Zero-initialised static storage: only the pages of ports in use are ever touched.
+  // 256 KiB in static storage (see get()): only the pages of ports in use are ever touched.
   std::atomic<uint16_t> counts_[2][65536];
 };
 

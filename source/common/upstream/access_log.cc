@@ -167,18 +167,6 @@ void appendLine(std::string& out, const RequestRecord& r, Fill fill) {
   out.append(large.get(), w.size());
 }
 
-const char* protocolName(proxy::Protocol p) {
-  switch (p) {
-    case proxy::Protocol::Http1:
-      return "http1";
-    case proxy::Protocol::Http2:
-      return "http2";
-    case proxy::Protocol::Socks5:
-      return "socks5";
-  }
-  return "unknown";
-}
-
 uint16_t socksStatus(uint16_t reply, bool served) {
   switch (reply) {
     case 0:
@@ -322,6 +310,17 @@ void appendSquidLine(std::string& out, const RequestRecord& r, int64_t now_ms) {
     }
     w.put(" -\n");
   });
+}
+
+void appendRecordLine(std::string& out, const RequestRecord& record, AccessLogFormat format) {
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  if (format == AccessLogFormat::Json) {
+    appendJsonLine(out, record, now_ms);
+  } else {
+    appendSquidLine(out, record, now_ms);
+  }
 }
 
 // ---- AccessLog
@@ -478,15 +477,8 @@ AccessLogBuffer* AccessLogBuffer::current() { return t_buffer; }
 
 void AccessLogBuffer::add(const RequestRecord& record) {
   AccessLog& log = AccessLog::get();
-  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
   if (lines_.empty()) timer_.enable(kFlushInterval);
-  if (log.format() == AccessLogFormat::Json) {
-    appendJsonLine(lines_, record, now_ms);
-  } else {
-    appendSquidLine(lines_, record, now_ms);
-  }
+  appendRecordLine(lines_, record, log.format());
   ++records_;
   if (lines_.size() >= log.batchBytes()) flush();
 }
@@ -508,15 +500,8 @@ void logRecord(const RequestRecord& record) {
     buffer->add(record);
     return;
   }
-  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
   std::string line;
-  if (log.format() == AccessLogFormat::Json) {
-    appendJsonLine(line, record, now_ms);
-  } else {
-    appendSquidLine(line, record, now_ms);
-  }
+  appendRecordLine(line, record, log.format());
   log.submit(std::move(line), 1);
 }
 

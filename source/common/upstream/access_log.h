@@ -43,6 +43,8 @@ bool parseAccessLogFormat(std::string_view name, AccessLogFormat& out);
 // its newline. `now_ms` is the wall-clock time the record ended (milliseconds since 1970).
 void appendJsonLine(std::string& out, const RequestRecord& record, int64_t now_ms);
 void appendSquidLine(std::string& out, const RequestRecord& record, int64_t now_ms);
+// The record's line in `format`, stamped with the wall clock now.
+void appendRecordLine(std::string& out, const RequestRecord& record, AccessLogFormat format);
 
 // The process's access log: one line per request, tunnel and SOCKS5 command, from the
 // end-of-request record. Workers never write it themselves: each formats its lines into its

@@ -28,18 +28,6 @@ const RecordStats& recordStats() {
   return s;
 }
 
-const char* protocolName(proxy::Protocol p) {
-  switch (p) {
-    case proxy::Protocol::Http1:
-      return "http1";
-    case proxy::Protocol::Http2:
-      return "http2";
-    case proxy::Protocol::Socks5:
-      return "socks5";
-  }
-  return "unknown";
-}
-
 void addField(std::string& out, std::string_view name, std::string_view value) {
   out.push_back(' ');
   out.append(name);
@@ -72,6 +60,18 @@ std::string micros(std::chrono::microseconds d) {
 }
 
 }  // namespace
+
+const char* protocolName(proxy::Protocol p) {
+  switch (p) {
+    case proxy::Protocol::Http1:
+      return "http1";
+    case proxy::Protocol::Http2:
+      return "http2";
+    case proxy::Protocol::Socks5:
+      return "socks5";
+  }
+  return "unknown";
+}
 
 std::string formatRecord(const RequestRecord& r) {
   std::string out = "request";

@@ -41,6 +41,9 @@ struct RequestRecord {
   std::string_view proxy_status_error;
 };
 
+// "http1", "http2", "socks5": a record's protocol as the debug line and the access log write it.
+const char* protocolName(proxy::Protocol protocol);
+
 // Emits one record: counts it (request_record.total, .denied, .bytes_to_origin,
 // .bytes_from_origin) and, at log level debug, writes it as one line.
 void emitRecord(const RequestRecord& record);
