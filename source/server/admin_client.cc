@@ -105,6 +105,16 @@ network::Address adminDialAddress(const network::Address& admin) {
 
 absl::StatusOr<AdminAnswer> adminGet(const network::Address& admin, std::string_view path,
                                      std::chrono::milliseconds timeout) {
+  return adminRequest(admin, "GET", path, timeout);
+}
+
+absl::StatusOr<AdminAnswer> adminPost(const network::Address& admin, std::string_view path,
+                                      std::chrono::milliseconds timeout) {
+  return adminRequest(admin, "POST", path, timeout);
+}
+
+absl::StatusOr<AdminAnswer> adminRequest(const network::Address& admin, std::string_view method,
+                                         std::string_view path, std::chrono::milliseconds timeout) {
   const network::Address dial = adminDialAddress(admin);
   const std::string where = absl::StrFormat("the admin endpoint at %s", dial.asString());
   const Clock::time_point deadline = Clock::now() + timeout;
@@ -128,9 +138,9 @@ absl::StatusOr<AdminAnswer> adminGet(const network::Address& admin, std::string_
   // The endpoint answers only its own address in Host (DNS rebinding guard): the address
   // dialled is one it accepts, a wildcard endpoint taking any IP literal.
   const std::string request = absl::StrFormat(
-      "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\nConnection: close\r\n"
-      "User-Agent: sluice-cli\r\n\r\n",
-      path, dial.asString());
+      "%s %s HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\nConnection: close\r\n"
+      "User-Agent: sluice-cli\r\n%s\r\n",
+      method, path, dial.asString(), method == "POST" ? "Content-Length: 0\r\n" : "");
   size_t sent = 0;
   while (sent < request.size()) {
     ssize_t n = ::send(sock.fd(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);

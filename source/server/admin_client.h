@@ -29,6 +29,11 @@ network::Address adminDialAddress(const network::Address& admin);
 // within `timeout`. Unavailable when nothing answers there; the message names the address.
 absl::StatusOr<AdminAnswer> adminGet(const network::Address& admin, std::string_view path,
                                      std::chrono::milliseconds timeout);
+// The same with POST (an empty body).
+absl::StatusOr<AdminAnswer> adminPost(const network::Address& admin, std::string_view path,
+                                      std::chrono::milliseconds timeout);
+absl::StatusOr<AdminAnswer> adminRequest(const network::Address& admin, std::string_view method,
+                                         std::string_view path, std::chrono::milliseconds timeout);
 
 }  // namespace server
 }  // namespace sluice

@@ -87,12 +87,12 @@ AdminEndpoint::Response unban(ban::BanTable* table,
 
 }  // namespace
 
-void addBanEndpoints(std::shared_ptr<ban::BanTable> table,
+void addBanEndpoints(std::function<std::shared_ptr<ban::BanTable>()> table,
                      std::map<std::string, AdminEndpoint>& extra) {
   AdminEndpoint list;
   list.help = "banned client addresses (JSON)";
   list.handler = [table](const std::map<std::string, std::string>&) {
-    return listBans(table.get());
+    return listBans(table().get());
   };
   extra["/bans"] = std::move(list);
 
@@ -100,7 +100,7 @@ void addBanEndpoints(std::shared_ptr<ban::BanTable> table,
   lift.method = AdminEndpoint::Method::Post;
   lift.help = "?addr=<ip>: lift the ban covering that address";
   lift.handler = [table](const std::map<std::string, std::string>& query) {
-    return unban(table.get(), query);
+    return unban(table().get(), query);
   };
   extra["/bans/unban"] = std::move(lift);
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,6 +41,8 @@ constexpr const char* kUsage =
     "  check           validate the configuration (binds nothing)\n"
     "  init            write a commented configuration with a fresh API key\n"
     "  config expand   print the full form of the configuration\n"
+    "  reload          check the configuration, then have the running instance take it\n"
+    "                  (through its admin address, or SIGHUP to the pid in pid_file)\n"
     "  status          ask the running instance (at the config's admin address) how it is\n"
     "  service enable  write a systemd unit running this binary with the config, and start it\n"
     "  service disable stop it and remove the unit\n"
@@ -141,6 +144,44 @@ int cmdStatus(const std::string& path, const ServerConfig& config, bool json) {
   return 0;
 }
 
+// The file passed `check` already: hand it to the running instance, and print its answer.
+int cmdReload(const std::string& path, const ServerConfig& config) {
+  if (config.admin_address.valid() && config.admin_address.port() != 0) {
+    auto answer = adminPost(config.admin_address, "/reload", std::chrono::seconds(10));
+    if (!answer.ok()) {
+      return fail(absl::StrFormat("no sluice is answering at %s (the admin address in %s): %s",
+                                  adminDialAddress(config.admin_address).asString(), path,
+                                  answer.status().message()));
+    }
+    if (answer->code != 200) {
+      return fail(absl::StrFormat("the running instance refused the reload (HTTP %d): %s",
+                                  answer->code, answer->body));
+    }
+    absl::PrintF("reloaded: %s", answer->body);
+    return 0;
+  }
+  if (config.pid_file.empty()) {
+    return fail(absl::StrFormat(
+        "%s has neither an admin address with a fixed port nor a pid_file: no way to find the "
+        "running instance",
+        path));
+  }
+  FILE* f = fopen(config.pid_file.c_str(), "r");
+  long pid = 0;
+  const bool read = f != nullptr && fscanf(f, "%ld", &pid) == 1 && pid > 1;
+  if (f != nullptr) fclose(f);
+  if (!read) {
+    return fail(absl::StrFormat("cannot read a pid from %s (pid_file in %s): is sluice running?",
+                                config.pid_file, path));
+  }
+  if (::kill(static_cast<pid_t>(pid), SIGHUP) != 0) {
+    return fail(absl::StrFormat("cannot signal pid %d (from %s): %s", pid, config.pid_file,
+                                strerror(errno)));
+  }
+  absl::PrintF("sent SIGHUP to pid %d: without an admin address, its log says how it went\n", pid);
+  return 0;
+}
+
 }  // namespace
 
 int runCli(int argc, char** argv) {
@@ -210,7 +251,7 @@ int runCli(int argc, char** argv) {
   }
   if (command == "init") return cmdInit(path);
   if (command != "run" && command != "check" && command != "config expand" && command != "status" &&
-      command != "service") {
+      command != "service" && command != "reload") {
     printUsage(stderr);
     return fail(absl::StrFormat("unknown command '%s'", command));
   }
@@ -241,6 +282,7 @@ int runCli(int argc, char** argv) {
     return fail(absl::StrFormat("%s: %s", path, server_config.status().message()));
   }
   if (command == "status") return cmdStatus(path, **server_config, json);
+  if (command == "reload") return cmdReload(path, **server_config);
   if (command == "service") return runServiceCommand(service, server_config->get());
   if (command == "check") {
     absl::PrintF("configuration OK: %s (%d listeners, %d workers)\n", path,
@@ -250,7 +292,7 @@ int runCli(int argc, char** argv) {
   SLUICE_LOG(Info, "sluice %s starting with %s", kVersion, path);
   raiseFileLimit(**server_config);
   SLUICE_LOG(Info, "linked extensions: %s", extensions::describeLinked());
-  Server server(*server_config);
+  Server server(*server_config, path);
   absl::Status started = server.start();
   if (!started.ok()) return fail(std::string(started.message()));
   server.run();

@@ -65,7 +65,8 @@ constexpr uint32_t kDefaultMaxConnectionsPerClient = 256;
 constexpr std::string_view kOverflowBody = "503 Service Unavailable: too many connections\n";
 
 absl::Status buildConnectionLimits(const config::v1::ConnectionLimits& proto,
-                                   const std::string& path, ListenerConfig& config) {
+                                   const std::string& path, const ListenerConfig* running,
+                                   ListenerConfig& config) {
   uint32_t max = proto.max_connections() != 0 ? proto.max_connections() : kDefaultMaxConnections;
   uint32_t per_client = proto.max_connections_per_client() != 0 ? proto.max_connections_per_client()
                                                                 : kDefaultMaxConnectionsPerClient;
@@ -78,7 +79,11 @@ absl::Status buildConnectionLimits(const config::v1::ConnectionLimits& proto,
     }
   }
   // A per-client limit above the listener's is the listener's.
-  config.limiter = std::make_shared<network::ConnectionLimiter>(max, std::min(per_client, max));
+  config.max_connections = max;
+  config.max_connections_per_client = std::min(per_client, max);
+  config.limiter = running != nullptr ? running->limiter
+                                      : std::make_shared<network::ConnectionLimiter>(
+                                            max, config.max_connections_per_client);
   if (proto.overflow_reply() == config::v1::ConnectionLimits::HTTP_503) {
     config.overflow_reply = absl::StrFormat(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -93,7 +98,7 @@ absl::Status buildConnectionLimits(const config::v1::ConnectionLimits& proto,
 absl::StatusOr<ListenerConfigSharedPtr> buildListener(
     const config::v1::Listener& proto, int index,
     const std::vector<network::Address>& local_addresses,
-    const std::shared_ptr<ban::BanTable>& bans) {
+    const std::shared_ptr<ban::BanTable>& bans, const ListenerConfig* running) {
   std::string path = absl::StrFormat("listeners[%d]", index);
   auto config = std::make_shared<ListenerConfig>();
   config->name = proto.name();
@@ -107,7 +112,7 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(
   config->listener_filters_timeout =
       durationOr(proto.has_listener_filters_timeout(), proto.listener_filters_timeout(),
                  config->listener_filters_timeout);
-  absl::Status limits = buildConnectionLimits(proto.connection_limits(), path, *config);
+  absl::Status limits = buildConnectionLimits(proto.connection_limits(), path, running, *config);
   if (!limits.ok()) return limits;
 
   extensions::FactoryContext context;
@@ -115,6 +120,8 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(
   context.listener_address = config->address;
   context.local_addresses = local_addresses;
   context.bans = bans;
+  context.grants = &config->grants;
+  context.running_grants = running != nullptr ? &running->grants : nullptr;
   for (int i = 0; i < proto.listener_filters_size(); ++i) {
     context.path = absl::StrFormat("%s.listener_filters[%d]", path, i);
     auto resolved = extensions::resolveFilter<extensions::ListenerFilterFactory>(
@@ -166,7 +173,8 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(
 
 }  // namespace
 
-absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootstrap& bootstrap) {
+absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootstrap& bootstrap,
+                                                        const ServerConfig* running) {
   auto config = std::make_shared<ServerConfig>();
   config->bootstrap = bootstrap;
   config->workers = bootstrap.workers();
@@ -197,8 +205,8 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
   }
   const sluice::config::v1::AccessLog& log = bootstrap.access_log();
   if (!log.mode().empty() && !upstream::parseAccessLogMode(log.mode(), config->access_log.mode)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "access_log.mode: '%s' is not one of off, errors, all", log.mode()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("access_log.mode: '%s' is not one of off, errors, all", log.mode()));
   }
   if (!log.format().empty() &&
       !upstream::parseAccessLogFormat(log.format(), config->access_log.format)) {
@@ -211,8 +219,8 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
                                                               4096, 16u << 20},
         {"max_pending_bytes", log.max_pending_bytes(), 65536, 1u << 30}}) {
     if (value != 0 && (value < min || value > max)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "access_log.%s: %d is out of range [%d, %d]", key, value, min, max));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("access_log.%s: %d is out of range [%d, %d]", key, value, min, max));
     }
   }
   if (log.batch_bytes() != 0) config->access_log.batch_bytes = log.batch_bytes();
@@ -230,10 +238,26 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
   if (bootstrap.listeners_size() == 0) {
     return absl::InvalidArgumentError("listeners: at least one listener is needed");
   }
-  // One table for the whole process: a client banned on one listener is banned on all.
-  auto bans = ban::createBanTable(bootstrap.bans());
-  if (!bans.ok()) return bans.status();
-  config->bans = *bans;
+  // One table for the whole process: a client banned on one listener is banned on all. A
+  // reload keeps the running table while the options stay; a new one takes its bans over when
+  // the reload is applied.
+  auto ban_options = ban::banOptionsFromProto(bootstrap.bans());
+  if (!ban_options.ok()) return ban_options.status();
+  if (running != nullptr && running->bans != nullptr && !bootstrap.bans().disabled() &&
+      running->bans->options() == *ban_options) {
+    config->bans = running->bans;
+  } else {
+    auto bans = ban::createBanTable(bootstrap.bans());
+    if (!bans.ok()) return bans.status();
+    config->bans = *bans;
+  }
+  config->revoke_grace = durationOr(bootstrap.reload().has_revoke_grace(),
+                                    bootstrap.reload().revoke_grace(), config->revoke_grace);
+  if (config->revoke_grace > std::chrono::minutes(10)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("reload.revoke_grace: %d ms is above 10m", config->revoke_grace.count()));
+  }
+  config->pid_file = bootstrap.pid_file();
   // Every address sluice itself listens on, for filters that refuse to loop back into it
   // (sluice.dest_guard). A malformed one is reported by buildListener.
   std::vector<network::Address> local_addresses;
@@ -249,7 +273,14 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
                                                           i, bootstrap.listeners(i).name()));
       }
     }
-    auto listener = buildListener(bootstrap.listeners(i), i, local_addresses, config->bans);
+    const ListenerConfig* running_listener = nullptr;
+    if (running != nullptr) {
+      for (const ListenerConfigSharedPtr& l : running->listeners) {
+        if (l->name == bootstrap.listeners(i).name()) running_listener = l.get();
+      }
+    }
+    auto listener =
+        buildListener(bootstrap.listeners(i), i, local_addresses, config->bans, running_listener);
     if (!listener.ok()) return listener.status();
     config->listeners.push_back(std::move(*listener));
   }

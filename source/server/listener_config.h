@@ -11,9 +11,10 @@
 #include "source/common/ban/ban_table.h"
 #include "source/common/network/address.h"
 #include "source/common/network/connection_limiter.h"
-#include "source/common/upstream/access_log.h"
 #include "source/common/network/filter.h"
+#include "source/common/proxy/grants.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/access_log.h"
 
 namespace sluice {
 namespace server {
@@ -49,8 +50,14 @@ struct ListenerConfig {
   std::chrono::milliseconds listener_filters_timeout{10000};
   std::vector<FilterChainConfig> chains;
   ListenerStats stats;
-  // Shared by the listener's workers; the config is immutable, the counts in it are not.
+  // Shared by the listener's workers; the config is immutable, the counts in it are not. A
+  // reload keeps a listener's limiter (its counts are the connections open now) and gives it
+  // these limits when it takes the new config.
   std::shared_ptr<network::ConnectionLimiter> limiter;
+  uint32_t max_connections = 0;
+  uint32_t max_connections_per_client = 0;
+  // The keys and client addresses the listener's filters let in.
+  proxy::ListenerGrants grants;
   // Sent (best effort) to a client refused by the limiter before it is closed; may be empty.
   std::string overflow_reply;
 
@@ -76,12 +83,23 @@ struct ServerConfig {
   upstream::AccessLogConfig access_log;
   std::chrono::milliseconds pool_idle_timeout{60000};
   network::Address admin_address;  // invalid when the admin endpoint is off
-  // Shared by every listener's sluice.auth and sluice.ban; null when bans are disabled.
+  // Shared by every listener's sluice.auth and sluice.ban; null when bans are disabled. A
+  // reload keeps the running table when the ban options stay.
   std::shared_ptr<ban::BanTable> bans;
+  // After a reload took a key or a client address away, what authenticated with it or came
+  // from it gets this long to finish before it is closed.
+  std::chrono::milliseconds revoke_grace{500};
+  // Where the process writes its pid (empty: nowhere), for `sluice reload` without an admin
+  // address.
+  std::string pid_file;
 };
 using ServerConfigSharedPtr = std::shared_ptr<const ServerConfig>;
 
-absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootstrap& bootstrap);
+// Builds and checks everything before anything binds. With `running` (a reload), state that
+// outlives a config version is carried over from it: the listeners' connection counts, the ban
+// table, the grants of keys that stay.
+absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootstrap& bootstrap,
+                                                        const ServerConfig* running = nullptr);
 
 }  // namespace server
 }  // namespace sluice

@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <set>
 
 #include <malloc.h>
 #include <netinet/in.h>
@@ -10,11 +12,14 @@
 #include <unistd.h>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
 
 #include "source/common/common/json.h"
 #include "source/common/common/logger.h"
 #include "source/common/common/version.h"
+#include "source/common/config/bootstrap_loader.h"
 #include "source/common/config/redact.h"
 #include "source/common/extensions/registry.h"
 #include "source/common/upstream/upstream_budget.h"
@@ -71,7 +76,10 @@ network::Address localAddress(int fd) {
 
 }  // namespace
 
-Server::Server(ServerConfigSharedPtr config) : config_(std::move(config)) {}
+Server::Server(ServerConfigSharedPtr config, std::string config_path)
+    : config_(std::move(config)), config_path_(std::move(config_path)) {
+  config_version_gauge_.add(1);
+}
 
 Server::~Server() {
   for (auto& w : workers_) w->stop();
@@ -82,6 +90,22 @@ Server::~Server() {
   if (sigusr1_ != nullptr) event_free(sigusr1_);
   admin_.reset();
   upstream::AccessLog::get().stop();
+  if (!pid_file_written_.empty()) ::unlink(pid_file_written_.c_str());
+}
+
+void Server::writePidFile() {
+  if (config_->pid_file == pid_file_written_) return;
+  if (!pid_file_written_.empty()) ::unlink(pid_file_written_.c_str());
+  pid_file_written_.clear();
+  if (config_->pid_file.empty()) return;
+  std::ofstream out(config_->pid_file, std::ios::trunc);
+  out << getpid() << "\n";
+  out.close();
+  if (!out) {
+    SLUICE_LOG(Warn, "pid_file: cannot write %s", config_->pid_file);
+    return;
+  }
+  pid_file_written_ = config_->pid_file;
 }
 
 absl::Status Server::start() {
@@ -124,16 +148,25 @@ absl::Status Server::start() {
     handlers.server_info = [this] { return serverInfoJson(); };
     handlers.listeners = [this] { return listenersJson(); };
     handlers.drain = [this] { beginDrain(); };
-    addBanEndpoints(config_->bans, handlers.extra);
-    AdminEndpoint reload;
-    reload.method = AdminEndpoint::Method::Post;
-    reload.help = "re-read the TLS certificates and keys (like SIGHUP)";
-    reload.handler = [this](const std::map<std::string, std::string>&) {
+    // Through config_: a reload may bring a new table.
+    addBanEndpoints([this] { return config_->bans; }, handlers.extra);
+    AdminEndpoint certificates;
+    certificates.method = AdminEndpoint::Method::Post;
+    certificates.help = "re-read only the TLS certificates and keys";
+    certificates.handler = [this](const std::map<std::string, std::string>&) {
       std::string report;
       bool ok = reloadCertificates(report);
       return AdminEndpoint::Response{ok ? 200 : 500, report, false};
     };
-    handlers.extra["/reload_certificates"] = std::move(reload);
+    handlers.extra["/reload_certificates"] = std::move(certificates);
+    AdminEndpoint reload;
+    reload.method = AdminEndpoint::Method::Post;
+    reload.help = "read the config file again and run it when it passes its checks (like SIGHUP)";
+    reload.handler = [this](const std::map<std::string, std::string>&) {
+      ReloadResult result = this->reload();
+      return AdminEndpoint::Response{result.ok ? 200 : 400, result.report, false};
+    };
+    handlers.extra["/reload"] = std::move(reload);
     admin_ = std::make_unique<Admin>(dispatcher_, std::move(handlers));
     absl::Status s = admin_->bind(config_->admin_address);
     if (!s.ok()) {
@@ -202,6 +235,7 @@ absl::Status Server::start() {
                bound_[i].asString(), n);
   }
   if (admin_) SLUICE_LOG(Info, "admin on http://%s/", admin_->boundAddress().asString());
+  writePidFile();
   notifyServiceReady(servingStatus());
   return absl::OkStatus();
 }
@@ -236,16 +270,224 @@ void Server::onSignal(evutil_socket_t signal, short, void* arg) {
 
 void Server::onHangup(evutil_socket_t, short, void* arg) {
   auto* self = static_cast<Server*>(arg);
-  // Once stopping, the service manager hears nothing more but the exit.
-  const bool tell = !self->draining_;
-  if (tell) notifyServiceReloading("reloading the TLS certificates and the access log");
+  SLUICE_LOG(Info, "SIGHUP received: reloading %s", self->config_path_);
+  // For logrotate's sake whether or not the reload goes through (a reload reopens it too).
   upstream::AccessLog::get().reopen();
-  std::string report;
-  const bool ok = self->reloadCertificates(report);
-  if (tell) {
-    notifyServiceReady(ok ? self->servingStatus()
-                          : self->servingStatus() + " (a certificate did not reload: see the log)");
+  self->reload();
+}
+
+Server::ReloadResult Server::reload() {
+  if (draining_) return {false, "draining: no reload\n"};
+  if (config_path_.empty()) return {false, "started without a config file: nothing to reload\n"};
+  notifyServiceReloading("reloading " + config_path_);
+  auto refuse = [this](std::string message) {
+    reloads_refused_.inc();
+    SLUICE_LOG(Error, "reload refused, the running configuration (version %d) stays: %s",
+               config_version_, message);
+    notifyServiceReady(servingStatus());
+    return ReloadResult{false, message + "\n"};
+  };
+  auto bootstrap = config::loadBootstrapFile(config_path_);
+  if (!bootstrap.ok()) return refuse(std::string(bootstrap.status().message()));
+  auto built = buildServerConfig(*bootstrap, config_.get());
+  if (!built.ok()) {
+    return refuse(absl::StrFormat("%s: %s", config_path_, built.status().message()));
   }
+  ServerConfigSharedPtr next = std::move(*built);
+  if (!bootstrap->log_level().empty() && bootstrap->log_level() != config_->bootstrap.log_level()) {
+    LogLevel level;
+    if (!logger::parseLevel(bootstrap->log_level(), level)) {
+      return refuse(absl::StrFormat("%s: log_level: unknown level '%s' (error, warn, info, debug)",
+                                    config_path_, bootstrap->log_level()));
+    }
+    logger::setLevel(level);
+  }
+  absl::Status sink = upstream::AccessLog::checkSink(next->access_log);
+  if (!sink.ok()) return refuse(absl::StrFormat("%s: %s", config_path_, sink.message()));
+  std::vector<network::Address> bound;
+  auto sockets = planListeners(*next, bound);
+  if (!sockets.ok()) return refuse(std::string(sockets.status().message()));
+
+  // Checked and bound: from here on the new version runs.
+  const std::vector<std::string> later = restartOnlyChanges(*next);
+  const std::vector<std::string> revoked = revokeGrants(*next);
+  keys_revoked_.add(revoked.size());
+  for (const ListenerConfigSharedPtr& listener : next->listeners) {
+    listener->limiter->setLimits(listener->max_connections, listener->max_connections_per_client);
+  }
+  if (next->bans != nullptr && config_->bans != nullptr && next->bans != config_->bans) {
+    const size_t moved = next->bans->adoptBans(*config_->bans);
+    if (moved > 0) SLUICE_LOG(Info, "reload: %d bans in force carried to the new options", moved);
+  }
+  upstream::UpstreamBudget::get().configure(next->upstream_per_client, next->descriptor_reserve);
+  upstream::AccessLog::get().reconfigure(next->access_log);
+  std::vector<std::string> added, removed, kept;
+  for (size_t i = 0; i < next->listeners.size(); ++i) {
+    bool existed = false;
+    for (const auto& l : config_->listeners) existed |= l->name == next->listeners[i]->name;
+    (existed ? kept : added).push_back(next->listeners[i]->name);
+  }
+  for (const auto& l : config_->listeners) {
+    bool stays = false;
+    for (const auto& n : next->listeners) stays |= n->name == l->name;
+    if (!stays) removed.push_back(l->name);
+  }
+  config_ = next;
+  bound_ = std::move(bound);
+  ++config_version_;
+  config_version_gauge_.add(1);
+  reloads_done_.inc();
+  const bool keys_revoked = !revoked.empty();
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    workers_[w]->applyConfig(next, std::move((*sockets)[w]), keys_revoked);
+  }
+  writePidFile();
+
+  std::string report =
+      absl::StrFormat("config version %d from %s\n", config_version_, config_path_);
+  for (size_t i = 0; i < config_->listeners.size(); ++i) {
+    absl::StrAppendFormat(&report, "listener %s on %s\n", config_->listeners[i]->name,
+                          bound_[i].asString());
+  }
+  if (!added.empty()) absl::StrAppendFormat(&report, "added: %s\n", absl::StrJoin(added, ", "));
+  if (!removed.empty()) {
+    absl::StrAppendFormat(&report, "removed: %s (open connections finish)\n",
+                          absl::StrJoin(removed, ", "));
+  }
+  if (!revoked.empty()) {
+    absl::StrAppendFormat(&report,
+                          "keys revoked: %s (refused from now on; what they opened closes in %d "
+                          "ms)\n",
+                          absl::StrJoin(revoked, ", "),
+                          static_cast<int>(config_->revoke_grace.count()));
+  }
+  for (const std::string& note : later) absl::StrAppendFormat(&report, "%s\n", note);
+  SLUICE_LOG(Info, "reloaded: config version %d (%d listeners%s%s%s)", config_version_,
+             config_->listeners.size(),
+             added.empty() ? "" : "; added " + absl::StrJoin(added, ", "),
+             removed.empty() ? "" : "; removed " + absl::StrJoin(removed, ", "),
+             revoked.empty() ? "" : "; keys revoked: " + absl::StrJoin(revoked, ", "));
+  for (const std::string& note : later) SLUICE_LOG(Warn, "reload: %s", note);
+  notifyServiceReady(servingStatus());
+  return ReloadResult{true, report};
+}
+
+absl::StatusOr<std::vector<std::vector<ListenerSocket>>> Server::planListeners(
+    const ServerConfig& next, std::vector<network::Address>& bound) {
+  std::vector<std::vector<ListenerSocket>> plan(workers_.size(),
+                                                std::vector<ListenerSocket>(next.listeners.size()));
+  std::vector<bool> kept(config_->listeners.size(), false);
+  std::vector<int> opened;
+  auto fail = [&opened](std::string message) -> absl::Status {
+    for (int fd : opened) ::close(fd);
+    return absl::UnavailableError(std::move(message));
+  };
+  bound.clear();
+  for (size_t i = 0; i < next.listeners.size(); ++i) {
+    const ListenerConfig& listener = *next.listeners[i];
+    // The same address keeps its sockets (and the connections waiting in their queues), under
+    // whichever name.
+    int keep = -1;
+    for (size_t j = 0; j < config_->listeners.size() && keep < 0; ++j) {
+      if (!kept[j] && config_->listeners[j]->address == listener.address)
+        keep = static_cast<int>(j);
+    }
+    if (keep >= 0) {
+      kept[keep] = true;
+      for (auto& per_worker : plan) per_worker[i].keep = keep;
+      bound.push_back(bound_[keep]);
+      continue;
+    }
+    absl::Status free = checkAddressFree(listener.address);
+    if (!free.ok()) {
+      return fail(absl::StrFormat("listener '%s': %s", listener.name, free.message()));
+    }
+    network::Address address = listener.address;
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      auto fd = createListenSocket(address, listener.backlog);
+      if (!fd.ok()) {
+        return fail(absl::StrFormat("listener '%s': %s", listener.name, fd.status().message()));
+      }
+      opened.push_back(*fd);
+      if (w == 0) address = localAddress(*fd);
+      plan[w][i].fd = *fd;
+    }
+    bound.push_back(address);
+  }
+  return plan;
+}
+
+std::vector<std::string> Server::revokeGrants(const ServerConfig& next) {
+  auto named = [&next](const std::string& name) -> const ListenerConfig* {
+    for (const ListenerConfigSharedPtr& l : next.listeners) {
+      if (l->name == name) return l.get();
+    }
+    return nullptr;
+  };
+  auto heldByNext = [&next](const proxy::KeyGrantSharedPtr& grant) {
+    for (const ListenerConfigSharedPtr& l : next.listeners) {
+      for (const auto& keys : l->grants.key_sets) {
+        for (const proxy::KeyGrantSharedPtr& k : keys) {
+          if (k == grant) return true;
+        }
+      }
+    }
+    return false;
+  };
+  std::set<std::string> revoked;
+  std::vector<std::pair<std::string, proxy::KeyGrantSharedPtr>> detached;
+  // A grant the next config does not hold is revoked unless its listener (same name) still
+  // takes its key (renamed, or its listener lets anyone in now): then it stays detached and
+  // is checked again at every reload while connections hold it.
+  auto consider = [&](const std::string& listener, const proxy::KeyGrantSharedPtr& grant) {
+    if (grant->revoked() || heldByNext(grant)) return;
+    const ListenerConfig* same = named(listener);
+    if (same != nullptr && same->grants.accepts(grant->digest())) {
+      detached.emplace_back(listener, grant);
+      return;
+    }
+    grant->revoke();
+    revoked.insert(grant->name());
+  };
+  for (const ListenerConfigSharedPtr& running : config_->listeners) {
+    for (const proxy::KeyGrantSharedPtr& grant : running->grants.all()) {
+      consider(running->name, grant);
+    }
+  }
+  for (const auto& [listener, grant] : detached_grants_) {
+    // Only this list holds it: nothing is left to revoke.
+    if (grant.use_count() > 1) consider(listener, grant);
+  }
+  detached_grants_ = std::move(detached);
+  return std::vector<std::string>(revoked.begin(), revoked.end());
+}
+
+std::vector<std::string> Server::restartOnlyChanges(const ServerConfig& next) const {
+  using google::protobuf::util::MessageDifferencer;
+  std::vector<std::string> notes;
+  const config::v1::Bootstrap& now = config_->bootstrap;
+  const config::v1::Bootstrap& then = next.bootstrap;
+  if (next.workers != workers_.size()) {
+    notes.push_back(absl::StrFormat("workers: %d takes effect at the next start (%d run now)",
+                                    next.workers, workers_.size()));
+  }
+  if (next.pin_workers != config_->pin_workers) {
+    notes.push_back("pin_workers: takes effect at the next start");
+  }
+  if (!(next.admin_address == config_->admin_address)) {
+    notes.push_back("admin.address: takes effect at the next start");
+  }
+  if (!MessageDifferencer::Equals(now.dns(), then.dns())) {
+    notes.push_back("dns: takes effect at the next start");
+  }
+  if (!MessageDifferencer::Equals(now.upstream_pool(), then.upstream_pool())) {
+    notes.push_back("upstream_pool: takes effect at the next start");
+  }
+  if ((config_->memory_release_interval.count() == 0) !=
+      (next.memory_release_interval.count() == 0)) {
+    notes.push_back("memory_release_interval: turning it on or off takes effect at the next start");
+  }
+  return notes;
 }
 
 bool Server::reloadCertificates(std::string& report) {
@@ -298,9 +540,10 @@ std::string Server::serverInfoJson() const {
   for (const auto& w : workers_) active += w->activeConnections();
   return absl::StrFormat(
       "{\"version\":\"%s\",\"state\":\"%s\",\"uptime_seconds\":%d,\"workers\":%d,"
-      "\"active_connections\":%d,\"extensions\":%s}\n",
+      "\"active_connections\":%d,\"config_version\":%d,\"config_path\":%s,"
+      "\"extensions\":%s}\n",
       kVersion, draining_ ? "draining" : "live", uptime.count(), workers_.size(), active,
-      jsonQuoted(extensions::describeLinked()));
+      config_version_, jsonQuoted(config_path_), jsonQuoted(extensions::describeLinked()));
 }
 
 std::string Server::listenersJson() const {
@@ -322,6 +565,12 @@ std::string Server::configDumpJson() const {
   options.preserve_proto_field_names = true;
   auto status = google::protobuf::util::MessageToJsonString(copy, &json, options);
   if (!status.ok()) return absl::StrFormat("{\"error\":%s}\n", jsonQuoted(status.ToString()));
+  // The running version first, then the Bootstrap's fields.
+  const size_t open = json.find('{');
+  if (open == std::string::npos) return json;
+  const bool empty = json.find_first_not_of(" \n", open + 1) == json.find('}', open);
+  json.insert(open + 1,
+              absl::StrFormat("\n  \"config_version\": %d%s", config_version_, empty ? "\n" : ","));
   return json;
 }
 

@@ -20,7 +20,8 @@ namespace server {
 // starts the workers, serves the admin endpoint and turns SIGINT/SIGTERM into a graceful drain.
 class Server {
  public:
-  explicit Server(ServerConfigSharedPtr config);
+  // `config_path`: the file a reload reads again (empty: reloads are refused).
+  explicit Server(ServerConfigSharedPtr config, std::string config_path = {});
   ~Server();
 
   // Binds and starts; an error names the listener and address (nothing is left running).
@@ -31,6 +32,16 @@ class Server {
   // Re-reads every TLS chain's certificates (SIGHUP, POST /reload_certificates); the text
   // reports each chain. False if any failed (those keep their old certificates).
   bool reloadCertificates(std::string& report);
+  // Reads the config file again and, when it passes every check `sluice check` makes, runs it:
+  // listeners whose address stays keep their sockets, new ones are bound before old ones
+  // close, new connections get the new version while those open finish with theirs, and keys
+  // and client addresses the new version no longer accepts are revoked. When the file is bad,
+  // nothing changes. The text says what happened (or the error, with the key's path).
+  struct ReloadResult {
+    bool ok = false;
+    std::string report;
+  };
+  ReloadResult reload();
   static void onHangup(evutil_socket_t, short, void* arg);
   // Addresses actually bound, per listener (port 0 resolved).
   const std::vector<network::Address>& boundAddresses() const { return bound_; }
@@ -43,8 +54,24 @@ class Server {
   std::string configDumpJson() const;
   // The one-line STATUS= told to the service manager while serving.
   std::string servingStatus() const;
+  // The sockets of the next config's listeners, per worker (or an error, nothing left open).
+  absl::StatusOr<std::vector<std::vector<ListenerSocket>>> planListeners(
+      const ServerConfig& next, std::vector<network::Address>& bound);
+  // Revokes the grants the next config no longer accepts; returns their names.
+  std::vector<std::string> revokeGrants(const ServerConfig& next);
+  // Settings that only a restart changes, and how the next config differs in them.
+  std::vector<std::string> restartOnlyChanges(const ServerConfig& next) const;
+  void writePidFile();
 
   ServerConfigSharedPtr config_;
+  const std::string config_path_;
+  // Grants no listener of the running config holds any more that were not revoked (a removed
+  // listener's keys that another listener still takes): connections may still hold them, so
+  // every reload checks them again.
+  // With the name of the listener they came from.
+  std::vector<std::pair<std::string, proxy::KeyGrantSharedPtr>> detached_grants_;
+  uint64_t config_version_ = 1;
+  std::string pid_file_written_;
   event::Dispatcher dispatcher_;
   std::unique_ptr<Admin> admin_;
   std::vector<std::unique_ptr<Worker>> workers_;
@@ -64,6 +91,16 @@ class Server {
       "Addresses of this host (what the destination guard refuses as sluice itself).");
   stats::Counter host_address_changes_ = stats::Store::get().counter(
       "server.host_address_changes", "Changes seen in the host's addresses.");
+  stats::Counter reloads_done_ =
+      stats::Store::get().counter("reload.done", "Reloads that took a new configuration.");
+  stats::Counter reloads_refused_ = stats::Store::get().counter(
+      "reload.refused",
+      "Reloads refused: the file failed its checks, or a new address could "
+      "not be bound (the running configuration stayed).");
+  stats::Counter keys_revoked_ = stats::Store::get().counter(
+      "reload.keys_revoked", "API keys reloads took away (refused from the reload on).");
+  stats::Gauge config_version_gauge_ = stats::Store::get().gauge(
+      "reload.config_version", "The running configuration's version: 1 at start, +1 a reload.");
   std::chrono::steady_clock::time_point started_at_;
   uint32_t workers_exited_ = 0;
   bool running_ = false;

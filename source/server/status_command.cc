@@ -79,6 +79,7 @@ absl::StatusOr<InstanceStatus> parseInstanceStatus(std::string_view server_info,
   out.state = string(*info, "state");
   out.uptime_seconds = number(*info, "uptime_seconds");
   out.workers = number(*info, "workers");
+  out.config_version = number(*info, "config_version");
   out.active_connections = number(*info, "active_connections");
   if (out.version.empty() || out.state.empty()) {
     return absl::DataLossError("GET /server_info has no version or state: is this sluice?");
@@ -146,6 +147,7 @@ std::string renderStatusText(const InstanceStatus& s) {
   absl::StrAppendFormat(&out, "  uptime:           %s (%d s)\n", humanDuration(s.uptime_seconds),
                         s.uptime_seconds);
   absl::StrAppendFormat(&out, "  workers:          %d\n", s.workers);
+  absl::StrAppendFormat(&out, "  config version:   %d\n", s.config_version);
   if (s.listeners.empty()) absl::StrAppendFormat(&out, "  listeners:        none\n");
   for (size_t i = 0; i < s.listeners.size(); ++i) {
     absl::StrAppendFormat(&out, "  %-17s %-10s %s\n", i == 0 ? "listeners:" : "",
@@ -174,13 +176,14 @@ std::string renderStatusJson(const InstanceStatus& s) {
   }
   return absl::StrFormat(
       "{\"admin_address\":%s,\"version\":%s,\"uptime_seconds\":%d,\"state\":%s,"
-      "\"workers\":%d,\"listeners\":[%s],\"active_connections\":%d,\"tunnels_active\":%d,"
+      "\"workers\":%d,\"config_version\":%d,\"listeners\":[%s],\"active_connections\":%d,"
+      "\"tunnels_active\":%d,"
       "\"requests_total\":%d,\"upstream_budget_refused\":%d,"
       "\"upstream_client_limit_refused\":%d,\"upstream_descriptor_reserve_refused\":%d,"
       "\"bans_enabled\":%s,\"bans\":%d}\n",
       jsonQuoted(s.admin_address), jsonQuoted(s.version), s.uptime_seconds, jsonQuoted(s.state),
-      s.workers, listeners, s.active_connections, s.tunnels_active, s.requests_total,
-      s.budget_client_refused + s.budget_reserve_refused, s.budget_client_refused,
+      s.workers, s.config_version, listeners, s.active_connections, s.tunnels_active,
+      s.requests_total, s.budget_client_refused + s.budget_reserve_refused, s.budget_client_refused,
       s.budget_reserve_refused, s.bans_enabled ? "true" : "false", s.bans);
 }
 

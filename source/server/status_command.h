@@ -23,6 +23,8 @@ struct InstanceStatus {
   int64_t uptime_seconds = 0;
   std::string state;  // "live" or "draining"
   int64_t workers = 0;
+  // 1 at start, +1 per reload.
+  int64_t config_version = 0;
   std::vector<Listener> listeners;
   int64_t active_connections = 0;
   // Sum of the tunnel.listener.<name>.tunnels_active gauges.

@@ -1,5 +1,6 @@
 #include "source/server/worker.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -14,7 +15,6 @@
 
 #include "source/common/common/logger.h"
 #include "source/common/upstream/access_log.h"
-#include "source/common/upstream/access_log.h"
 
 namespace sluice {
 namespace server {
@@ -28,17 +28,17 @@ constexpr std::chrono::milliseconds kAcceptBackoff{100};
 
 // ---- ActiveConnection ----
 
-ActiveConnection::ActiveConnection(Worker& worker, const ListenerConfig& listener,
+ActiveConnection::ActiveConnection(Worker& worker, ListenerConfigSharedPtr listener,
                                    network::ConnectionPtr connection, network::ConnectionSlot slot)
     : worker_(worker),
-      listener_(listener),
+      listener_(std::move(listener)),
       connection_(std::move(connection)),
       slot_(std::move(slot)) {
   connection_->setCallbacks(this);
   connection_->setByteCounters(
-      {listener.stats.downstream_bytes_rx, listener.stats.downstream_bytes_tx});
-  listener_.stats.downstream_cx_total.inc();
-  listener_.stats.downstream_cx_active.inc();
+      {listener_->stats.downstream_bytes_rx, listener_->stats.downstream_bytes_tx});
+  listener_->stats.downstream_cx_total.inc();
+  listener_->stats.downstream_cx_active.inc();
 }
 
 ActiveConnection::~ActiveConnection() {
@@ -46,7 +46,7 @@ ActiveConnection::~ActiveConnection() {
   connection_->setWriteInterceptor(nullptr);
   filters_.clear();
   write_filters_.clear();
-  listener_.stats.downstream_cx_active.dec();
+  listener_->stats.downstream_cx_active.dec();
 }
 
 void ActiveConnection::initialize(const FilterChainConfig& chain) {
@@ -146,6 +146,19 @@ void ActiveConnection::drain() {
   }
 }
 
+uint32_t ActiveConnection::closeRevoked() {
+  uint32_t closed = 0;
+  for (auto& filter : filters_) {
+    if (closed_) break;
+    closed += filter->onKeysRevoked();
+  }
+  return closed;
+}
+
+void ActiveConnection::close() {
+  if (!closed_) connection_->close(network::CloseType::FlushWrite);
+}
+
 // ---- AcceptedSocket ----
 
 AcceptedSocket::AcceptedSocket(ActiveListener& listener, int fd, const network::Address& peer,
@@ -168,10 +181,8 @@ void AcceptedSocket::run(std::vector<network::ListenerFilterPtr> filters) {
 // ---- ActiveListener ----
 
 ActiveListener::ActiveListener(Worker& worker, ListenerConfigSharedPtr config, int fd)
-    : worker_(worker),
-      config_(std::move(config)),
-      fd_(fd),
-      backoff_(worker.dispatcher(), [this] { onAcceptReady(); }) {
+    : worker_(worker), fd_(fd), backoff_(worker.dispatcher(), [this] { onAcceptReady(); }) {
+  setConfig(std::move(config));
   event_ = std::make_unique<event::FileEvent>(worker.dispatcher(), fd_, [this](uint32_t events) {
     if (events & event::FileEvent::kRead) onAcceptReady();
   });
@@ -180,6 +191,14 @@ ActiveListener::ActiveListener(Worker& worker, ListenerConfigSharedPtr config, i
 ActiveListener::~ActiveListener() {
   stopAccepting();
   pending_.clear();
+}
+
+void ActiveListener::setConfig(ListenerConfigSharedPtr config) {
+  // Connections copy this pointer at accept and drop it at close: through a control block of
+  // this worker's own, those counts stay in this core's cache.
+  auto holder = std::make_shared<ListenerConfigSharedPtr>(std::move(config));
+  const ListenerConfig* raw = holder->get();
+  config_ = ListenerConfigSharedPtr(std::move(holder), raw);
 }
 
 void ActiveListener::stopAccepting() {
@@ -251,6 +270,9 @@ void ActiveListener::onSocketDone(AcceptedSocket& socket, bool success) {
   }
   // A listener filter may be on the stack: delete after the current callback.
   worker_.dispatcher().deferredDelete(std::move(owned));
+  // The last socket of a listener a reload removed: the listener can go too.
+  if (fd_ < 0 && pending_.empty())
+    worker_.dispatcher().post([w = &worker_] { w->pruneRetiredListeners(); });
 }
 
 bool ActiveListener::admit(int fd, const network::Address& peer, network::ConnectionSlot& slot) {
@@ -296,7 +318,7 @@ ActiveConnection* ActiveListener::newConnection(int fd, const network::Address& 
     conn->setTransportSocket(chain->transport_socket->createTransportSocket());
   }
   auto active =
-      std::make_unique<ActiveConnection>(worker_, *config_, std::move(conn), std::move(slot));
+      std::make_unique<ActiveConnection>(worker_, config_, std::move(conn), std::move(slot));
   ActiveConnection* raw = active.get();
   worker_.addConnection(std::move(active));
   raw->initialize(*chain);
@@ -314,11 +336,16 @@ Worker::Worker(uint32_t index, ServerConfigSharedPtr config, std::vector<int> li
   resolver_ = std::make_unique<dns::Resolver>(dispatcher_, config_->bootstrap.dns());
   pool_ = std::make_unique<upstream::Pool>(dispatcher_, config_->pool_max_idle,
                                            config_->pool_idle_timeout);
+  revoked_closed_ = stats::Store::get().counter(
+      "reload.revoked_closed",
+      "Connections, tunnels, HTTP/2 streams and SOCKS5 sessions closed after a reload took "
+      "their key or their client's address away (once reload.revoke_grace passed).");
 }
 
 Worker::~Worker() {
   join();
   listeners_.clear();
+  retired_listeners_.clear();
   connections_.clear();
   pool_.reset();
   resolver_.reset();
@@ -371,19 +398,19 @@ void Worker::run() {
         std::make_unique<ActiveListener>(*this, config_->listeners[i], listen_fds_[i]));
     listen_fds_[i] = -1;  // the listener owns it now
   }
-  // The access log's lines of this worker gather here and leave in batches.
-  std::optional<upstream::AccessLogBuffer> access_log;
   if (upstream::AccessLog::get().enabled()) {
-    access_log.emplace(dispatcher_);
-    access_log->install();
+    access_log_.emplace(dispatcher_);
+    access_log_->install();
   }
   dispatcher_.run();
   // Close what is left on this thread, where it was created.
+  revoke_timer_.reset();
   listeners_.clear();
+  retired_listeners_.clear();
   connections_.clear();
   pool_->closeAll();
   // The records of the connections just closed go out with the last batch.
-  access_log.reset();
+  access_log_.reset();
   stats::Store::bindThreadShard(nullptr);
   if (on_exit_) on_exit_(index_);
 }
@@ -392,6 +419,7 @@ void Worker::drain() {
   dispatcher_.post([this] {
     draining_ = true;
     for (auto& listener : listeners_) listener->stopAccepting();
+    for (auto& listener : retired_listeners_) listener->stopAccepting();
     pool_->drain();
     // onDrain may close connections (and remove them from the list) under us.
     std::vector<ActiveConnection*> current;
@@ -403,6 +431,92 @@ void Worker::drain() {
 
 void Worker::stop() {
   dispatcher_.post([this] { event_base_loopbreak(dispatcher_.base()); });
+}
+
+void Worker::applyConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> sockets,
+                         bool keys_revoked) {
+  dispatcher_.post([this, next = std::move(next), sockets = std::move(sockets), keys_revoked] {
+    swapConfig(next, sockets, keys_revoked);
+  });
+}
+
+void Worker::swapConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> sockets,
+                        bool keys_revoked) {
+  std::vector<std::unique_ptr<ActiveListener>> running = std::move(listeners_);
+  listeners_.clear();
+  for (size_t i = 0; i < next->listeners.size(); ++i) {
+    const ListenerSocket& socket = sockets[i];
+    std::unique_ptr<ActiveListener> listener;
+    if (socket.keep >= 0 && static_cast<size_t>(socket.keep) < running.size() &&
+        running[socket.keep] != nullptr) {
+      listener = std::move(running[socket.keep]);
+      listener->setConfig(next->listeners[i]);
+    } else {
+      listener = std::make_unique<ActiveListener>(*this, next->listeners[i], socket.fd);
+    }
+    if (draining_) listener->stopAccepting();
+    listeners_.push_back(std::move(listener));
+  }
+  // Only now are the listeners that stay gone: the new addresses accept already.
+  for (auto& listener : running) {
+    if (listener == nullptr) continue;
+    listener->stopAccepting();
+    retired_listeners_.push_back(std::move(listener));
+  }
+  pruneRetiredListeners();
+  config_ = std::move(next);
+  if (upstream::AccessLog::get().enabled() && !access_log_) {
+    access_log_.emplace(dispatcher_);
+    access_log_->install();
+  }
+  // A client the next config refuses finishes what it has in flight, takes nothing new, and
+  // is closed when the grace ends (an idle keep-alive connection closes now).
+  std::vector<ActiveConnection*> refused;
+  for (auto& c : connections_) {
+    if (!stillAdmitted(*c)) refused.push_back(c.get());
+  }
+  for (ActiveConnection* c : refused) c->drain();
+  if (keys_revoked || !refused.empty()) {
+    if (!revoke_timer_) revoke_timer_.emplace(dispatcher_, [this] { closeRevoked(); });
+    revoke_timer_->enable(config_->revoke_grace);
+  }
+}
+
+bool Worker::stillAdmitted(const ActiveConnection& conn) const {
+  for (const ListenerConfigSharedPtr& listener : config_->listeners) {
+    if (listener->name == conn.listener().name) {
+      return listener->grants.admits(conn.peer());
+    }
+  }
+  // Its listener was removed: the connection finishes with the config it started with.
+  return true;
+}
+
+void Worker::closeRevoked() {
+  // Closing only defers the deletion: the pointers stay valid through the loop.
+  std::vector<ActiveConnection*> current;
+  for (auto& c : connections_) current.push_back(c.get());
+  uint32_t closed = 0;
+  for (ActiveConnection* c : current) {
+    if (!stillAdmitted(*c)) {
+      c->close();
+      ++closed;
+    } else {
+      closed += c->closeRevoked();
+    }
+  }
+  if (closed > 0) {
+    revoked_closed_.add(closed);
+    SLUICE_LOG(Info, "worker %d: closed %d connections, tunnels and streams a reload revoked",
+               index_, closed);
+  }
+}
+
+void Worker::pruneRetiredListeners() {
+  retired_listeners_.erase(
+      std::remove_if(retired_listeners_.begin(), retired_listeners_.end(),
+                     [](const std::unique_ptr<ActiveListener>& l) { return l->idle(); }),
+      retired_listeners_.end());
 }
 
 void Worker::join() {

@@ -4,6 +4,7 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "source/common/network/filter.h"
 #include "source/common/proxy/worker_context.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/access_log.h"
 #include "source/common/upstream/pool.h"
 #include "source/server/listener_config.h"
 #include "source/server/listener_filter_chain.h"
@@ -32,12 +34,19 @@ class ActiveConnection : public network::ConnectionCallbacks,
                          public network::WriteInterceptor,
                          public event::DeferredDeletable {
  public:
-  ActiveConnection(Worker& worker, const ListenerConfig& listener,
+  ActiveConnection(Worker& worker, ListenerConfigSharedPtr listener,
                    network::ConnectionPtr connection, network::ConnectionSlot slot);
   ~ActiveConnection() override;
 
   void initialize(const FilterChainConfig& chain);
   void drain();
+  // The config version the connection started with: it keeps it until it closes.
+  const ListenerConfig& listener() const { return *listener_; }
+  const network::Address& peer() const { return connection_->peer(); }
+  // Closes what authenticated with a key a reload revoked (see ReadFilter::onKeysRevoked).
+  uint32_t closeRevoked();
+  // Closes the connection (a reload took its client's address away).
+  void close();
 
   // network::FilterManager
   void addReadFilter(network::ReadFilterPtr filter) override;
@@ -64,7 +73,9 @@ class ActiveConnection : public network::ConnectionCallbacks,
   void deliver(size_t from, buffer::Buffer& data, bool end_stream);
 
   Worker& worker_;
-  const ListenerConfig& listener_;
+  // Counted in the worker's own control block (ActiveListener::setConfig): no atomic that
+  // another core writes.
+  ListenerConfigSharedPtr listener_;
   network::ConnectionPtr connection_;
   network::ConnectionSlot
       slot_;  // its place in the listener's connection limits, held until deletion
@@ -109,7 +120,12 @@ class ActiveListener {
   ActiveListener(Worker& worker, ListenerConfigSharedPtr config, int fd);
   ~ActiveListener();
 
+  // A reload kept this listener's address: the socket stays, connections accepted from now on
+  // get `config`.
+  void setConfig(ListenerConfigSharedPtr config);
   void stopAccepting();
+  // Sockets still in the listener filters (a removed listener lives on until they are done).
+  bool idle() const { return pending_.empty(); }
   Worker& worker() { return worker_; }
   const ListenerConfig& config() const { return *config_; }
   // A socket that passed the listener filters (or was refused: success false).
@@ -133,6 +149,13 @@ class ActiveListener {
   std::list<std::unique_ptr<AcceptedSocket>> pending_;
 };
 
+// A reload's plan for one listener of the next config on one worker: keep the running
+// listener at `keep` (its index in the running config), or start one on the new socket `fd`.
+struct ListenerSocket {
+  int keep = -1;
+  int fd = -1;
+};
+
 // One event loop thread and everything it owns: listen sockets, connections, upstream pool,
 // resolver, stats shard. Nothing here is touched by another thread except through post().
 class Worker : public proxy::WorkerContext {
@@ -147,6 +170,12 @@ class Worker : public proxy::WorkerContext {
   void drain();
   // Thread-safe. Exits the loop now; connections are closed when the worker is destroyed.
   void stop();
+  // Thread-safe. Takes the next config at the loop's next turn: listeners per `sockets` (one
+  // per listener of `next`, in order; the running ones not kept stop accepting), new
+  // connections get the new version, and after next->revoke_grace whatever a revoked key
+  // authenticated and connections from addresses the next config refuses are closed.
+  void applyConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> sockets,
+                   bool keys_revoked);
   void join();
   size_t activeConnections() const { return active_.load(std::memory_order_relaxed); }
 
@@ -158,6 +187,8 @@ class Worker : public proxy::WorkerContext {
   bool draining() const override { return draining_; }
 
   void addConnection(std::unique_ptr<ActiveConnection> conn);
+  // Deletes the listeners a reload removed whose last accepted socket is done.
+  void pruneRetiredListeners();
   void removeConnection(ActiveConnection& conn);
 
  private:
@@ -165,6 +196,12 @@ class Worker : public proxy::WorkerContext {
   void pinToCpu();
   void run();
   void maybeFinishDrain();
+  void swapConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> sockets,
+                  bool keys_revoked);
+  // reload.revoke_grace after a swap: closes what the reload revoked.
+  void closeRevoked();
+  // Whether a listener of the running config named like the connection's admits its client.
+  bool stillAdmitted(const ActiveConnection& conn) const;
 
   const uint32_t index_;
   ServerConfigSharedPtr config_;
@@ -174,7 +211,13 @@ class Worker : public proxy::WorkerContext {
   std::unique_ptr<dns::Resolver> resolver_;
   std::unique_ptr<upstream::Pool> pool_;
   std::vector<std::unique_ptr<ActiveListener>> listeners_;
+  // Listeners a reload removed, until the sockets in their listener filters are done.
+  std::vector<std::unique_ptr<ActiveListener>> retired_listeners_;
   std::list<std::unique_ptr<ActiveConnection>> connections_;
+  // The access log's lines of this worker gather here and leave in batches.
+  std::optional<upstream::AccessLogBuffer> access_log_;
+  std::optional<event::Timer> revoke_timer_;
+  stats::Counter revoked_closed_;
   std::atomic<size_t> active_{0};
   bool draining_ = false;
   std::thread thread_;

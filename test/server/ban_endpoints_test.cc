@@ -140,7 +140,7 @@ class BanEndpointsTest : public ExtraEndpointsTest {
  protected:
   void startWith(std::shared_ptr<ban::BanTable> table) {
     AdminHandlers handlers;
-    addBanEndpoints(std::move(table), handlers.extra);
+    addBanEndpoints([table] { return table; }, handlers.extra);
     start(std::move(handlers));
   }
   Response unban(const std::string& addr) { return request("POST", "/bans/unban?addr=" + addr); }

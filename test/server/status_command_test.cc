@@ -8,7 +8,7 @@ namespace {
 
 constexpr char kInfo[] =
     "{\"version\":\"1.2.3\",\"state\":\"live\",\"uptime_seconds\":3725,\"workers\":2,"
-    "\"active_connections\":7,\"extensions\":\"sluice.auth\"}\n";
+    "\"active_connections\":7,\"config_version\":4,\"extensions\":\"sluice.auth\"}\n";
 constexpr char kListeners[] =
     "{\"listeners\":[{\"name\":\"http\",\"address\":\"127.0.0.1:8080\"},"
     "{\"name\":\"socks5\",\"address\":\"[::1]:1080\"}]}\n";
@@ -32,6 +32,7 @@ TEST(StatusCommandTest, ReadsEveryAnswer) {
   EXPECT_EQ(s->state, "live");
   EXPECT_EQ(s->uptime_seconds, 3725);
   EXPECT_EQ(s->workers, 2);
+  EXPECT_EQ(s->config_version, 4);
   ASSERT_EQ(s->listeners.size(), 2u);
   EXPECT_EQ(s->listeners[1].name, "socks5");
   EXPECT_EQ(s->listeners[1].address, "[::1]:1080");
@@ -54,11 +55,13 @@ TEST(StatusCommandTest, RendersTextAndJson) {
   EXPECT_NE(text.find("1h 2m 5s (3725 s)"), std::string::npos) << text;
   EXPECT_NE(text.find("socks5     [::1]:1080"), std::string::npos) << text;
   EXPECT_NE(text.find("budget refusals:  5"), std::string::npos) << text;
+  EXPECT_NE(text.find("config version:   4\n"), std::string::npos) << text;
   const std::string json = renderStatusJson(*s);
   EXPECT_NE(json.find("\"listeners\":[{\"name\":\"http\",\"address\":\"127.0.0.1:8080\"},"),
             std::string::npos)
       << json;
   EXPECT_NE(json.find("\"upstream_budget_refused\":5,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"config_version\":4,"), std::string::npos) << json;
   EXPECT_NE(json.find("\"bans_enabled\":true,\"bans\":1}"), std::string::npos) << json;
 }
 

@@ -78,7 +78,8 @@ class TlsFactory : public extensions::TransportSocketConfigFactory {
     const stats::Scope& scope = config.stats_scope;
     return network::TransportSocketFactorySharedPtr(std::make_shared<sluice::tls::TlsSocketFactory>(
         std::move(*server),
-        scope.counter("certificate_reloads", "Certificate reloads (SIGHUP or the admin endpoint)."),
+        scope.counter("certificate_reloads",
+                      "Certificate re-reads of a running chain (POST /reload_certificates)."),
         scope.counter("certificate_reload_failures",
                       "Certificate reloads that failed (the previous certificates stay).")));
   }

@@ -36,6 +36,11 @@ class IpAllowlistFactory : public extensions::FactoryBase<extensions::ListenerFi
     config->allowed = scope.counter("allowed", "Client connections the IP allowlist admitted.");
     config->refused = scope.counter("refused", "Client connections the IP allowlist closed.");
     IpAllowlistConfigSharedPtr shared = std::move(config);
+    if (context.grants != nullptr) {
+      // A reload that takes a client's range out closes its connections too.
+      context.grants->client_checks.push_back(
+          [shared](const network::Address& client) { return admits(*shared, client); });
+    }
     return network::ListenerFilterFactoryCb([shared](network::ListenerFilterManager& manager) {
       manager.addListenerFilter(std::make_unique<IpAllowlistFilter>(shared));
     });

@@ -18,6 +18,9 @@ struct IpAllowlistConfig {
 };
 using IpAllowlistConfigSharedPtr = std::shared_ptr<const IpAllowlistConfig>;
 
+// Whether the client is inside one of the ranges (counts nothing).
+bool admits(const IpAllowlistConfig& config, const network::Address& client);
+
 // "sluice.ip_allowlist": admits only clients inside the configured ranges; the rest are closed
 // at accept, before a byte is read or a connection object exists.
 class IpAllowlistFilter : public network::ListenerFilter {

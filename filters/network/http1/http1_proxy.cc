@@ -636,6 +636,15 @@ void Http1ProxyFilter::onDrain() {
   }
 }
 
+uint32_t Http1ProxyFilter::onKeysRevoked() {
+  // The request in flight, the tunnel, or (between requests) the last request authenticated
+  // with a key a reload took away.
+  if (state_ == State::Closed || !trace_.revoked()) return 0;
+  trace_.fail(proxy::kRevokedReason);
+  closeAll();
+  return 1;
+}
+
 void Http1ProxyFilter::onTimer() {
   switch (state_) {
     case State::ReadingHead:

@@ -84,6 +84,7 @@ class Http1ProxyFilter : public network::ReadFilter,
   void onAboveWriteHighWatermark() override;
   void onBelowWriteLowWatermark() override;
   void onDrain() override;
+  uint32_t onKeysRevoked() override;
   void onPeerEndWhileReadDisabled() override;
 
   // proxy::RequestSink

@@ -120,6 +120,31 @@ void Http2ProxyFilter::onBelowWriteLowWatermark() {
 
 void Http2ProxyFilter::onDrain() { startDrain(); }
 
+uint32_t Http2ProxyFilter::onKeysRevoked() {
+  if (closed_ || !codec_) return 0;
+  uint32_t closed = 0;
+  uint32_t others = 0;  // streams of other keys, still going
+  for (auto& stream : streams_) {
+    if (stream->cutIfRevoked()) {
+      ++closed;
+    } else if (stream->state() != Stream::State::Idle && stream->state() != Stream::State::Done) {
+      ++others;
+    }
+  }
+  if (last_grant_ == nullptr || !last_grant_->revoked()) {
+    if (closed > 0) flush();
+    return closed;
+  }
+  // The client's latest key is gone: its streams were cut; streams of other keys finish under
+  // a GOAWAY, and an idle connection closes now.
+  if (others == 0) {
+    terminate(http2::ErrorCode::NoError);
+    return closed + 1;
+  }
+  startDrain();
+  return closed;
+}
+
 void Http2ProxyFilter::startDrain() {
   if (draining_ || closed_ || !codec_) return;
   draining_ = true;

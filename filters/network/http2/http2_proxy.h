@@ -89,6 +89,7 @@ class Http2ProxyFilter : public network::ReadFilter, public http2::ServerCodecCa
   void onAboveWriteHighWatermark() override {}
   void onBelowWriteLowWatermark() override;
   void onDrain() override;
+  uint32_t onKeysRevoked() override;
 
   // http2::ServerCodecCallbacks
   bool onFrameHeader(const http2::FrameInfo& frame) override;
@@ -143,6 +144,9 @@ class Http2ProxyFilter : public network::ReadFilter, public http2::ServerCodecCa
   bool in_receive_ = false;
   bool in_flush_ = false;
   bool flush_pending_ = false;
+  // The key of the connection's latest request: once a reload revokes it, a connection left
+  // without streams closes.
+  const proxy::KeyGrant* last_grant_ = nullptr;
   bool closed_ = false;
   bool draining_ = false;
 };

@@ -292,6 +292,13 @@ void Http2ProxyFilter::Stream::abort() {
   state_ = State::Idle;
 }
 
+bool Http2ProxyFilter::Stream::cutIfRevoked() {
+  if (state_ == State::Idle || state_ == State::Done || !trace_.revoked()) return false;
+  trace_.fail(proxy::kRevokedReason);
+  reset(ErrorCode::Cancel);
+  return true;
+}
+
 void Http2ProxyFilter::Stream::onDenied(proxy::Denial denial, std::string_view reason) {
   chain_.end();
   trace_.routed(request_);
@@ -426,6 +433,7 @@ void Http2ProxyFilter::Stream::creditPending() {
 void Http2ProxyFilter::Stream::onUpstreamReady(upstream::UpstreamHandle upstream) {
   key_tunnel_stats_ = request_.principal_tunnel_stats;
   trace_.routed(request_);
+  if (request_.grant != nullptr) parent_.last_grant_ = request_.grant;
   chain_.end();
   if (info_.kind == proxy::RequestKind::Tunnel) {
     parent_.codec_->submitResponse(id_, 200, nullptr, 0, false);

@@ -65,6 +65,9 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   // Ends whatever the stream holds, without telling the codec (it closed the stream, or the
   // connection is gone).
   void abort();
+  // A reload revoked the key this stream authenticated with: resets it (CANCEL). True when it
+  // did.
+  bool cutIfRevoked();
   // Pauses or resumes reading the origin as the queues say: this stream's (past
   // stream_buffer_bytes, until it drains to half) and the connection's.
   void updateOriginPause();

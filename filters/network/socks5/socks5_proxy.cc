@@ -449,6 +449,7 @@ Socks5Filter::Socks5Filter(Socks5ProxyConfigSharedPtr config) : config_(std::mov
 
 void Socks5Filter::releaseHandshake() {
   if (hs_ == nullptr) return;
+  if (hs_->request.grant != nullptr) grant_ = hs_->request.grant;
   hs_->~Handshake();
   t_handshakes.give(hs_);
   hs_ = nullptr;
@@ -957,6 +958,16 @@ void Socks5Filter::onDrain() {
       downstream().readBuffer().empty()) {
     closeAll();
   }
+}
+
+uint32_t Socks5Filter::onKeysRevoked() {
+  const proxy::KeyGrant* grant =
+      hs_ != nullptr && hs_->request.grant != nullptr ? hs_->request.grant : grant_;
+  if (state_ == State::Closed || grant == nullptr || !grant->revoked()) return 0;
+  // The tunnel, the UDP association or the BIND of a key a reload took away.
+  trace_.fail(proxy::kRevokedReason);
+  closeAll();
+  return 1;
 }
 
 void Socks5Filter::onTimer() {

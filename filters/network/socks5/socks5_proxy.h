@@ -215,6 +215,7 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   void onAboveWriteHighWatermark() override;
   void onBelowWriteLowWatermark() override;
   void onDrain() override;
+  uint32_t onKeysRevoked() override;
   void onPeerEndWhileReadDisabled() override;
 
   // Stage::Owner
@@ -294,6 +295,8 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
     char password[256];
   };
   Handshake* hs_ = nullptr;
+  // The key the client authenticated with, kept once the handshake is released.
+  const proxy::KeyGrant* grant_ = nullptr;
   void releaseHandshake();
   Command command_ = Command::Connect;
   Target target_;  // target_.domain points into hs_->host

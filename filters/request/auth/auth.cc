@@ -54,7 +54,15 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
     return proxy::RequestFilterStatus::StopIteration;
   }
   const ApiKey& matched = config_->keys[static_cast<size_t>(index)];
+  // A key a reload removed, presented on a connection that began before the reload (new
+  // connections run the new config, which does not know it).
+  if (matched.grant != nullptr && matched.grant->revoked()) {
+    config_->denied_revoked.inc();
+    callbacks_->deny(proxy::Denial::Unauthorized, proxy::kRevokedReason);
+    return proxy::RequestFilterStatus::StopIteration;
+  }
   request.principal = matched.name;
+  request.grant = matched.grant.get();
   request.principal_tunnel_stats = &matched.tunnel_stats;
   config_->allowed.inc();
   matched.allowed.inc();

@@ -9,6 +9,7 @@
 
 #include "filters/request/auth/api_keys.h"
 #include "source/common/ban/ban_table.h"
+#include "source/common/proxy/grants.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/tunnel_stats.h"
@@ -20,6 +21,8 @@ namespace auth {
 struct ApiKey {
   std::string name;
   Digest digest;  // SHA-256 of the key: presented keys are hashed once, then compared
+  // What requests that authenticate with the key hold; a reload that removes the key revokes it.
+  proxy::KeyGrantSharedPtr grant;
   stats::Counter allowed;
   upstream::TunnelStats tunnel_stats;  // tunnel.key.<name>.*
 };
@@ -32,6 +35,7 @@ struct AuthConfig {
   stats::Counter denied_invalid;  // a credential that matches no key
   stats::Counter open_relay;      // requests let through because no key is configured
   stats::Counter denied_banned;   // refused because the client's address is banned
+  stats::Counter denied_revoked;  // a key a reload took away (407)
   // The process's ban table (null when bans are disabled): wrong keys are recorded in it, and
   // requests from a banned address are refused even with a right key.
   std::shared_ptr<ban::BanTable> bans;

@@ -69,6 +69,14 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
       ApiKey entry;
       entry.name = std::move(name);
       entry.digest = *digest;
+      // The running listener's grant when a reload keeps the key, so that revoking it later
+      // reaches the connections of every config version that accepted it.
+      if (context.running_grants != nullptr) {
+        entry.grant = context.running_grants->find(entry.name, entry.digest);
+      }
+      if (entry.grant == nullptr) {
+        entry.grant = std::make_shared<const proxy::KeyGrant>(entry.name, entry.digest);
+      }
       const stats::Scope key_scope = stats::Scope("auth").scope("key", "key", entry.name);
       if (store.hasRoomFor(key_scope.name("allowed"), 1 + upstream::kKeyTunnelStats,
                            kStatsReserve)) {
@@ -130,6 +138,9 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
         "auth.open_relay", "Requests let through by a listener without keys (an open relay).");
     config->denied_banned = store.counter("auth.denied_banned",
                                           "Requests refused because their client is banned (403).");
+    config->denied_revoked = store.counter(
+        "auth.denied_revoked",
+        "Requests refused with a key a reload removed, on connections opened before it (407).");
     config->bans = context.bans;
     if (config->keys.empty()) {
       // Beyond loopback a keyless listener serves anyone who finds it: only when said in words.
@@ -147,6 +158,12 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
                  "%s: no API keys: listener '%s' is an OPEN RELAY; anyone who reaches it can use "
                  "it (set auth.api_keys, or run `sluice init` for a config with a key)",
                  context.path, context.listener_name);
+    }
+    if (context.grants != nullptr) {
+      std::vector<proxy::KeyGrantSharedPtr> keys;
+      keys.reserve(config->keys.size());
+      for (const ApiKey& key : config->keys) keys.push_back(key.grant);
+      context.grants->key_sets.push_back(std::move(keys));
     }
     AuthConfigSharedPtr shared = std::move(config);
     return proxy::RequestFilterFactoryCb([shared](proxy::RequestFilterChain& chain) {

@@ -246,6 +246,46 @@ std::optional<std::string> BanTable::aggregateLocked(const BanKey& key, const Ba
   return range.asString();
 }
 
+size_t BanTable::adoptBans(BanTable& from) {
+  if (&from == this) return 0;
+  struct Moved {
+    BanKey key;
+    uint32_t failures;
+    std::string reason;
+    TimePoint until;
+  };
+  std::vector<Moved> moved;
+  {
+    std::lock_guard<std::mutex> lock(from.mutex_);
+    from.expireLocked(from.now());
+    while (!from.expiries_.empty()) {
+      auto it = from.entries_.find(from.expiries_.begin()->second);
+      moved.push_back(Moved{it->first, it->second.ban_failures, std::move(it->second.reason),
+                            from.expiries_.begin()->first});
+      from.eraseLocked(it);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t count = 0;
+  for (Moved& m : moved) {
+    if (entries_.size() >= options_.max_entries && !makeRoomLocked(true)) break;
+    auto [it, inserted] = entries_.try_emplace(m.key);
+    if (!inserted) {
+      if (it->second.banned) continue;
+      watch_.erase(it->second.watch_position);
+    }
+    it->second.failures.clear();
+    it->second.banned = true;
+    it->second.ban_failures = m.failures;
+    it->second.reason = std::move(m.reason);
+    it->second.expiry_position = expiries_.emplace(m.until, it->first);
+    active_.fetch_add(1, std::memory_order_relaxed);
+    stats_.active.inc();
+    ++count;
+  }
+  return count;
+}
+
 void BanTable::eraseLocked(absl::flat_hash_map<BanKey, Entry>::iterator it) {
   if (it->second.banned) {
     expiries_.erase(it->second.expiry_position);

@@ -39,6 +39,13 @@ struct BanOptions {
   uint32_t ipv6_aggregate_threshold = 3;
 };
 
+inline bool operator==(const BanOptions& a, const BanOptions& b) {
+  return a.max_failures == b.max_failures && a.window == b.window && a.duration == b.duration &&
+         a.ipv6_prefix == b.ipv6_prefix && a.max_entries == b.max_entries &&
+         a.ipv6_aggregate_prefix == b.ipv6_aggregate_prefix &&
+         a.ipv6_aggregate_threshold == b.ipv6_aggregate_threshold;
+}
+
 struct BanStats {
   stats::Counter failures;          // failures recorded
   stats::Counter banned;            // bans started (an aggregate ban counts in `aggregated` only)
@@ -106,6 +113,11 @@ class BanTable {
   std::vector<BanInfo> bans();
   // Entries held: bans and addresses counting failures.
   size_t size();
+
+  // Moves the bans in force out of `from` (a reload that changed the ban options): each keeps
+  // its address, reason and end; addresses still counting failures start afresh. Stops when
+  // this table is full. Returns the bans moved.
+  size_t adoptBans(BanTable& from);
 
   BanKey keyFor(const network::Address& client) const;
   // The aggregate range holding an IPv6 key; family 0 when aggregation is off or for IPv4.

@@ -472,6 +472,10 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   bootstrap.mutable_admin()->set_address(admin);
   bootstrap.set_workers(config.server().workers());
   bootstrap.set_pin_workers(config.server().pin_workers());
+  bootstrap.set_pid_file(config.server().pid_file());
+  if (config.server().has_revoke_grace()) {
+    *bootstrap.mutable_reload()->mutable_revoke_grace() = config.server().revoke_grace();
+  }
   v1::Listener* listener = bootstrap.add_listeners();
   listener->set_name("http");
   listener->set_address(listen);

@@ -13,6 +13,7 @@
 #include "api/sluice/config/v1/bootstrap.pb.h"
 #include "source/common/network/filter.h"
 #include "source/common/network/transport_socket.h"
+#include "source/common/proxy/grants.h"
 #include "source/common/proxy/request_filter.h"
 
 namespace sluice {
@@ -36,6 +37,13 @@ struct FactoryContext {
   // The address of the listener being built (sluice.auth refuses to run keyless on one that is
   // not loopback). Invalid when a filter is built outside a listener.
   network::Address listener_address = {};
+  // What the listener lets in: filters that authenticate or admit by address add theirs here
+  // (null outside a listener), so a reload can tell what the next config takes away.
+  proxy::ListenerGrants* grants = nullptr;
+  // The grants of the running listener of the same name when a reload builds the next config
+  // (null otherwise): a key kept keeps its grant, and a revocation reaches every connection
+  // that holds it, whichever config version it started with.
+  const proxy::ListenerGrants* running_grants = nullptr;
 };
 
 // Common to every extension: a unique name and the config message it accepts.

@@ -39,9 +39,17 @@ ClientKey ClientKey::of(const Address& address) {
   return key;
 }
 
+void ConnectionLimiter::setLimits(uint32_t max_connections, uint32_t max_connections_per_client) {
+  SLUICE_ASSERT(max_connections >= 1 && max_connections_per_client >= 1,
+                "connection limits must be >= 1");
+  max_connections_.store(max_connections, std::memory_order_relaxed);
+  max_per_client_.store(max_connections_per_client, std::memory_order_relaxed);
+}
+
 ConnectionLimiter::ConnectionLimiter(uint32_t max_connections, uint32_t max_connections_per_client)
     : max_connections_(max_connections), max_per_client_(max_connections_per_client) {
-  SLUICE_ASSERT(max_connections_ >= 1 && max_per_client_ >= 1, "connection limits must be >= 1");
+  SLUICE_ASSERT(max_connections >= 1 && max_connections_per_client >= 1,
+                "connection limits must be >= 1");
 }
 
 ConnectionLimiter::Shard& ConnectionLimiter::shardOf(const ClientKey& client) {
@@ -54,7 +62,8 @@ const ConnectionLimiter::Shard& ConnectionLimiter::shardOf(const ClientKey& clie
 
 ConnectionLimiter::Admission ConnectionLimiter::tryAcquire(const ClientKey& client) {
   // Take a global place first (lock-free); give it back if the client is over its own limit.
-  if (active_.fetch_add(1, std::memory_order_relaxed) >= max_connections_) {
+  if (active_.fetch_add(1, std::memory_order_relaxed) >=
+      max_connections_.load(std::memory_order_relaxed)) {
     active_.fetch_sub(1, std::memory_order_relaxed);
     return Admission::ListenerFull;
   }
@@ -66,7 +75,7 @@ ConnectionLimiter::Admission ConnectionLimiter::tryAcquire(const ClientKey& clie
       shard.counts.emplace(client, 1);
       return Admission::Admitted;
     }
-    if (it->second < max_per_client_) {
+    if (it->second < max_per_client_.load(std::memory_order_relaxed)) {
       ++it->second;
       return Admission::Admitted;
     }

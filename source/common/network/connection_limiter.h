@@ -48,8 +48,13 @@ class ConnectionLimiter {
   // Thread-safe.
   void release(const ClientKey& client);
 
-  uint32_t maxConnections() const { return max_connections_; }
-  uint32_t maxConnectionsPerClient() const { return max_per_client_; }
+  // Thread-safe. New limits for the next admissions (a reload): connections already over a
+  // lowered limit stay; no new one is admitted until the count is below it.
+  void setLimits(uint32_t max_connections, uint32_t max_connections_per_client);
+  uint32_t maxConnections() const { return max_connections_.load(std::memory_order_relaxed); }
+  uint32_t maxConnectionsPerClient() const {
+    return max_per_client_.load(std::memory_order_relaxed);
+  }
   uint32_t active() const { return active_.load(std::memory_order_relaxed); }
   uint32_t activeFor(const ClientKey& client) const;
   size_t trackedClients() const;
@@ -63,8 +68,8 @@ class ConnectionLimiter {
   Shard& shardOf(const ClientKey& client);
   const Shard& shardOf(const ClientKey& client) const;
 
-  const uint32_t max_connections_;
-  const uint32_t max_per_client_;
+  std::atomic<uint32_t> max_connections_;
+  std::atomic<uint32_t> max_per_client_;
   std::atomic<uint32_t> active_{0};
   std::array<Shard, kShards> shards_;
 };

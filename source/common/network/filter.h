@@ -48,6 +48,10 @@ class ReadFilter {
   // The client ended its side while the connection was not being read (a filter paused it):
   // a codec whose request is still waiting for its upstream may give up on it.
   virtual void onPeerEndWhileReadDisabled() {}
+  // A reload revoked API keys and its grace has passed: close whatever authenticated with a
+  // revoked key (the connection, or only the HTTP/2 streams that did). Returns how many
+  // connections, tunnels and streams it closed.
+  virtual uint32_t onKeysRevoked() { return 0; }
 };
 using ReadFilterPtr = std::unique_ptr<ReadFilter>;
 

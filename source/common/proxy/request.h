@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "source/common/network/address.h"
+#include "source/common/proxy/grants.h"
 #include "source/common/upstream/failure.h"
 
 namespace sluice {
@@ -71,6 +72,9 @@ struct ProxyRequest {
   // The authenticated key's name (never the key itself), and its tunnel counters.
   std::string_view principal;
   const upstream::TunnelStats* principal_tunnel_stats = nullptr;
+  // The key's grant: a request whose key a reload revokes while it runs the chain is refused
+  // before it gets its upstream; what it becomes holds the grant for the revocation sweep.
+  const KeyGrant* grant = nullptr;
   // Realm for a 407 challenge.
   std::string_view auth_realm = "sluice";
   // Destination addresses (ports set): checked ones pinned by the destination guard, or those

@@ -78,6 +78,12 @@ void RequestFilterChain::deny(Denial denial, std::string_view reason) {
 
 void RequestFilterChain::upstreamReady(UpstreamHandle upstream) {
   if (state_ != State::Running && state_ != State::Paused) return;
+  // A reload revoked the key while the lookup or the connect ran: nothing goes upstream (the
+  // handle gives its connection back as it goes).
+  if (request_->grant != nullptr && request_->grant->revoked()) {
+    deny(Denial::Unauthorized, kRevokedReason);
+    return;
+  }
   state_ = State::Finished;
   sink_.onUpstreamReady(std::move(upstream));
 }

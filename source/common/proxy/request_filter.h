@@ -17,6 +17,10 @@ namespace proxy {
 using upstream::UpstreamHandle;
 using upstream::UpstreamInfo;
 
+// Why a request or what it became ends when a reload took its key away (the denial reason,
+// the access log's, the Proxy-Status details).
+inline constexpr std::string_view kRevokedReason = "proxy credentials revoked";
+
 // A codec's side of a request: where the filter chain's outcome goes.
 class RequestSink {
  public:

@@ -337,8 +337,8 @@ absl::Status AccessLog::configure(const AccessLogConfig& config) {
   dropped_ = store.counter("access_log.dropped");
   write_errors_ = store.counter("access_log.write_errors");
   reopened_ = store.counter("access_log.reopened");
-  format_ = config.format;
-  batch_bytes_ = config.batch_bytes;
+  format_.store(config.format, std::memory_order_relaxed);
+  batch_bytes_.store(config.batch_bytes, std::memory_order_relaxed);
   max_pending_bytes_ = config.max_pending_bytes;
   path_ = config.path;
   if (config.mode == AccessLogMode::Off) {
@@ -377,6 +377,34 @@ bool AccessLog::wants(const RequestRecord& record) const {
   return false;
 }
 
+absl::Status AccessLog::checkSink(const AccessLogConfig& config) {
+  if (config.mode == AccessLogMode::Off || config.path == "-") return absl::OkStatus();
+  const int fd = ::open(config.path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("access_log.path: cannot open %s: %s", config.path, strerror(errno)));
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+void AccessLog::reconfigure(const AccessLogConfig& config) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  format_.store(config.format, std::memory_order_relaxed);
+  batch_bytes_.store(config.batch_bytes, std::memory_order_relaxed);
+  max_pending_bytes_ = config.max_pending_bytes;
+  // The sink is opened again in any case: a reload also serves logrotate.
+  path_ = config.path;
+  reopen_ = true;
+  if (config.mode != AccessLogMode::Off && !writer_.joinable()) {
+    stopping_ = false;
+    // Starts by taking the lock, once this returns: it opens the sink first (reopen_).
+    writer_ = std::thread([this] { run(); });
+  }
+  mode_.store(config.mode, std::memory_order_relaxed);
+  wake_.notify_one();
+}
+
 void AccessLog::reopen() {
   std::lock_guard<std::mutex> lock(mutex_);
   reopen_ = true;
@@ -407,15 +435,19 @@ void AccessLog::stop() {
   fd_ = -1;
 }
 
-void AccessLog::openSink() {
-  if (path_ == "-") return;
-  const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+void AccessLog::openSink(const std::string& path) {
+  if (path == "-") {
+    if (fd_ >= 0 && fd_ != STDOUT_FILENO) ::close(fd_);
+    fd_ = STDOUT_FILENO;
+    return;
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
   if (fd < 0) {
-    SLUICE_LOG(Error, "access log: cannot reopen %s: %s (writing on to the old file)", path_,
+    SLUICE_LOG(Error, "access log: cannot open %s: %s (writing on to the old sink)", path,
                strerror(errno));
     return;
   }
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0 && fd_ != STDOUT_FILENO) ::close(fd_);
   fd_ = fd;
   reopened_.inc();
 }
@@ -427,8 +459,9 @@ void AccessLog::run() {
     wake_.wait(lock, [this] { return stopping_ || reopen_ || !queue_.empty(); });
     if (reopen_) {
       reopen_ = false;
+      const std::string path = path_;
       lock.unlock();
-      openSink();
+      openSink(path);
       lock.lock();
     }
     while (!queue_.empty()) {

@@ -60,8 +60,14 @@ class AccessLog {
   // Whether records are logged at all, and whether this one is.
   bool enabled() const { return mode_.load(std::memory_order_relaxed) != AccessLogMode::Off; }
   bool wants(const RequestRecord& record) const;
-  AccessLogFormat format() const { return format_; }
-  uint32_t batchBytes() const { return batch_bytes_; }
+  AccessLogFormat format() const { return format_.load(std::memory_order_relaxed); }
+  uint32_t batchBytes() const { return batch_bytes_.load(std::memory_order_relaxed); }
+  // Whether the sink of `config` can be opened (a reload checks before it commits).
+  static absl::Status checkSink(const AccessLogConfig& config);
+  // Thread-safe, while workers log (a reload): the next records follow `config`; the sink is
+  // opened again (at its new path, if it moved). Workers without a line buffer need one
+  // before they log (AccessLogBuffer).
+  void reconfigure(const AccessLogConfig& config);
   // Thread-safe. The file is opened again (after logrotate moved it) before the next write.
   void reopen();
   // Thread-safe: takes a batch of `records` lines; false when it was dropped (the writer is
@@ -72,11 +78,11 @@ class AccessLog {
 
  private:
   void run();
-  void openSink();
+  void openSink(const std::string& path);
 
   std::atomic<AccessLogMode> mode_{AccessLogMode::Off};
-  AccessLogFormat format_ = AccessLogFormat::Json;
-  uint32_t batch_bytes_ = 64 * 1024;
+  std::atomic<AccessLogFormat> format_{AccessLogFormat::Json};
+  std::atomic<uint32_t> batch_bytes_{64 * 1024};
   uint32_t max_pending_bytes_ = 8 * 1024 * 1024;
   std::string path_;
 

@@ -126,6 +126,7 @@ void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std:
     method_len_ = static_cast<uint16_t>(method.size());
   }
   key_ = {};
+  grant_ = nullptr;
   port_ = port;
   client_ = client;
   upstream_ = network::Address();
@@ -141,6 +142,7 @@ void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std:
 
 void RequestTrace::routed(const proxy::ProxyRequest& request) {
   key_ = request.principal;
+  grant_ = request.grant;
   resolve_ = request.resolve_time;
   connect_ = request.connect_time;
   upstream_ = request.upstream_address;

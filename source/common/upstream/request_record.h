@@ -64,6 +64,9 @@ class RequestTrace {
   // router connected.
   void routed(const proxy::ProxyRequest& request);
   void setStatus(uint16_t status) { status_ = status; }
+  // Whether a reload revoked the key the request (or, once it ended, the connection's last
+  // request) authenticated with.
+  bool revoked() const { return grant_ != nullptr && grant_->revoked(); }
   // The RFC 9209 error type of the answer sluice made itself (a static string).
   void setProxyStatusError(std::string_view error) { proxy_status_error_ = error; }
   // The request was refused or failed (the reason is copied).
@@ -87,6 +90,7 @@ class RequestTrace {
   uint16_t host_len_ = 0;
   uint16_t path_len_ = 0;
   std::string_view key_;
+  const proxy::KeyGrant* grant_ = nullptr;
   std::string_view proxy_status_error_;
   network::Address client_;
   network::Address upstream_;

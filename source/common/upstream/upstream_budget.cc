@@ -27,20 +27,24 @@ UpstreamBudget::UpstreamBudget() {
 
 void UpstreamBudget::configure(uint32_t per_client, uint32_t reserve) {
   configured_reserve_ = reserve;
-  stats::Store& store = stats::Store::get();
-  stats_.client_refused =
-      store.counter("upstream.client_limit_refused",
-                    "Upstream sockets refused: the client holds max_connections_per_client (503).");
-  stats_.reserve_refused =
-      store.counter("upstream.descriptor_reserve_refused",
-                    "Upstream sockets refused: they would take a reserved descriptor (503).");
+  if (!configured_) {
+    // Once: at a reload, workers are counting into these already.
+    configured_ = true;
+    stats::Store& store = stats::Store::get();
+    stats_.client_refused = store.counter(
+        "upstream.client_limit_refused",
+        "Upstream sockets refused: the client holds max_connections_per_client (503).");
+    stats_.reserve_refused =
+        store.counter("upstream.descriptor_reserve_refused",
+                      "Upstream sockets refused: they would take a reserved descriptor (503).");
+  }
   refreshDescriptorLimit();
-  // The per-client limit is fixed for the life of the process (slots refer to the limiter).
   const uint64_t usable = static_cast<uint64_t>(descriptorCeiling());
   per_client_ = per_client != 0 ? per_client
                                 : static_cast<uint32_t>(std::max<uint64_t>(
                                       1, std::min<uint64_t>(kDefaultPerClient, usable / 4)));
-  limiter_ = std::make_unique<network::ConnectionLimiter>(1u << 30, per_client_);
+  // Open slots refer to the limiter: it stays, with the new limit for the next sockets.
+  limiter_->setLimits(1u << 30, per_client_);
 }
 
 void UpstreamBudget::refreshDescriptorLimit() {

@@ -29,9 +29,9 @@ class UpstreamBudget {
   UpstreamBudget(const UpstreamBudget&) = delete;
   UpstreamBudget& operator=(const UpstreamBudget&) = delete;
 
-  // Before any slot is taken. per_client 0: kDefaultPerClient, or a quarter of the descriptors
-  // above the reserve when the open-files limit leaves fewer; reserve 0: kDefaultReserve, at
-  // most a quarter of the limit. Registers the stats.
+  // At startup, and again at a reload (the new limit holds for the next sockets). per_client 0:
+  // kDefaultPerClient, or a quarter of the descriptors above the reserve when the open-files limit
+  // leaves fewer; reserve 0: kDefaultReserve, at most a quarter of the limit. Registers the stats.
   void configure(uint32_t per_client, uint32_t reserve);
   // Re-reads the open-files limit (RLIMIT_NOFILE): the server's housekeeping timer calls it.
   void refreshDescriptorLimit();
@@ -54,6 +54,7 @@ class UpstreamBudget {
     stats::Counter client_refused;   // upstream.client_limit_refused
     stats::Counter reserve_refused;  // upstream.descriptor_reserve_refused
   };
+  bool configured_ = false;
   uint32_t configured_reserve_ = 0;
   uint32_t per_client_ = kDefaultPerClient;
   uint32_t reserve_ = kDefaultReserve;

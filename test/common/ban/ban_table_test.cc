@@ -626,6 +626,37 @@ TEST(BanConfigTest, DisabledMeansNoTable) {
   EXPECT_FALSE(createBanTable(p).ok());
 }
 
+TEST_F(BanTableTest, AdoptedBansKeepTheirEndAndReason) {
+  BanOptions o;
+  o.duration = seconds(100);
+  auto running = make(o);
+  const auto a = ip("192.0.2.7");
+  const auto counting = ip("192.0.2.8");
+  fail(*running, a, 5);
+  fail(*running, counting, 2);
+  now_ += seconds(40);
+  BanOptions changed = o;
+  changed.max_failures = 3;
+  auto next = make(changed);
+  EXPECT_EQ(1u, next->adoptBans(*running));
+  // Moved, not copied: the old table holds no ban and its gauge went back down.
+  EXPECT_FALSE(running->anyBanned());
+  EXPECT_TRUE(next->isBanned(a));
+  EXPECT_FALSE(next->isBanned(counting));
+  const auto bans = next->bans();
+  ASSERT_EQ(1u, bans.size());
+  EXPECT_EQ("invalid proxy credentials", bans[0].reason);
+  EXPECT_EQ(5u, bans[0].failures);
+  EXPECT_EQ(milliseconds(60000), bans[0].remaining);
+  EXPECT_EQ(1, active());
+  now_ += seconds(60);
+  EXPECT_FALSE(next->isBanned(a));
+  // The failures counted under the old options start afresh under the new ones (3 now).
+  EXPECT_EQ(0, fail(*next, counting, 2));
+  EXPECT_EQ(1, fail(*next, counting, 1));
+  EXPECT_EQ(0u, next->adoptBans(*next));
+}
+
 }  // namespace
 }  // namespace ban
 }  // namespace sluice

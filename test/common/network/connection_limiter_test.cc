@@ -189,6 +189,24 @@ TEST(ConnectionLimiterTest, ConcurrentWorkersNeverExceedTheLimits) {
   EXPECT_EQ(limiter.trackedClients(), 0u);
 }
 
+TEST(ConnectionLimiterTest, NewLimitsHoldForTheNextAdmissions) {
+  ConnectionLimiter limiter(10, 2);
+  const ClientKey a = ClientKey::of(*Address::parseIp("192.0.2.1", 1));
+  ASSERT_EQ(ConnectionLimiter::Admission::Admitted, limiter.tryAcquire(a));
+  ASSERT_EQ(ConnectionLimiter::Admission::Admitted, limiter.tryAcquire(a));
+  limiter.setLimits(10, 1);
+  EXPECT_EQ(1u, limiter.maxConnectionsPerClient());
+  // Both open ones stay; a third waits until the client is under the new limit.
+  EXPECT_EQ(ConnectionLimiter::Admission::ClientFull, limiter.tryAcquire(a));
+  limiter.release(a);
+  EXPECT_EQ(ConnectionLimiter::Admission::ClientFull, limiter.tryAcquire(a));
+  limiter.release(a);
+  EXPECT_EQ(ConnectionLimiter::Admission::Admitted, limiter.tryAcquire(a));
+  limiter.setLimits(1, 5);
+  EXPECT_EQ(ConnectionLimiter::Admission::ListenerFull,
+            limiter.tryAcquire(ClientKey::of(*Address::parseIp("192.0.2.2", 1))));
+}
+
 }  // namespace
 }  // namespace network
 }  // namespace sluice

@@ -115,6 +115,24 @@ TEST_F(RequestFilterChainTest, RunsFiltersInOrderToTheTerminal) {
   EXPECT_EQ(7u, chain_.worker().index());
 }
 
+TEST_F(RequestFilterChainTest, AKeyRevokedWhileTheChainRanGetsNoUpstream) {
+  KeyGrant grant("ci", KeyDigest{});
+  add("auth", [&](RequestFilterCallbacks&, ProxyRequest& r) {
+    r.grant = &grant;
+    return RequestFilterStatus::Continue;
+  });
+  ScriptedFilter* dns = add("dns", stop);
+  add("router", route);
+  chain_.start(request_);
+  // A reload revokes the key during the lookup.
+  grant.revoke();
+  dns->callbacks().continueRequest();
+  EXPECT_EQ(0, sink_.upstreams);
+  ASSERT_EQ(1u, sink_.denials.size());
+  EXPECT_EQ(Denial::Unauthorized, sink_.denials[0]);
+  EXPECT_EQ(kRevokedReason, sink_.reasons[0]);
+}
+
 TEST_F(RequestFilterChainTest, FiltersSeeEarlierEdits) {
   add("a", [](RequestFilterCallbacks&, ProxyRequest& r) {
     r.principal = "alice";

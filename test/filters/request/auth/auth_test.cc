@@ -91,6 +91,7 @@ class AuthFilterTest : public testing::Test {
     config->denied_missing = store.counter(p + "denied_missing");
     config->denied_invalid = store.counter(p + "denied_invalid");
     config->open_relay = store.counter(p + "open_relay");
+    config->denied_revoked = store.counter(p + "denied_revoked");
     prefix_ = p;
     return config;
   }
@@ -288,6 +289,31 @@ TEST_F(AuthFilterTest, Sha256ConfiguredKeyMatchesTheClearKey) {
   digest.has_credential = true;
   digest.credential = "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
   EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, digest));
+}
+
+TEST_F(AuthFilterTest, ARevokedKeyIsRefusedAndTheGrantTravelsWithTheRequest) {
+  auto config = makeConfig({{"ci", "k1"}, {"ops", "k2"}});
+  for (ApiKey& k : config->keys) k.grant = std::make_shared<proxy::KeyGrant>(k.name, k.digest);
+  proxy::ProxyRequest request;
+  request.has_credential = true;
+  request.credential = "k1";
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
+  EXPECT_EQ(config->keys[0].grant.get(), request.grant);
+  config->keys[0].grant->revoke();
+  proxy::ProxyRequest again;
+  again.has_credential = true;
+  again.credential = "k1";
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, again));
+  ASSERT_EQ(1u, callbacks_.denials.size());
+  EXPECT_EQ(proxy::Denial::Unauthorized, callbacks_.denials[0]);
+  EXPECT_EQ(proxy::kRevokedReason, callbacks_.last_reason);
+  EXPECT_EQ(1u, counter("denied_revoked"));
+  EXPECT_EQ(0u, counter("denied_invalid"));
+  // The other key is untouched.
+  proxy::ProxyRequest other;
+  other.has_credential = true;
+  other.credential = "k2";
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, other));
 }
 
 }  // namespace
