@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -228,6 +229,31 @@ absl::Status Admin::bind(const network::Address& address) {
     return absl::UnavailableError(
         absl::StrFormat("admin: cannot listen on %s: %s", where, strerror(err)));
   }
+  return listenOn(fd, where);
+}
+
+absl::Status Admin::adopt(int fd) {
+  if (bound_address_.valid()) {
+    ::close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrFormat("admin: already listening on %s", bound_address_.asString()));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return listenOn(fd, "the handed-over socket");
+}
+
+int Admin::listenFd() const {
+  if (bound_ == nullptr) return -1;
+  return evconnlistener_get_fd(evhttp_bound_socket_get_listener(bound_));
+}
+
+void Admin::stopListening() {
+  if (bound_ == nullptr) return;
+  evhttp_del_accept_socket(http_, bound_);
+  bound_ = nullptr;
+}
+
+absl::Status Admin::listenOn(int fd, const std::string& where) {
   sockaddr_storage bound;
   socklen_t bound_len = sizeof(bound);
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bound_len) != 0) {
@@ -243,6 +269,7 @@ absl::Status Admin::bind(const network::Address& address) {
     return absl::InternalError(absl::StrFormat("admin: evhttp cannot accept on %s", where));
   }
   evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(handle), &Admin::onAcceptError);
+  bound_ = handle;
   bound_address_ = network::Address::fromSockaddr(reinterpret_cast<sockaddr*>(&bound), bound_len);
   SLUICE_LOG(Info, "admin listening on %s", bound_address_.asString());
   return absl::OkStatus();

@@ -15,6 +15,7 @@ struct evhttp_connection;
 struct evhttp_request;
 
 struct evconnlistener;
+struct evhttp_bound_socket;
 
 namespace sluice {
 namespace server {
@@ -67,6 +68,13 @@ class Admin {
   // Listens on address (port 0 picks a free port). Fails, naming the address and the reason,
   // when the address is taken or invalid, or when the admin is already bound.
   absl::Status bind(const network::Address& address);
+  // Listens on a socket already bound and listening (handed over by a binary upgrade); takes
+  // ownership of it.
+  absl::Status adopt(int fd);
+  // The listening socket (-1 before bind), for an upgrade to hand over.
+  int listenFd() const;
+  // Accepts no more connections (a binary upgrade handed the socket on); those open finish.
+  void stopListening();
   // The address actually listened on (with the real port); invalid before a successful bind().
   network::Address boundAddress() const { return bound_address_; }
 
@@ -81,8 +89,12 @@ class Admin {
   // none? A browser always sends Host, so a request without one is not refused.
   bool hostAllowed(const char* host) const;
 
+  // Takes the bound, listening fd (closing it on failure).
+  absl::Status listenOn(int fd, const std::string& where);
+
   AdminHandlers handlers_;
   evhttp* http_;
+  evhttp_bound_socket* bound_ = nullptr;
   network::Address bound_address_;
   // Set while evhttp_free closes the connections left: no drain starts from a destructor.
   bool closing_ = false;

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "source/server/server.h"
 #include "source/server/service_command.h"
 #include "source/server/status_command.h"
+#include "source/server/upgrade.h"
 
 namespace sluice {
 namespace server {
@@ -43,6 +45,8 @@ constexpr const char* kUsage =
     "  config expand   print the full form of the configuration\n"
     "  reload          check the configuration, then have the running instance take it\n"
     "                  (through its admin address, or SIGHUP to the pid in pid_file)\n"
+    "  upgrade         have the running instance start the binary now at its path, hand it\n"
+    "                  the listen sockets and drain (no connection refused)\n"
     "  status          ask the running instance (at the config's admin address) how it is\n"
     "  service enable  write a systemd unit running this binary with the config, and start it\n"
     "  service disable stop it and remove the unit\n"
@@ -182,6 +186,57 @@ int cmdReload(const std::string& path, const ServerConfig& config) {
   return 0;
 }
 
+// Asks the instance at the config's admin address (or the pid in pid_file) to upgrade, then
+// waits until another process answers there.
+int cmdUpgrade(const std::string& path, const ServerConfig& config) {
+  if (!config.admin_address.valid() || config.admin_address.port() == 0) {
+    return fail(absl::StrFormat(
+        "%s has no admin address with a fixed port: `sluice upgrade` needs one to see the new "
+        "process take over (or send SIGUSR2 to the running pid yourself)",
+        path));
+  }
+  auto pidOf = [&config]() -> long {
+    auto info = adminGet(config.admin_address, "/server_info", std::chrono::seconds(3));
+    if (!info.ok() || info->code != 200) return -1;
+    const size_t at = info->body.find("\"pid\":");
+    return at == std::string::npos ? -1 : atol(info->body.c_str() + at + 6);
+  };
+  auto failures = [&config]() -> long {
+    auto stats =
+        adminGet(config.admin_address, "/stats?filter=upgrade.failed", std::chrono::seconds(3));
+    if (!stats.ok() || stats->code != 200) return -1;
+    const size_t at = stats->body.find("upgrade.failed: ");
+    return at == std::string::npos ? -1 : atol(stats->body.c_str() + at + 16);
+  };
+  const long before = pidOf();
+  const long failed_before = failures();
+  auto answer = adminPost(config.admin_address, "/upgrade", std::chrono::seconds(10));
+  if (!answer.ok()) {
+    return fail(absl::StrFormat("no sluice is answering at %s (the admin address in %s): %s",
+                                adminDialAddress(config.admin_address).asString(), path,
+                                answer.status().message()));
+  }
+  if (answer->code != 202) {
+    return fail(absl::StrFormat("the running instance refused the upgrade (HTTP %d): %s",
+                                answer->code, answer->body));
+  }
+  absl::PrintF("%s", answer->body);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const long now = pidOf();
+    if (now > 0 && now != before) {
+      absl::PrintF("upgraded: pid %d serves (was %d)\n", now, before);
+      return 0;
+    }
+    if (now == before && failures() > failed_before) break;
+    usleep(100 * 1000);
+  }
+  return fail(absl::StrFormat(
+      "pid %d still serves at %s: the new process did not take over (the running one's log "
+      "says why)",
+      before, adminDialAddress(config.admin_address).asString()));
+}
+
 }  // namespace
 
 int runCli(int argc, char** argv) {
@@ -190,6 +245,7 @@ int runCli(int argc, char** argv) {
   std::string path = config::defaultConfigPath();
   std::string log_level;
   bool json = false;
+  int upgrade_fd = -1;
   ServiceCommand service;
   bool service_option = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -201,6 +257,13 @@ int runCli(int argc, char** argv) {
     if (a == "-h" || a == "--help" || a == "help") {
       printUsage(stdout);
       return 0;
+    }
+    if (a == "--upgrade-fd") {
+      // Internal: how the running process hands its sockets to the binary it starts.
+      if (i + 1 >= args.size()) return fail("--upgrade-fd needs a value");
+      upgrade_fd = atoi(args[++i].c_str());
+      if (upgrade_fd < 3) return fail("--upgrade-fd: not a descriptor");
+      continue;
     }
     if (a == "-c" || a == "--config" || a == "--log-level" || a == "--unit-dir") {
       if (i + 1 >= args.size()) return fail(absl::StrFormat("%s needs a value", a));
@@ -251,7 +314,7 @@ int runCli(int argc, char** argv) {
   }
   if (command == "init") return cmdInit(path);
   if (command != "run" && command != "check" && command != "config expand" && command != "status" &&
-      command != "service" && command != "reload") {
+      command != "service" && command != "reload" && command != "upgrade") {
     printUsage(stderr);
     return fail(absl::StrFormat("unknown command '%s'", command));
   }
@@ -283,6 +346,8 @@ int runCli(int argc, char** argv) {
   }
   if (command == "status") return cmdStatus(path, **server_config, json);
   if (command == "reload") return cmdReload(path, **server_config);
+  if (command == "upgrade") return cmdUpgrade(path, **server_config);
+  if (upgrade_fd >= 0 && command != "run") return fail("--upgrade-fd goes with `sluice run`");
   if (command == "service") return runServiceCommand(service, server_config->get());
   if (command == "check") {
     absl::PrintF("configuration OK: %s (%d listeners, %d workers)\n", path,
@@ -293,6 +358,12 @@ int runCli(int argc, char** argv) {
   raiseFileLimit(**server_config);
   SLUICE_LOG(Info, "linked extensions: %s", extensions::describeLinked());
   Server server(*server_config, path);
+  if (upgrade_fd >= 0) {
+    auto handed = receiveHandedSockets(upgrade_fd, std::chrono::seconds(10));
+    if (!handed.ok()) return fail(std::string(handed.status().message()));
+    SLUICE_LOG(Info, "upgrade: %d sockets handed over by the running process", handed->size());
+    server.inherit(std::move(*handed), upgrade_fd);
+  }
   absl::Status started = server.start();
   if (!started.ok()) return fail(std::string(started.message()));
   server.run();

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 
+#include <fcntl.h>
 #include <malloc.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -88,6 +89,9 @@ Server::~Server() {
   if (sigterm_ != nullptr) event_free(sigterm_);
   if (sighup_ != nullptr) event_free(sighup_);
   if (sigusr1_ != nullptr) event_free(sigusr1_);
+  if (sigusr2_ != nullptr) event_free(sigusr2_);
+  upgrade_.reset();
+  closeListenDups();
   admin_.reset();
   upstream::AccessLog::get().stop();
   if (!pid_file_written_.empty()) ::unlink(pid_file_written_.c_str());
@@ -108,28 +112,49 @@ void Server::writePidFile() {
   pid_file_written_ = config_->pid_file;
 }
 
-absl::Status Server::start() {
-  started_at_ = std::chrono::steady_clock::now();
-  signal(SIGPIPE, SIG_IGN);
-  const uint32_t n = config_->workers;
-  // fds[worker][listener]
-  std::vector<std::vector<int>> fds(n);
+void Server::inherit(std::vector<HandedSocket> sockets, int upgrade_fd) {
+  inherited_ = std::move(sockets);
+  upgrade_fd_ = upgrade_fd;
+}
+
+absl::Status Server::bindListeners(std::vector<std::vector<int>>& fds) {
+  const uint32_t n = static_cast<uint32_t>(fds.size());
   auto close_all = [&fds] {
     for (auto& per_worker : fds) {
       for (int fd : per_worker) ::close(fd);
+      per_worker.clear();
     }
   };
   for (const ListenerConfigSharedPtr& listener : config_->listeners) {
-    absl::Status free = checkAddressFree(listener->address);
-    if (!free.ok()) {
-      close_all();
-      return absl::UnavailableError(
-          absl::StrFormat("listener '%s': %s", listener->name, free.message()));
+    // Sockets a binary upgrade handed over for this address: still listening, their queues
+    // intact.
+    std::vector<int> handed;
+    for (HandedSocket& h : inherited_) {
+      if (h.kind == HandedSocket::Kind::Listener && h.fd >= 0 && h.address == listener->address &&
+          handed.size() < n) {
+        handed.push_back(h.fd);
+        h.fd = -1;
+      }
     }
     network::Address address = listener->address;
+    if (handed.empty()) {
+      absl::Status free = checkAddressFree(listener->address);
+      if (!free.ok()) {
+        close_all();
+        return absl::UnavailableError(
+            absl::StrFormat("listener '%s': %s", listener->name, free.message()));
+      }
+    } else {
+      address = localAddress(handed[0]);
+    }
     for (uint32_t w = 0; w < n; ++w) {
+      if (w < handed.size()) {
+        fds[w].push_back(handed[w]);
+        continue;
+      }
       auto fd = createListenSocket(address, listener->backlog);
       if (!fd.ok()) {
+        for (size_t r = w; r < handed.size(); ++r) ::close(handed[r]);
         close_all();
         return absl::UnavailableError(
             absl::StrFormat("listener '%s': %s", listener->name, fd.status().message()));
@@ -140,6 +165,41 @@ absl::Status Server::start() {
     }
     bound_.push_back(address);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Server::start() {
+  started_at_ = std::chrono::steady_clock::now();
+  signal(SIGPIPE, SIG_IGN);
+  // An upgrade keeps the worker count: one worker per handed socket of a listener.
+  uint32_t n = config_->workers;
+  if (!inherited_.empty()) {
+    for (const ListenerConfigSharedPtr& listener : config_->listeners) {
+      uint32_t count = 0;
+      for (const HandedSocket& h : inherited_) {
+        count += h.kind == HandedSocket::Kind::Listener && h.address == listener->address;
+      }
+      if (count > 0) {
+        if (count != n) {
+          SLUICE_LOG(Warn,
+                     "upgrade: %d workers, as many as the sockets handed over (workers: %d "
+                     "takes effect at the next start)",
+                     count, n);
+        }
+        n = count;
+        break;
+      }
+    }
+  }
+  // fds[worker][listener]
+  std::vector<std::vector<int>> fds(n);
+  auto close_all = [&fds] {
+    for (auto& per_worker : fds) {
+      for (int fd : per_worker) ::close(fd);
+    }
+  };
+  absl::Status bound = bindListeners(fds);
+  if (!bound.ok()) return bound;
 
   if (config_->admin_address.valid()) {
     AdminHandlers handlers;
@@ -167,8 +227,26 @@ absl::Status Server::start() {
       return AdminEndpoint::Response{result.ok ? 200 : 400, result.report, false};
     };
     handlers.extra["/reload"] = std::move(reload);
+    AdminEndpoint upgrade;
+    upgrade.method = AdminEndpoint::Method::Post;
+    upgrade.help =
+        "start the binary now at this one's path, hand it the sockets, drain (like "
+        "SIGUSR2)";
+    upgrade.handler = [this](const std::map<std::string, std::string>&) {
+      ReloadResult result = this->upgrade();
+      return AdminEndpoint::Response{result.ok ? 202 : 409, result.report, false};
+    };
+    handlers.extra["/upgrade"] = std::move(upgrade);
     admin_ = std::make_unique<Admin>(dispatcher_, std::move(handlers));
-    absl::Status s = admin_->bind(config_->admin_address);
+    int handed_admin = -1;
+    for (HandedSocket& h : inherited_) {
+      if (h.kind == HandedSocket::Kind::Admin && h.fd >= 0 && h.address == config_->admin_address) {
+        handed_admin = h.fd;
+        h.fd = -1;
+      }
+    }
+    absl::Status s =
+        handed_admin >= 0 ? admin_->adopt(handed_admin) : admin_->bind(config_->admin_address);
     if (!s.ok()) {
       close_all();
       return absl::UnavailableError(absl::StrFormat("admin: %s", s.message()));
@@ -185,12 +263,31 @@ absl::Status Server::start() {
       [](evutil_socket_t, short, void*) { upstream::AccessLog::get().reopen(); }, nullptr);
   evsignal_add(sigusr1_, nullptr);
   evsignal_add(sighup_, nullptr);
+  sigusr2_ = evsignal_new(
+      dispatcher_.base(), SIGUSR2,
+      [](evutil_socket_t, short, void* arg) {
+        SLUICE_LOG(Info, "SIGUSR2 received: binary upgrade");
+        static_cast<Server*>(arg)->upgrade();
+      },
+      this);
+  evsignal_add(sigusr2_, nullptr);
 
   // Before the workers: each takes a line buffer when the log is on.
   absl::Status log = upstream::AccessLog::get().configure(config_->access_log);
   if (!log.ok()) {
     close_all();
     return log;
+  }
+  // Handed-over sockets the config has no listener for: their queues are given up.
+  for (HandedSocket& h : inherited_) {
+    if (h.fd >= 0) ::close(h.fd);
+  }
+  inherited_.clear();
+  listen_dups_.assign(config_->listeners.size(), std::vector<int>(n, -1));
+  for (uint32_t w = 0; w < n; ++w) {
+    for (size_t i = 0; i < config_->listeners.size(); ++i) {
+      listen_dups_[i][w] = ::fcntl(fds[w][i], F_DUPFD_CLOEXEC, 0);
+    }
   }
   for (uint32_t w = 0; w < n; ++w) {
     workers_.push_back(std::make_unique<Worker>(w, config_, fds[w], [this](uint32_t index) {
@@ -237,7 +334,66 @@ absl::Status Server::start() {
   if (admin_) SLUICE_LOG(Info, "admin on http://%s/", admin_->boundAddress().asString());
   writePidFile();
   notifyServiceReady(servingStatus());
+  if (upgrade_fd_ >= 0) {
+    // The old process drains once it hears this.
+    announceServing(upgrade_fd_);
+    upgrade_fd_ = -1;
+    SLUICE_LOG(Info, "upgrade: serving on the handed-over sockets; the old process drains");
+  }
   return absl::OkStatus();
+}
+
+void Server::closeListenDups() {
+  for (auto& per_listener : listen_dups_) {
+    for (int fd : per_listener) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  listen_dups_.clear();
+}
+
+Server::ReloadResult Server::upgrade() {
+  if (draining_) return {false, "draining: no upgrade\n"};
+  if (config_path_.empty()) return {false, "started without a config file: nothing to upgrade\n"};
+  if (upgrade_ && upgrade_->running()) return {false, "an upgrade is already under way\n"};
+  const std::string binary = runningBinaryPath();
+  if (binary.empty()) return {false, "cannot tell the path of the running binary\n"};
+  std::vector<HandedSocket> sockets;
+  for (size_t i = 0; i < config_->listeners.size() && i < listen_dups_.size(); ++i) {
+    for (int fd : listen_dups_[i]) {
+      sockets.push_back({HandedSocket::Kind::Listener, config_->listeners[i]->address, fd});
+    }
+  }
+  if (admin_ && admin_->listenFd() >= 0) {
+    sockets.push_back({HandedSocket::Kind::Admin, config_->admin_address, admin_->listenFd()});
+  }
+  if (!upgrade_) {
+    upgrade_ = std::make_unique<UpgradeHandoff>(
+        dispatcher_,
+        [this](pid_t pid) {
+          upgrades_.inc();
+          SLUICE_LOG(Info, "upgrade: pid %d serves on the sockets; this process drains and exits",
+                     pid);
+          notifyServiceMainPid(pid, absl::StrFormat("upgraded: pid %d serves", pid));
+          // The new process wrote its own pid there.
+          pid_file_written_.clear();
+          if (admin_) admin_->stopListening();
+          beginDrain();
+        },
+        [this](const std::string& why) {
+          upgrades_failed_.inc();
+          SLUICE_LOG(Error, "upgrade failed, this process serves on: %s", why);
+        });
+  }
+  auto pid =
+      upgrade_->start({binary, "run", "-c", config_path_}, sockets, std::chrono::seconds(30));
+  if (!pid.ok()) {
+    upgrades_failed_.inc();
+    SLUICE_LOG(Error, "upgrade failed, this process serves on: %s", pid.status().message());
+    return {false, std::string(pid.status().message()) + "\n"};
+  }
+  SLUICE_LOG(Info, "upgrade: started %s as pid %d with %d sockets", binary, *pid, sockets.size());
+  return {true, absl::StrFormat("upgrade started: %s as pid %d\n", binary, *pid)};
 }
 
 std::string Server::servingStatus() const {
@@ -332,6 +488,20 @@ Server::ReloadResult Server::reload() {
     for (const auto& n : next->listeners) stays |= n->name == l->name;
     if (!stays) removed.push_back(l->name);
   }
+  // The duplicates follow: kept listeners keep theirs, new ones get some, removed ones close.
+  std::vector<std::vector<int>> dups(next->listeners.size());
+  for (size_t i = 0; i < next->listeners.size(); ++i) {
+    const ListenerSocket& first = (*sockets)[0][i];
+    if (first.keep >= 0 && static_cast<size_t>(first.keep) < listen_dups_.size()) {
+      dups[i] = std::move(listen_dups_[first.keep]);
+    } else {
+      for (const auto& per_worker : *sockets) {
+        dups[i].push_back(::fcntl(per_worker[i].fd, F_DUPFD_CLOEXEC, 0));
+      }
+    }
+  }
+  closeListenDups();
+  listen_dups_ = std::move(dups);
   config_ = next;
   bound_ = std::move(bound);
   ++config_version_;
@@ -514,6 +684,8 @@ bool Server::reloadCertificates(std::string& report) {
 void Server::beginDrain() {
   if (draining_) return;
   draining_ = true;
+  // Otherwise the sockets would stay open (and queue connections nobody takes) until exit.
+  closeListenDups();
   SLUICE_LOG(Info, "draining: no new connections; in-flight requests have %d ms to finish",
              static_cast<int>(config_->drain_timeout.count()));
   notifyServiceStopping(absl::StrFormat("draining: in-flight requests have %d ms to finish",
@@ -540,10 +712,11 @@ std::string Server::serverInfoJson() const {
   for (const auto& w : workers_) active += w->activeConnections();
   return absl::StrFormat(
       "{\"version\":\"%s\",\"state\":\"%s\",\"uptime_seconds\":%d,\"workers\":%d,"
-      "\"active_connections\":%d,\"config_version\":%d,\"config_path\":%s,"
+      "\"active_connections\":%d,\"config_version\":%d,\"config_path\":%s,\"pid\":%d,"
       "\"extensions\":%s}\n",
       kVersion, draining_ ? "draining" : "live", uptime.count(), workers_.size(), active,
-      config_version_, jsonQuoted(config_path_), jsonQuoted(extensions::describeLinked()));
+      config_version_, jsonQuoted(config_path_), static_cast<int>(getpid()),
+      jsonQuoted(extensions::describeLinked()));
 }
 
 std::string Server::listenersJson() const {

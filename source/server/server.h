@@ -11,6 +11,7 @@
 #include "source/common/stats/stats.h"
 #include "source/server/admin.h"
 #include "source/server/listener_config.h"
+#include "source/server/upgrade.h"
 #include "source/server/worker.h"
 
 namespace sluice {
@@ -24,6 +25,10 @@ class Server {
   explicit Server(ServerConfigSharedPtr config, std::string config_path = {});
   ~Server();
 
+  // Before start() in a process a binary upgrade started: the sockets the old process handed
+  // over (listeners whose address the config keeps take them instead of binding), and the
+  // descriptor to tell it on once this one serves.
+  void inherit(std::vector<HandedSocket> sockets, int upgrade_fd);
   // Binds and starts; an error names the listener and address (nothing is left running).
   absl::Status start();
   // Runs the main loop until the workers have drained (or the drain timeout passed).
@@ -42,6 +47,10 @@ class Server {
     std::string report;
   };
   ReloadResult reload();
+  // Binary upgrade (SIGUSR2, POST /upgrade, `sluice upgrade`): starts the binary now at this
+  // one's path with the same config, hands it every listen socket, and drains once it serves.
+  // If it fails, this process serves on. The text says what started (or why not).
+  ReloadResult upgrade();
   static void onHangup(evutil_socket_t, short, void* arg);
   // Addresses actually bound, per listener (port 0 resolved).
   const std::vector<network::Address>& boundAddresses() const { return bound_; }
@@ -62,6 +71,10 @@ class Server {
   // Settings that only a restart changes, and how the next config differs in them.
   std::vector<std::string> restartOnlyChanges(const ServerConfig& next) const;
   void writePidFile();
+  void closeListenDups();
+  // Listen sockets for the next listeners, per worker: the inherited ones when their address
+  // matches, else new ones.
+  absl::Status bindListeners(std::vector<std::vector<int>>& fds);
 
   ServerConfigSharedPtr config_;
   const std::string config_path_;
@@ -76,6 +89,13 @@ class Server {
   std::unique_ptr<Admin> admin_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<network::Address> bound_;
+  // A duplicate of every listen socket, [listener][worker]: what an upgrade hands over (the
+  // workers own theirs and may close them at any time). Closed at a drain.
+  std::vector<std::vector<int>> listen_dups_;
+  std::vector<HandedSocket> inherited_;
+  int upgrade_fd_ = -1;
+  std::unique_ptr<UpgradeHandoff> upgrade_;
+  struct event* sigusr2_ = nullptr;  // binary upgrade
   struct event* sigint_ = nullptr;
   struct event* sigterm_ = nullptr;
   struct event* sighup_ = nullptr;
@@ -99,6 +119,10 @@ class Server {
       "not be bound (the running configuration stayed).");
   stats::Counter keys_revoked_ = stats::Store::get().counter(
       "reload.keys_revoked", "API keys reloads took away (refused from the reload on).");
+  stats::Counter upgrades_ = stats::Store::get().counter(
+      "upgrade.done", "Binary upgrades handed over to a new process (this one then drained).");
+  stats::Counter upgrades_failed_ = stats::Store::get().counter(
+      "upgrade.failed", "Binary upgrades whose new process did not serve (this one served on).");
   stats::Gauge config_version_gauge_ = stats::Store::get().gauge(
       "reload.config_version", "The running configuration's version: 1 at start, +1 a reload.");
   std::chrono::steady_clock::time_point started_at_;

@@ -43,5 +43,9 @@ void notifyServiceReloading(std::string_view status) {
 
 void notifyServiceStopping(std::string_view status) { notify("STOPPING=1", status); }
 
+void notifyServiceMainPid(int pid, std::string_view status) {
+  notify(absl::StrFormat("MAINPID=%d", pid), status);
+}
+
 }  // namespace server
 }  // namespace sluice

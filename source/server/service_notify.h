@@ -15,6 +15,8 @@ void notifyServiceReady(std::string_view status);
 void notifyServiceReloading(std::string_view status);
 // STOPPING=1: a drain began; the process exits when it ends.
 void notifyServiceStopping(std::string_view status);
+// MAINPID=: a binary upgrade handed the service over to this process (the new binary).
+void notifyServiceMainPid(int pid, std::string_view status);
 
 }  // namespace server
 }  // namespace sluice

@@ -628,11 +628,12 @@ void Http1ProxyFilter::onBelowWriteLowWatermark() {
 
 void Http1ProxyFilter::onDrain() {
   draining_ = true;
-  // Idle between requests (nothing of a next head arrived): close now. Anything in flight ends
-  // with Connection: close.
+  // Idle between requests (nothing of a next head arrived): a keep-alive client may have sent
+  // its next request already, and closing now would reset it. It gets kDrainIdleGrace to
+  // arrive (and is answered with Connection: close), then the connection closes. Anything in
+  // flight ends with Connection: close.
   if (state_ == State::ReadingHead && (!head_timer_armed_ || downstream().readBuffer().empty())) {
-    setState(State::Closed);
-    downstream().close(network::CloseType::FlushWrite);
+    timer_->enable(kDrainIdleGrace);
   }
 }
 
@@ -653,7 +654,8 @@ void Http1ProxyFilter::onTimer() {
         sendLocalReply(408, http::ProxyError::HttpRequestError, "request head not received in time",
                        true);
       } else {
-        config_->stats.downstream_idle_timeout.inc();
+        // A drain's grace for a request on its way is not an idle timeout.
+        if (!draining_) config_->stats.downstream_idle_timeout.inc();
         setState(State::Closed);
         downstream().close(network::CloseType::FlushWrite);
       }

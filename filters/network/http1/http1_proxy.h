@@ -56,6 +56,9 @@ using Http1ConfigSharedPtr = std::shared_ptr<const Http1Config>;
 // passes each request through the request filters, relays absolute-form requests over pooled
 // origin connections (bodies streamed, never buffered whole) and turns CONNECT into a tunnel.
 // Requests on a connection are served one at a time, in order; pipelined ones wait unread.
+// How long a keep-alive connection idle at a drain waits for a request already on its way.
+inline constexpr std::chrono::milliseconds kDrainIdleGrace{1000};
+
 class Http1ProxyFilter : public network::ReadFilter,
                          public proxy::RequestSink,
                          public proxy::RequestHeaders,

@@ -952,11 +952,13 @@ void Socks5Filter::onBelowWriteLowWatermark() {
 }
 
 void Socks5Filter::onDrain() {
-  // Mid-handshake with nothing buffered: close now. Tunnels and associations run on until they
-  // end or the drain timeout passes.
-  if ((state_ == State::Greeting || state_ == State::UserPass || state_ == State::Request) &&
-      downstream().readBuffer().empty()) {
-    closeAll();
+  // Mid-handshake: what the client already sent may be on its way (a new connection's
+  // greeting, say), and closing now would reset it. The handshake gets at most
+  // kDrainHandshakeGrace more; its command is served. Tunnels and associations run on until
+  // they end or the drain timeout passes.
+  draining_ = true;
+  if (state_ == State::Greeting || state_ == State::UserPass || state_ == State::Request) {
+    timer_->enable(kDrainHandshakeGrace);
   }
 }
 
@@ -976,7 +978,8 @@ void Socks5Filter::onTimer() {
     case State::UserPass:
     case State::Authorizing:
     case State::Request:
-      config_->stats.handshake_timeout.inc();
+      // A drain's grace is not a slow client.
+      if (!draining_) config_->stats.handshake_timeout.inc();
       closeAll();
       break;
     case State::BindWaiting:

@@ -202,6 +202,9 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
 // authentication through the auth request filters, then one command. CONNECT becomes a tunnel
 // through the router's connection, BIND a tunnel to one inbound connection, UDP ASSOCIATE a
 // UdpRelay that lives as long as this connection.
+// How long a handshake under way at a drain may still take.
+inline constexpr std::chrono::milliseconds kDrainHandshakeGrace{1000};
+
 class Socks5Filter : public network::ReadFilter, public Stage::Owner, public upstream::TunnelOwner {
  public:
   explicit Socks5Filter(Socks5ProxyConfigSharedPtr config);
@@ -295,6 +298,7 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
     char password[256];
   };
   Handshake* hs_ = nullptr;
+  bool draining_ = false;
   // The key the client authenticated with, kept once the handshake is released.
   const proxy::KeyGrant* grant_ = nullptr;
   void releaseHandshake();
