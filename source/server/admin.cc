@@ -64,7 +64,7 @@ constexpr Endpoint kEndpoints[] = {
     {"/ready", Route::Ready, "200 when serving, 503 while starting or draining"},
     {"/health", Route::Health, "200 while the process runs"},
     {"/stats", Route::Stats,
-     "counters and gauges; ?format=text|json|prometheus, ?filter=<substring>"},
+     "counters, gauges and histograms; ?format=text|json|prometheus, ?filter=<substring>"},
     {"/stats/prometheus", Route::Prometheus, "Prometheus text exposition format 0.0.4"},
     {"/config_dump", Route::ConfigDump, "the running configuration (JSON, secrets redacted)"},
     {"/server_info", Route::ServerInfo, "server information (JSON)"},

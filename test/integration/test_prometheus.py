@@ -18,7 +18,8 @@ from helpers import basic_auth, curl, free_port
 from sluice_proc import find_typed_configs
 
 PROMTOOL = shutil.which("promtool")
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (-?[0-9]+)$')
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (-?[0-9]+(?:\.[0-9]+)?)$')
+HISTOGRAM_SAMPLES = ("_bucket", "_sum", "_count")
 
 
 def h2_get(port, ca, authority, path, key):
@@ -51,7 +52,8 @@ def h2_get(port, ca, authority, path, key):
 
 
 def parse_exposition(text):
-    """{family: {"help": ..., "type": ..., "samples": {labels: value}}}; asserts line order."""
+    """{family: {"help": ..., "type": ..., "samples": {labels: value}}}; asserts line order.
+    A histogram's samples are keyed by suffix and labels: "_bucket{...,le=\"+Inf\"}", "_sum{...}"."""
     families = {}
     current = None
     for line in text.splitlines():
@@ -67,8 +69,14 @@ def parse_exposition(text):
         else:
             m = SAMPLE.match(line)
             assert m, f"not a sample line: {line!r}"
-            assert current is families.get(m.group(1)), f"sample {line!r} outside its family"
-            current["samples"][m.group(2) or ""] = int(m.group(3))
+            name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+            if current is not None and current.get("type") == "histogram":
+                family = next((name[:-len(x)] for x in HISTOGRAM_SAMPLES if name.endswith(x)), "")
+                assert current is families.get(family), f"sample {line!r} outside its family"
+                current["samples"][name[len(family):] + labels] = float(value)
+            else:
+                assert current is families.get(name), f"sample {line!r} outside its family"
+                current["samples"][labels] = int(value)
     return families
 
 
@@ -136,10 +144,12 @@ def test_instances_are_labels(busy_sluice):
     assert s.key not in text and s.ci_key not in text, "an API key appears in /stats/prometheus"
     for name, family in families.items():
         assert name.startswith("sluice_") and re.fullmatch(r"[a-z0-9_]+", name), name
-        assert family.get("type") in ("counter", "gauge"), name
+        assert family.get("type") in ("counter", "gauge", "histogram"), name
         assert family["help"], name
         assert (family["type"] == "counter") == name.endswith("_total"), \
             f"{name}: counters and only counters end in _total"
+        assert (family["type"] == "histogram") == name.endswith("_seconds"), \
+            f"{name}: histograms, and only they, are in seconds"
     # No listener, chain or key name is left inside a family name.
     for part in ("_http_", "_https_", "_socks5_", "_ci_", "_test_"):
         inside = [n for n in families if part in n + "_" and not n.startswith("sluice" + part)]

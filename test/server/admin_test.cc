@@ -208,13 +208,14 @@ TEST_F(AdminTest, StatsJsonAndFilter) {
   EXPECT_EQ(json.body,
             "{\"stats\":[{\"name\":\"auth.denied\",\"value\":2},"
             "{\"name\":\"http1.http.rq_total\",\"value\":40},"
-            "{\"name\":\"worker.1.downstream_cx_active\",\"value\":1}]}");
+            "{\"name\":\"worker.1.downstream_cx_active\",\"value\":1}],\"histograms\":[]}");
 
   EXPECT_EQ(get("/stats?filter=auth").body, "auth.denied: 2\n");
   // The filter is percent-decoded.
   EXPECT_EQ(get("/stats?filter=http%2Erq").body, "http1.http.rq_total: 40\n");
   EXPECT_EQ(get("/stats?format=json&filter=worker").body,
-            "{\"stats\":[{\"name\":\"worker.1.downstream_cx_active\",\"value\":1}]}");
+            "{\"stats\":[{\"name\":\"worker.1.downstream_cx_active\",\"value\":1}],"
+            "\"histograms\":[]}");
   EXPECT_EQ(get("/stats?filter=nomatch").body, "");
   EXPECT_EQ(get("/stats?filter=nomatch").status, 200);
 }

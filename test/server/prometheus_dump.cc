@@ -26,9 +26,20 @@ int main() {
   // Two names that sanitize to the same metric.
   store.counter("a.b").add(1);
   store.counter("a_b").add(2);
+  // Histograms: one observed on two shards (this thread's and a worker's), one never.
+  const sluice::stats::Buckets buckets{500, 250000, 60000000};
+  const sluice::stats::Histogram duration =
+      Scope("request", "listener", "http")
+          .histogram("http1.duration_seconds", "duration_seconds", Label{"protocol", "http1"},
+                     "Requests, start to end.", buckets);
+  store.histogram("dns.lookup_duration_seconds", buckets, "Lookups.");
+  duration.recordMicros(100);
   std::thread worker([&] {
     Store::bindThreadShard(store.createShard());
     store.counter("http1.http.rq_total").add(2);
+    duration.recordMicros(250000);
+    duration.recordMicros(1500000);
+    duration.recordMicros(61000000);
   });
   worker.join();
   const std::string text = store.renderPrometheus();

@@ -9,7 +9,8 @@ import sys
 from prometheus_client.parser import text_string_to_metric_families
 
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
-SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*",?)*\})? (-?[0-9]+)\Z')
+SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*",?)*\})? (-?[0-9]+(?:\.[0-9]+)?)\Z')
+HISTOGRAM_SAMPLES = ("_bucket", "_sum", "_count")
 WEIRD = 'we"ird\\name\n'
 EXPECTED = {
     ("sluice_listener_downstream_cx_total", (("listener", "http"),)): ("counter", 12),
@@ -25,6 +26,15 @@ EXPECTED = {
     ("sluice_a_b_total", ()): ("counter", 1),
     ("sluice_a_b_2_total", ()): ("counter", 2),
 }
+# Histograms: cumulative buckets in seconds, le last among the labels, then _sum and _count.
+REQUEST = (("listener", "http"), ("protocol", "http1"))
+for le, n in (("0.0005", 1), ("0.25", 2), ("60", 3), ("+Inf", 4)):
+    EXPECTED[("sluice_request_duration_seconds_bucket", REQUEST + (("le", le),))] = ("histogram", n)
+    EXPECTED[("sluice_dns_lookup_duration_seconds_bucket", (("le", le),))] = ("histogram", 0)
+EXPECTED[("sluice_request_duration_seconds_sum", REQUEST)] = ("histogram", 62.7501)
+EXPECTED[("sluice_request_duration_seconds_count", REQUEST)] = ("histogram", 4)
+EXPECTED[("sluice_dns_lookup_duration_seconds_sum", ())] = ("histogram", 0)
+EXPECTED[("sluice_dns_lookup_duration_seconds_count", ())] = ("histogram", 0)
 
 
 def fail(message):
@@ -56,7 +66,8 @@ def check_lines(text):
             current = parts[2]
         elif line.startswith("# TYPE "):
             parts = line.split(" ")
-            if len(parts) != 4 or parts[2] != current or parts[3] not in ("counter", "gauge"):
+            if len(parts) != 4 or parts[2] != current or \
+                    parts[3] not in ("counter", "gauge", "histogram"):
                 fail("line %d: bad TYPE line %r (not right after its HELP)" % (number, line))
             if parts[2] in typed:
                 fail("line %d: second TYPE for %s" % (number, parts[2]))
@@ -68,20 +79,45 @@ def check_lines(text):
             if not m:
                 fail("line %d: bad sample line %r" % (number, line))
             name = m.group(1)
-            if name != current or name not in typed:
+            suffixes = HISTOGRAM_SAMPLES if typed.get(current) == "histogram" else ("",)
+            if current not in typed or name not in [current + x for x in suffixes]:
                 fail("line %d: sample %s outside its family" % (number, name))
             labels = tuple((k, unescape(v)) for k, v in
                            re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"',
                                       m.group(2) or ""))
             if (name, labels) in samples:
                 fail("line %d: duplicate sample %r" % (number, line))
-            samples[(name, labels)] = (typed[name], int(m.group(3)))
+            value = float(m.group(3)) if "." in m.group(3) else int(m.group(3))
+            samples[(name, labels)] = (typed[current], value)
     return samples
+
+
+def check_histograms(samples):
+    """Each series: le ascending and last, +Inf last, counts cumulative, _count equal to +Inf."""
+    series = {}
+    for (name, labels), (kind, value) in samples.items():
+        if kind != "histogram" or not name.endswith("_bucket"):
+            continue
+        if labels[-1][0] != "le":
+            fail("%s%r: le is not the last label" % (name, labels))
+        series.setdefault((name[:-len("_bucket")], labels[:-1]), []).append((labels[-1][1], value))
+    for (family, labels), buckets in series.items():
+        bounds = [float(le) for le, _ in buckets]
+        counts = [n for _, n in buckets]
+        if bounds != sorted(bounds) or buckets[-1][0] != "+Inf":
+            fail("%s%r: buckets out of order: %r" % (family, labels, buckets))
+        if counts != sorted(counts):
+            fail("%s%r: buckets not cumulative: %r" % (family, labels, buckets))
+        if samples.get((family + "_count", labels), (None, None))[1] != counts[-1]:
+            fail("%s%r: _count is not the +Inf bucket" % (family, labels))
+        if (family + "_sum", labels) not in samples:
+            fail("%s%r: no _sum" % (family, labels))
 
 
 def main():
     text = subprocess.run([sys.argv[1]], check=True, stdout=subprocess.PIPE).stdout.decode("utf-8")
     samples = check_lines(text)
+    check_histograms(samples)
     if samples != EXPECTED:
         fail("samples differ:\n got %r\nwant %r" % (samples, EXPECTED))
 

@@ -722,7 +722,9 @@ void Http1ProxyFilter::closeAll() {
   downstream().close(network::CloseType::FlushWrite);
 }
 
-void Http1ProxyFilter::endRecord() { trace_.end(config_->listener_name); }
+void Http1ProxyFilter::endRecord() {
+  trace_.end(config_->listener_name, config_->request_duration);
+}
 
 void Http1ProxyFilter::releaseHead() {
   if (pending_ != nullptr) {

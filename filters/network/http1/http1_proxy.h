@@ -49,6 +49,7 @@ struct Http1Config {
   Http1Stats stats;
   upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
   std::string listener_name;           // for the end-of-request records
+  stats::Histogram request_duration;   // request.<listener>.http1.duration_seconds
 };
 using Http1ConfigSharedPtr = std::shared_ptr<const Http1Config>;
 

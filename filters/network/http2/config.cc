@@ -119,6 +119,8 @@ class Http2ProxyFactory : public extensions::FactoryBase<extensions::NetworkFilt
     config->exchange.stats = &config->stats;
     config->tunnel_stats = upstream::listenerTunnelStats(context.listener_name);
     config->listener_name = context.listener_name;
+    config->request_duration =
+        upstream::requestDurationHistogram(context.listener_name, proxy::Protocol::Http2);
     Http2ConfigSharedPtr shared = std::move(config);
     return network::NetworkFilterFactoryCb([shared](network::FilterManager& manager) {
       manager.addReadFilter(std::make_unique<Http2ProxyFilter>(shared));

@@ -67,6 +67,7 @@ struct Http2Config {
   Http2Stats stats;
   upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
   std::string listener_name;           // for the end-of-request records
+  stats::Histogram request_duration;   // request.<listener>.http2.duration_seconds
 };
 using Http2ConfigSharedPtr = std::shared_ptr<const Http2Config>;
 

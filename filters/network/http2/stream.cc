@@ -277,7 +277,7 @@ void Http2ProxyFilter::Stream::abort() {
   chain_.end();
   timer_.disable();
   releaseUpstream();
-  trace_.end(parent_.config_->listener_name);
+  trace_.end(parent_.config_->listener_name, parent_.config_->request_duration);
   pending_body_.clear();
   dropOutput();
   upstream_paused_ = false;

@@ -116,6 +116,8 @@ class Socks5Factory : public extensions::FactoryBase<extensions::NetworkFilterFa
     config->stats = makeStats(context.chain_name);
     config->tunnel_stats = upstream::listenerTunnelStats(context.listener_name);
     config->listener_name = context.listener_name;
+    config->request_duration =
+        upstream::requestDurationHistogram(context.listener_name, proxy::Protocol::Socks5);
     Socks5ProxyConfigSharedPtr shared = std::move(config);
     return network::NetworkFilterFactoryCb([shared](network::FilterManager& manager) {
       manager.addReadFilter(std::make_unique<Socks5Filter>(shared));

@@ -1068,7 +1068,7 @@ void Socks5Filter::releaseAll() {
   releaseHandshake();
 }
 
-void Socks5Filter::endRecord() { trace_.end(config_->listener_name); }
+void Socks5Filter::endRecord() { trace_.end(config_->listener_name, config_->request_duration); }
 
 void Socks5Filter::closeAll() {
   if (state_ == State::Closed) return;

@@ -83,6 +83,7 @@ struct Socks5ProxyConfig {
   Socks5Stats stats;
   upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
   std::string listener_name;           // for the end-of-request records
+  stats::Histogram request_duration;   // request.<listener>.socks5.duration_seconds
 };
 using Socks5ProxyConfigSharedPtr = std::shared_ptr<const Socks5ProxyConfig>;
 

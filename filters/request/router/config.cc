@@ -41,6 +41,9 @@ class RouterFactory : public extensions::FactoryBase<extensions::RequestFilterFa
         store.counter("upstream.pool_reuse", "Requests served on a pooled origin connection.");
     config->stats.dns_fail =
         store.counter("upstream.dns_fail", "Destination names that did not resolve.");
+    config->stats.cx_connect_duration = store.histogram(
+        "upstream.cx_connect_duration_seconds", stats::latencyBuckets(),
+        "Connects to origins that succeeded, from the first attempt to established.");
     RouterConfigSharedPtr shared = std::move(config);
     return proxy::RequestFilterFactoryCb([shared](proxy::RequestFilterChain& chain) {
       chain.addFilter(std::make_unique<RouterFilter>(shared));

@@ -127,6 +127,7 @@ void RouterFilter::onEvent(network::ConnectionEvent event) {
     network::ConnectionPtr conn = std::move(connecting_);
     conn->setCallbacks(nullptr);
     request_->connect_time = since(started_, callbacks_->worker().dispatcher().now());
+    config_->stats.cx_connect_duration.record(request_->connect_time);
     request_->upstream_address = conn->peer();
     proxy::UpstreamInfo info = config_->upstream;
     info.reused = false;

@@ -28,6 +28,8 @@ struct RouterStats {
   stats::Counter cx_connect_timeout;
   stats::Counter pool_reuse;  // requests served on a pooled connection
   stats::Counter dns_fail;    // names that did not resolve
+  // Connects that succeeded, from the first attempt to established (the record's connect time).
+  stats::Histogram cx_connect_duration;
 };
 
 struct RouterConfig {

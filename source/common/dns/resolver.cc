@@ -232,6 +232,7 @@ class Resolver::Lookup : public event::DeferredDeletable {
   std::list<Waiter> waiters_;
   Family families_[2];
   event::Timer timer_;
+  event::MonotonicTime started_;
   event::MonotonicTime deadline_;
   // Set once the answer is being handed out: cancel() then only removes its own waiter.
   bool delivering_ = false;
@@ -314,13 +315,16 @@ Resolver::Resolver(event::Dispatcher& dispatcher, const config::v1::Dns& config,
                          : kDefaultMaxCacheTtl),
       cache_size_(config.cache_size() > 0 ? config.cache_size() : kDefaultCacheSize) {
   stats::Store& store = stats::Store::get();
-  published_ = {store.counter("dns.queries", "Lookups sent to name servers."),
-                store.counter("dns.cache_hits", "Lookups answered from the cache."),
-                store.counter("dns.hosts_hits", "Lookups answered from /etc/hosts."),
-                store.counter("dns.failures", "Lookups that failed."),
-                store.counter("dns.timeouts", "Lookups that timed out."),
-                store.counter("dns.invalid_names",
-                              "Names refused before any lookup: not a valid host name.")};
+  published_ = {
+      store.counter("dns.queries", "Lookups sent to name servers."),
+      store.counter("dns.cache_hits", "Lookups answered from the cache."),
+      store.counter("dns.hosts_hits", "Lookups answered from /etc/hosts."),
+      store.counter("dns.failures", "Lookups that failed."),
+      store.counter("dns.timeouts", "Lookups that timed out."),
+      store.counter("dns.invalid_names", "Names refused before any lookup: not a valid host name."),
+      store.histogram("dns.lookup_duration_seconds", stats::latencyBuckets(),
+                      "Lookups sent to name servers, from the query to the answer, "
+                      "failure or timeout.")};
   // The log hook is process-wide; every worker would set the same one.
   static std::once_flag log_hook_once;
   std::call_once(log_hook_once, [] { evdns_set_log_fn(&evdnsLog); });
@@ -544,7 +548,8 @@ Resolver::Query* Resolver::startLookup(absl::string_view key, Callback cb) {
              noAddresses());
     return nullptr;
   }
-  lookup->deadline_ = dispatcher_.now() + timeout_;
+  lookup->started_ = dispatcher_.now();
+  lookup->deadline_ = lookup->started_ + timeout_;
   lookup->timer_.enable(timeout_);
   Waiter& waiter = lookup->addWaiter(std::move(cb));
   inflight_.emplace(std::string(key), std::move(lookup));
@@ -566,6 +571,7 @@ void Resolver::finishLookup(Lookup& lookup) {
   std::unique_ptr<Lookup> owned = std::move(it->second);
   inflight_.erase(it);
   owned->orphanRequests();
+  published_.lookup_duration.record(dispatcher_.now() - owned->started_);
 
   const Lookup::Family& a = owned->families_[kFamilyA];
   const Lookup::Family& aaaa = owned->families_[kFamilyAaaa];

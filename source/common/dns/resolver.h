@@ -141,6 +141,8 @@ class Resolver {
   // The same counts, summed over every worker's resolver in /stats (dns.*).
   struct Published {
     stats::Counter queries, cache_hits, hosts_hits, failures, timeouts, invalid_names;
+    // Lookups sent to name servers, from the first query to the answer, failure or timeout.
+    stats::Histogram lookup_duration;
   } published_;
   void count(uint64_t Counters::*field, stats::Counter Published::*stat) {
     ++(counters_.*field);

@@ -196,6 +196,10 @@ ServerContext::ServerContext(const ServerContextConfig& config) : config_(config
   stats_.fail_other = fail("other");
   stats_.sni_unmatched = scope.counter(
       "sni_unmatched", "TLS clients that named a server no certificate covers (the first served).");
+  stats_.handshake_duration =
+      scope.histogram("handshake_duration_seconds",
+                      "TLS handshakes completed, from the ClientHello to the end of the handshake.",
+                      stats::latencyBuckets());
 }
 
 ServerContext::~ServerContext() = default;

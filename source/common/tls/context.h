@@ -30,6 +30,9 @@ struct TlsStats {
   stats::Counter fail_not_tls;           // plain HTTP or garbage on the TLS port
   stats::Counter fail_other;
   stats::Counter sni_unmatched;  // a server name no certificate covers (the first one served)
+  // Completed handshakes, from the TLS socket taking the connection (the ClientHello is in) to
+  // the handshake's end.
+  stats::Histogram handshake_duration;
 };
 
 // One certificate chain and its key, with the host names it covers (from subjectAltName).

@@ -67,6 +67,7 @@ void TlsSocket::setCallbacks(network::TransportSocketCallbacks& callbacks) {
   handshake_timer_ = std::make_unique<event::Timer>(callbacks.connection().dispatcher(),
                                                     [this] { onHandshakeTimeout(); });
   handshake_timer_->enable(context_->config().handshake_timeout);
+  handshake_started_ = callbacks.connection().dispatcher().now();
 }
 
 void TlsSocket::onHandshakeTimeout() {
@@ -150,6 +151,7 @@ bool TlsSocket::doHandshake(network::IoResult& result) {
     handshake_timer_.reset();
     TlsStats& s = context_->stats();
     s.handshakes.inc();
+    s.handshake_duration.record(callbacks_->connection().dispatcher().now() - handshake_started_);
     if (SSL_session_reused(ssl_.get())) s.handshakes_resumed.inc();
     std::string_view alpn = applicationProtocol();
     if (alpn == "h2") {

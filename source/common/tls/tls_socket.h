@@ -52,6 +52,7 @@ class TlsSocket : public network::TransportSocket {
   buffer::Buffer raw_in_;
   buffer::Buffer raw_out_;
   std::unique_ptr<event::Timer> handshake_timer_;
+  event::MonotonicTime handshake_started_{};
   uint64_t handshake_bytes_ = 0;
   bool handshake_done_ = false;
   bool shutdown_sent_ = false;

@@ -99,6 +99,15 @@ std::string formatRecord(const RequestRecord& r) {
   return out;
 }
 
+stats::Histogram requestDurationHistogram(std::string_view listener, proxy::Protocol protocol) {
+  const std::string name = protocolName(protocol);
+  return stats::Scope("request", "listener", listener)
+      .histogram(name + ".duration_seconds", "duration_seconds", stats::Label{"protocol", name},
+                 "Requests, tunnels and SOCKS5 commands, from their start to their end-of-request "
+                 "record.",
+                 stats::requestBuckets());
+}
+
 void emitRecord(const RequestRecord& r) {
   const RecordStats& s = recordStats();
   s.total.inc();
@@ -160,10 +169,12 @@ void RequestTrace::firstByte(event::MonotonicTime at) {
   first_byte_ = at;
 }
 
-void RequestTrace::end(std::string_view listener) {
+void RequestTrace::end(std::string_view listener, stats::Histogram duration) {
   if (!open_) return;
   open_ = false;
-  emitRecord(record(listener, std::chrono::steady_clock::now()));
+  const RequestRecord r = record(listener, std::chrono::steady_clock::now());
+  duration.record(r.total);
+  emitRecord(r);
 }
 
 RequestRecord RequestTrace::record(std::string_view listener, event::MonotonicTime now) const {

@@ -8,6 +8,7 @@
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/address.h"
 #include "source/common/proxy/request.h"
+#include "source/common/stats/stats.h"
 #include "source/common/upstream/failure.h"
 
 namespace sluice {
@@ -44,6 +45,11 @@ struct RequestRecord {
 // "http1", "http2", "socks5": a record's protocol as the debug line and the access log write it.
 const char* protocolName(proxy::Protocol protocol);
 
+// The duration of a listener's requests of one protocol, from their start to their record:
+// "request.<listener>.<protocol>.duration_seconds", in Prometheus
+// sluice_request_duration_seconds{listener, protocol}. Config time; same names, same handle.
+stats::Histogram requestDurationHistogram(std::string_view listener, proxy::Protocol protocol);
+
 // Emits one record: counts it (request_record.total, .denied, .bytes_to_origin,
 // .bytes_from_origin) and, at log level debug, writes it as one line.
 void emitRecord(const RequestRecord& record);
@@ -77,7 +83,9 @@ class RequestTrace {
   }
   // The destination's first byte (only the first call counts; a default time is none).
   void firstByte(event::MonotonicTime at);
-  void end(std::string_view listener);
+  // Emits the record and adds its total time to `duration` (the codec's
+  // requestDurationHistogram()).
+  void end(std::string_view listener, stats::Histogram duration = {});
   // The record as it stands (its views point into this trace), ended at `now`.
   RequestRecord record(std::string_view listener, event::MonotonicTime now) const;
 

@@ -73,6 +73,7 @@ void TunnelRelay::start(buffer::Buffer& early, bool downstream_ended, bool upstr
     s.tunnels_active.inc();
   });
   touch();
+  started_at_ = last_activity_;
   timer_.enable(idle_timeout_);
   if (!early.empty()) {
     countToUpstream(early.length());
@@ -233,6 +234,9 @@ void TunnelRelay::stop() {
   timer_.disable();
   if (started_) {
     forEachStats([](const TunnelStats& s) { s.tunnels_active.dec(); });
+    if (listener_stats_ != nullptr) {
+      listener_stats_->duration.record(dispatcher_.now() - started_at_);
+    }
   }
   releasePipes();
   if (upstream_) {

@@ -192,6 +192,7 @@ class TunnelRelay : public event::DeferredDeletable,
   const uint32_t max_pipes_;
   const bool splice_allowed_;
   event::Timer& timer_;
+  event::MonotonicTime started_at_;
   event::MonotonicTime last_activity_;
   Mode mode_ = Mode::Buffered;
   // Only while spliced: [0] client → destination, [1] destination → client.

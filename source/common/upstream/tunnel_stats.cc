@@ -29,6 +29,9 @@ TunnelStats registerTunnelStats(const stats::Scope& scope) {
       "upstream_reset", "Tunnels the destination reset or closed before both sides ended.");
   s.downstream_reset = scope.counter("downstream_reset",
                                      "Tunnels the client reset or closed before both sides ended.");
+  s.duration = scope.histogram("duration_seconds",
+                               "Tunnels, from the start of relaying to its end, however it ended.",
+                               stats::tunnelBuckets());
   return s;
 }
 

@@ -19,6 +19,9 @@ struct TunnelStats {
   stats::Counter idle_timeout;
   stats::Counter upstream_reset;    // the destination reset or closed before both sides ended
   stats::Counter downstream_reset;  // the client did
+  // From the start of relaying to its end, however it ended (the listener's set only: never
+  // per key).
+  stats::Histogram duration;
 };
 
 // "tunnel.listener.<listener>.*" (the name sanitized; in Prometheus the label listener). Same

@@ -218,6 +218,27 @@ TEST_F(ResolverTest, CacheHitIsSynchronousAndSendsNoQuery) {
   EXPECT_EQ(resolver->counters().queries, 1u);
 }
 
+TEST_F(ResolverTest, LookupsSentToNameServersAreTimed) {
+  auto lookups = [] {
+    return stats::Store::get()
+        .histogramValue("dns.lookup_duration_seconds")
+        .value_or(stats::Store::HistogramValue{})
+        .count();
+  };
+  server_.addHost("timed.test", {"10.0.0.8"}, {});
+  auto resolver = makeResolver();
+  const uint64_t before = lookups();
+  ASSERT_TRUE(resolveAndWait(*resolver, "timed.test").status.ok());
+  EXPECT_EQ(lookups(), before + 1);
+  // Answers from the cache or a literal are not lookups.
+  resolveNow(*resolver, "timed.test");
+  resolveNow(*resolver, "10.1.2.3");
+  EXPECT_EQ(lookups(), before + 1);
+  // A failed lookup is one too.
+  EXPECT_FALSE(resolveAndWait(*resolver, "absent.test").status.ok());
+  EXPECT_EQ(lookups(), before + 2);
+}
+
 TEST_F(ResolverTest, CacheEntryExpiresAfterRecordTtl) {
   server_.addHost("short.test", {"10.0.0.8"}, {}, /*ttl=*/1);
   auto resolver = makeResolver();

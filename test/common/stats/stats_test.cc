@@ -206,9 +206,10 @@ TEST_F(StatsTest, SnapshotSortedWithTypes) {
 
 TEST_F(StatsTest, TypeConflictDies) {
   store().counter("auth.denied");
-  EXPECT_DEATH(store().gauge("auth.denied"), "both counter and gauge");
+  EXPECT_DEATH(store().gauge("auth.denied"), "registered as two types");
   store().gauge("worker.0.downstream_cx_active");
-  EXPECT_DEATH(store().counter("worker.0.downstream_cx_active"), "both counter and gauge");
+  EXPECT_DEATH(store().counter("worker.0.downstream_cx_active"), "registered as two types");
+  EXPECT_DEATH(store().histogram("auth.denied", latencyBuckets()), "registered as two types");
 }
 
 TEST_F(StatsTest, InvalidNamesDie) {
@@ -289,15 +290,16 @@ TEST_F(StatsTest, RenderText) {
 }
 
 TEST_F(StatsTest, RenderJson) {
-  EXPECT_EQ(store().renderJson(), "{\"stats\":[]}");
+  EXPECT_EQ(store().renderJson(), "{\"stats\":[],\"histograms\":[]}");
   store().counter("listener.http.downstream_cx_total").add(12);
   store().gauge("worker.0.downstream_cx_active").add(-2);
   EXPECT_EQ(store().renderJson(),
             "{\"stats\":[{\"name\":\"listener.http.downstream_cx_total\",\"value\":12},"
-            "{\"name\":\"worker.0.downstream_cx_active\",\"value\":-2}]}");
+            "{\"name\":\"worker.0.downstream_cx_active\",\"value\":-2}],\"histograms\":[]}");
   EXPECT_EQ(store().renderJson("worker"),
-            "{\"stats\":[{\"name\":\"worker.0.downstream_cx_active\",\"value\":-2}]}");
-  EXPECT_EQ(store().renderJson("zzz"), "{\"stats\":[]}");
+            "{\"stats\":[{\"name\":\"worker.0.downstream_cx_active\",\"value\":-2}],"
+            "\"histograms\":[]}");
+  EXPECT_EQ(store().renderJson("zzz"), "{\"stats\":[],\"histograms\":[]}");
 }
 
 TEST_F(StatsTest, RenderPrometheus) {

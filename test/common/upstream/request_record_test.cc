@@ -29,6 +29,37 @@ TEST(RequestTrace, EmitsOnceAfterEachBegin) {
   EXPECT_EQ(total(), before + 2);
 }
 
+TEST(RequestTrace, EndAddsTheDurationToTheListenersHistogram) {
+  const stats::Histogram h1 = requestDurationHistogram("hist", proxy::Protocol::Http1);
+  const stats::Histogram socks = requestDurationHistogram("hist", proxy::Protocol::Socks5);
+  // Per listener and protocol; the same pair is the same histogram.
+  EXPECT_EQ(requestDurationHistogram("hist", proxy::Protocol::Http1).index, h1.index);
+  EXPECT_NE(socks.index, h1.index);
+  auto count = [](const char* name) {
+    return stats::Store::get()
+        .histogramValue(name)
+        .value_or(stats::Store::HistogramValue{})
+        .count();
+  };
+  const uint64_t before = count("request.hist.http1.duration_seconds");
+  RequestTrace trace;
+  trace.end("hist", h1);  // nothing began
+  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, network::Address());
+  trace.end("hist", h1);
+  trace.end("hist", h1);
+  EXPECT_EQ(count("request.hist.http1.duration_seconds"), before + 1);
+  EXPECT_EQ(count("request.hist.socks5.duration_seconds"), 0u);
+  const std::string prometheus = stats::Store::get().renderPrometheus("request.hist.");
+  EXPECT_NE(prometheus.find("# TYPE sluice_request_duration_seconds histogram\n"),
+            std::string::npos)
+      << prometheus;
+  EXPECT_NE(prometheus.find("sluice_request_duration_seconds_count{listener=\"hist\","
+                            "protocol=\"http1\"} " +
+                            std::to_string(before + 1) + "\n"),
+            std::string::npos)
+      << prometheus;
+}
+
 TEST(RequestTrace, FirstFailureWinsAndCountsAsDenied) {
   RequestTrace trace;
   const uint64_t before = denied();

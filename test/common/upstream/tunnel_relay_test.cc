@@ -77,6 +77,12 @@ class TunnelRelayTest : public testing::Test {
   int64_t active() {
     return stats::Store::get().gaugeValue("tunnel.listener.relay_test.tunnels_active");
   }
+  uint64_t durations() {
+    return stats::Store::get()
+        .histogramValue("tunnel.listener.relay_test.duration_seconds")
+        .value_or(stats::Store::HistogramValue{})
+        .count();
+  }
 
   // Client socket ↔ client Connection, origin Connection ↔ origin socket, and a relay between
   // the two Connections.
@@ -208,6 +214,7 @@ TEST_F(TunnelRelayTest, BytesBothWaysAndCounters) {
 }
 
 TEST_F(TunnelRelayTest, HalfCloseClientFirst) {
+  const uint64_t durations0 = durations();
   open({});
   client_->send("request");
   client_->shutWrite();
@@ -220,6 +227,10 @@ TEST_F(TunnelRelayTest, HalfCloseClientFirst) {
   origin_->shutWrite();
   ASSERT_TRUE(run([&] { return client_->eof && !ends_.empty(); }));
   EXPECT_EQ(TunnelEnd::Done, ends_[0]);
+  // The tunnel's duration counts in its listener's histogram, never in the key's.
+  EXPECT_EQ(durations0 + 1, durations());
+  EXPECT_FALSE(
+      stats::Store::get().histogramValue("tunnel.key.relay_test_key.duration_seconds").has_value());
 }
 
 TEST_F(TunnelRelayTest, HalfCloseOriginFirst) {
@@ -339,6 +350,7 @@ TEST_F(TunnelRelayTest, ClientResetMidSplice) {
 
 TEST_F(TunnelRelayTest, AbortEndsWithoutACallback) {
   const int64_t active0 = active();
+  const uint64_t durations0 = durations();
   open({});
   EXPECT_EQ(active0 + 1, active());
   client_->send("x");
@@ -346,6 +358,7 @@ TEST_F(TunnelRelayTest, AbortEndsWithoutACallback) {
   client_side_.relay = nullptr;
   TunnelRelay::dispose(relay_);
   EXPECT_EQ(active0, active());
+  EXPECT_EQ(durations0 + 1, durations());  // an aborted tunnel has a duration too
   ASSERT_TRUE(run([&] { return origin_->eof; }));
   EXPECT_TRUE(ends_.empty());
 }
