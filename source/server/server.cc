@@ -443,6 +443,15 @@ Server::ReloadResult Server::reload() {
     notifyServiceReady(servingStatus());
     return ReloadResult{false, message + "\n"};
   };
+  // Stat names are never forgotten: names a reload adds (listeners, chains, keys) take room
+  // for good, and a full store would stop the process.
+  constexpr uint32_t kStatsRoom = 1024;
+  if (!stats::Store::get().hasRoomFor({}, kStatsRoom, 0)) {
+    return refuse(absl::StrFormat(
+        "the stats store has room for fewer than %d more stats (names earlier reloads added "
+        "hold theirs): restart to take a new config",
+        kStatsRoom));
+  }
   auto bootstrap = config::loadBootstrapFile(config_path_);
   if (!bootstrap.ok()) return refuse(std::string(bootstrap.status().message()));
   auto built = buildServerConfig(*bootstrap, config_.get());
