@@ -5,6 +5,7 @@ SLUICE_EXTENSIONS = {
     "sluice.ban": "//filters/listener/ban:config",
     "sluice.ip_allowlist": "//filters/listener/ip_allowlist:config",
     "sluice.protocol_sniffer": "//filters/listener/protocol_sniffer:config",
+    "sluice.proxy_protocol": "//filters/listener/proxy_protocol:config",
     # Transport sockets
     "sluice.tls": "//transport_sockets/tls:config",
     # Network filters

@@ -27,7 +27,9 @@ build_pkgs=(
 )
 # python3-yaml lets the integration tests edit the full form printed by `sluice config expand`;
 # libclang-rt-14-dev holds libFuzzer and the sanitizer runtimes for the fuzz build; calamaris
-# (a Squid log analyser) reads the access log in its squid format; prometheus is the only
+# (a Squid log analyser) reads the access log in its squid format; haproxy fronts sluice with
+# the PROXY protocol (where systemd runs, its package starts a server on port 80 it does not
+# need: `systemctl disable --now haproxy`); prometheus is the only
 # package with promtool, which checks /stats/prometheus (where systemd runs, the package also
 # starts a Prometheus server: `systemctl disable --now prometheus`).
 test_pkgs=(
@@ -35,7 +37,7 @@ test_pkgs=(
   python3-prometheus-client prometheus python3-h2 python3-websocket python3-socks python3-python-socks
   nghttp2-client chromium
   libnss3-tools
-  squid dante-server
+  squid dante-server haproxy
   calamaris
 )
 

@@ -9,6 +9,7 @@
 #   socks5_fuzz       SOCKS5 greeting, auth, request, UDP header   corpus/socks5
 #   h2_frames_fuzz    HTTP/2 frames into the sluice.http2 filter   corpus/h2_frames
 #   client_hello_fuzz TLS ClientHello parser, protocol sniffer     corpus/client_hello
+#   proxy_protocol_fuzz PROXY protocol header, v1 and v2           corpus/proxy_protocol
 #
 # New inputs go to scratch directories, not the checked-in corpus. A crash, a leak, a sanitizer
 # report or an input that runs longer than 10 s stops that target; its input is written to
@@ -25,7 +26,7 @@ OUTPUT_BASE="${SLUICE_FUZZ_OUTPUT_BASE:-/tmp/sluice-fuzz-base}"
 ARTIFACTS="${SLUICE_FUZZ_ARTIFACTS:-/tmp/sluice-fuzz-artifacts}"
 SANITIZERS="fuzzer,address,undefined"
 ALL_TARGETS=(h1_parser_fuzz h1_response_fuzz config_fuzz socks5_fuzz h2_frames_fuzz
-  client_hello_fuzz)
+  client_hello_fuzz proxy_protocol_fuzz)
 TARGETS=("$@")
 ((${#TARGETS[@]})) || TARGETS=("${ALL_TARGETS[@]}")
 
@@ -84,6 +85,10 @@ for t in "${TARGETS[@]}"; do
     socks5_fuzz)
       seeds=("$ROOT/test/fuzz/corpus/socks5")
       flags=(-max_len=1024)
+      ;;
+    proxy_protocol_fuzz)
+      seeds=("$ROOT/test/fuzz/corpus/proxy_protocol")
+      flags=(-max_len=1100)
       ;;
     config_fuzz)
       # The shipped configs are seeds too; copied so libFuzzer never writes next to them.

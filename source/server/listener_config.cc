@@ -130,6 +130,17 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(
     auto cb = resolved->factory->createFilterFactory(*resolved->config, context);
     if (!cb.ok()) return cb.status();
     config->listener_filters.push_back(std::move(*cb));
+    if (context.sets_client_address) {
+      // Every other filter, and the limits, must see the client it names.
+      if (i != 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: %s names the client for the filters after it: it must be the first listener "
+            "filter",
+            context.path, proto.listener_filters(i).name()));
+      }
+      config->client_address_from_filters = true;
+      context.sets_client_address = false;
+    }
   }
   if (proto.filter_chains_size() == 0) {
     return absl::InvalidArgumentError(absl::StrFormat("%s.filter_chains: empty", path));

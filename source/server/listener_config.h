@@ -47,6 +47,9 @@ struct ListenerConfig {
   network::Address address;
   uint32_t backlog = 1024;
   std::vector<network::ListenerFilterFactoryCb> listener_filters;
+  // The first listener filter names the client (sluice.proxy_protocol): connections count
+  // against the per-client limit once the listener filters are done, under that client.
+  bool client_address_from_filters = false;
   std::chrono::milliseconds listener_filters_timeout{10000};
   std::vector<FilterChainConfig> chains;
   ListenerStats stats;

@@ -45,6 +45,7 @@ class ListenerFilterChain : public network::ListenerFilterCallbacks,
   // network::ListenerFilterCallbacks
   int fd() const override { return fd_; }
   const network::Address& peer() const override { return peer_; }
+  void setPeer(const network::Address& client) override { peer_ = client; }
   network::SocketFacts& facts() override { return facts_; }
   event::Dispatcher& dispatcher() override { return dispatcher_; }
   void continueFilterChain(bool success) override;

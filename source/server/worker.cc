@@ -258,8 +258,14 @@ void ActiveListener::onAcceptReady() {
 void ActiveListener::onSocketDone(AcceptedSocket& socket, bool success) {
   std::unique_ptr<AcceptedSocket> owned = std::move(*socket.position);
   pending_.erase(socket.position);
-  if (success) {
-    ActiveConnection* conn = newConnection(socket.releaseFd(), socket.peer(),
+  if (success && config_->client_address_from_filters &&
+      !socket.slot().attachClient(network::ClientKey::of(socket.chain().peer()))) {
+    // Only now is the client known (a PROXY header): its own limit applies from here.
+    config_->stats.downstream_cx_per_client_overflow.inc();
+    refuse(socket.fd());
+  } else if (success) {
+    // The client's address as the listener filters left it (a PROXY header may have named it).
+    ActiveConnection* conn = newConnection(socket.releaseFd(), socket.chain().peer(),
                                            socket.chain().facts(), socket.releaseSlot());
     // Peeked bytes are already waiting: no new readiness edge will announce them.
     if (conn != nullptr && socket.chain().peeked()) conn->connection().scheduleRead();
@@ -277,6 +283,17 @@ void ActiveListener::onSocketDone(AcceptedSocket& socket, bool success) {
 
 bool ActiveListener::admit(int fd, const network::Address& peer, network::ConnectionSlot& slot) {
   network::ConnectionLimiter& limiter = *config_->limiter;
+  if (config_->client_address_from_filters) {
+    // The socket's peer is a balancer: the client's count waits for its header.
+    if (limiter.tryAcquireGlobal() == network::ConnectionLimiter::Admission::Admitted) {
+      slot = network::ConnectionSlot(limiter);
+      return true;
+    }
+    config_->stats.downstream_cx_overflow.inc();
+    refuse(fd);
+    ::close(fd);
+    return false;
+  }
   const network::ClientKey client = network::ClientKey::of(peer);
   switch (limiter.tryAcquire(client)) {
     case network::ConnectionLimiter::Admission::Admitted:
@@ -289,16 +306,19 @@ bool ActiveListener::admit(int fd, const network::Address& peer, network::Connec
       config_->stats.downstream_cx_per_client_overflow.inc();
       break;
   }
-  if (!config_->overflow_reply.empty()) {
-    // Best effort, never blocking: read what the client already sent (closing with unread
-    // bytes would reset the connection and could destroy the reply), then answer.
-    char discard[4096];
-    (void)::recv(fd, discard, sizeof(discard), MSG_DONTWAIT);
-    (void)::send(fd, config_->overflow_reply.data(), config_->overflow_reply.size(),
-                 MSG_DONTWAIT | MSG_NOSIGNAL);
-  }
+  refuse(fd);
   ::close(fd);
   return false;
+}
+
+void ActiveListener::refuse(int fd) {
+  if (config_->overflow_reply.empty()) return;
+  // Best effort, never blocking: read what the client already sent (closing with unread bytes
+  // would reset the connection and could destroy the reply), then answer.
+  char discard[4096];
+  (void)::recv(fd, discard, sizeof(discard), MSG_DONTWAIT);
+  (void)::send(fd, config_->overflow_reply.data(), config_->overflow_reply.size(),
+               MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 ActiveConnection* ActiveListener::newConnection(int fd, const network::Address& peer,

@@ -101,6 +101,9 @@ class AcceptedSocket : public event::DeferredDeletable {
     return fd;
   }
   network::ConnectionSlot releaseSlot() { return std::move(slot_); }
+  network::ConnectionSlot& slot() { return slot_; }
+  int fd() const { return fd_; }
+  // The socket's own peer; chain().peer() is the client a listener filter may have named.
   const network::Address& peer() const { return peer_; }
   ListenerFilterChain& chain() { return chain_; }
   std::list<std::unique_ptr<AcceptedSocket>>::iterator position;
@@ -135,6 +138,8 @@ class ActiveListener {
   void onAcceptReady();
   // Takes a place in the connection limits for the socket, or refuses and closes it.
   bool admit(int fd, const network::Address& peer, network::ConnectionSlot& slot);
+  // Sends the overflow reply (if the listener has one) to a socket refused over a limit.
+  void refuse(int fd);
   // The new connection (null when no filter chain matched). Its initialize() already ran, so
   // it may have closed (a filter refused it): such a connection is deleted on the next turn.
   ActiveConnection* newConnection(int fd, const network::Address& peer,

@@ -15,6 +15,7 @@
 #include "api/sluice/filters/v1/http2.pb.h"
 #include "api/sluice/filters/v1/ip_allowlist.pb.h"
 #include "api/sluice/filters/v1/protocol_sniffer.pb.h"
+#include "api/sluice/filters/v1/proxy_protocol.pb.h"
 #include "api/sluice/filters/v1/router.pb.h"
 #include "api/sluice/filters/v1/socks5.pb.h"
 #include "api/sluice/filters/v1/tls.pb.h"
@@ -485,7 +486,22 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   connection_limits->set_max_connections_per_client(per_client);
   connection_limits->set_overflow_reply(v1::ConnectionLimits::HTTP_503);
   *bootstrap.mutable_bans() = bans;
-  // First: a banned client is closed before any other filter spends time on it.
+  // Before everything: the filters after it, and the limits, see the client it names.
+  if (config.proxy_protocol().trusted_cidrs_size() > 0) {
+    filters::v1::ProxyProtocolConfig proxy;
+    for (int i = 0; i < config.proxy_protocol().trusted_cidrs_size(); ++i) {
+      auto range = network::CidrRange::parse(config.proxy_protocol().trusted_cidrs(i));
+      if (!range.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("proxy_protocol.trusted_cidrs[%d]: %s", i, range.status().message()));
+      }
+      proxy.add_trusted_cidrs(config.proxy_protocol().trusted_cidrs(i));
+    }
+    v1::Filter* filter = listener->add_listener_filters();
+    filter->set_name("sluice.proxy_protocol");
+    filter->mutable_typed_config()->PackFrom(proxy);
+  }
+  // Then: a banned client is closed before any other filter spends time on it.
   if (!bans.disabled()) {
     v1::Filter* filter = listener->add_listener_filters();
     filter->set_name("sluice.ban");

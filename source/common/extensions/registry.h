@@ -44,6 +44,10 @@ struct FactoryContext {
   // (null otherwise): a key kept keeps its grant, and a revocation reaches every connection
   // that holds it, whichever config version it started with.
   const proxy::ListenerGrants* running_grants = nullptr;
+  // Set by a listener filter that replaces the socket's peer with the client it speaks for
+  // (sluice.proxy_protocol): the listener then counts connection limits per client only once
+  // its listener filters are done.
+  bool sets_client_address = false;
 };
 
 // Common to every extension: a unique name and the config message it accepts.

@@ -62,27 +62,37 @@ const ConnectionLimiter::Shard& ConnectionLimiter::shardOf(const ClientKey& clie
 
 ConnectionLimiter::Admission ConnectionLimiter::tryAcquire(const ClientKey& client) {
   // Take a global place first (lock-free); give it back if the client is over its own limit.
+  if (tryAcquireGlobal() != Admission::Admitted) return Admission::ListenerFull;
+  if (tryAcquireClient(client) == Admission::Admitted) return Admission::Admitted;
+  releaseGlobal();
+  return Admission::ClientFull;
+}
+
+ConnectionLimiter::Admission ConnectionLimiter::tryAcquireGlobal() {
   if (active_.fetch_add(1, std::memory_order_relaxed) >=
       max_connections_.load(std::memory_order_relaxed)) {
     active_.fetch_sub(1, std::memory_order_relaxed);
     return Admission::ListenerFull;
   }
+  return Admission::Admitted;
+}
+
+ConnectionLimiter::Admission ConnectionLimiter::tryAcquireClient(const ClientKey& client) {
   Shard& shard = shardOf(client);
-  {
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    auto it = shard.counts.find(client);
-    if (it == shard.counts.end()) {
-      shard.counts.emplace(client, 1);
-      return Admission::Admitted;
-    }
-    if (it->second < max_per_client_.load(std::memory_order_relaxed)) {
-      ++it->second;
-      return Admission::Admitted;
-    }
+  std::lock_guard<std::mutex> lock(shard.mutex);
+  auto it = shard.counts.find(client);
+  if (it == shard.counts.end()) {
+    shard.counts.emplace(client, 1);
+    return Admission::Admitted;
   }
-  active_.fetch_sub(1, std::memory_order_relaxed);
+  if (it->second < max_per_client_.load(std::memory_order_relaxed)) {
+    ++it->second;
+    return Admission::Admitted;
+  }
   return Admission::ClientFull;
 }
+
+void ConnectionLimiter::releaseGlobal() { active_.fetch_sub(1, std::memory_order_relaxed); }
 
 void ConnectionLimiter::release(const ClientKey& client) {
   Shard& shard = shardOf(client);
@@ -92,7 +102,7 @@ void ConnectionLimiter::release(const ClientKey& client) {
     SLUICE_ASSERT(it != shard.counts.end(), "release without a slot");
     if (--it->second == 0) shard.counts.erase(it);
   }
-  active_.fetch_sub(1, std::memory_order_relaxed);
+  releaseGlobal();
 }
 
 uint32_t ConnectionLimiter::activeFor(const ClientKey& client) const {

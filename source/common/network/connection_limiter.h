@@ -47,6 +47,12 @@ class ConnectionLimiter {
   Admission tryAcquire(const ClientKey& client);
   // Thread-safe.
   void release(const ClientKey& client);
+  // The two halves, for a listener that learns who the client is only after accept (a PROXY
+  // protocol header): a place in the listener's count at accept, then the client's once it is
+  // known. tryAcquireClient is only for a holder of a global place; ClientFull leaves it held.
+  Admission tryAcquireGlobal();
+  Admission tryAcquireClient(const ClientKey& client);
+  void releaseGlobal();
 
   // Thread-safe. New limits for the next admissions (a reload): connections already over a
   // lowered limit stay; no new one is admitted until the count is below it.
@@ -80,10 +86,13 @@ class ConnectionSlot {
  public:
   ConnectionSlot() = default;
   ConnectionSlot(ConnectionLimiter& limiter, const ClientKey& client)
-      : limiter_(&limiter), client_(client) {}
+      : limiter_(&limiter), client_(client), has_client_(true) {}
+  // A place in the listener's count only (tryAcquireGlobal succeeded); attachClient adds the
+  // client's.
+  explicit ConnectionSlot(ConnectionLimiter& limiter) : limiter_(&limiter) {}
   ~ConnectionSlot() { reset(); }
   ConnectionSlot(ConnectionSlot&& other) noexcept
-      : limiter_(other.limiter_), client_(other.client_) {
+      : limiter_(other.limiter_), client_(other.client_), has_client_(other.has_client_) {
     other.limiter_ = nullptr;
   }
   ConnectionSlot& operator=(ConnectionSlot&& other) noexcept {
@@ -91,22 +100,39 @@ class ConnectionSlot {
       reset();
       limiter_ = other.limiter_;
       client_ = other.client_;
+      has_client_ = other.has_client_;
       other.limiter_ = nullptr;
     }
     return *this;
+  }
+  // Counts the connection for `client` too. False (the slot unchanged) when the client is at
+  // its limit.
+  bool attachClient(const ClientKey& client) {
+    if (limiter_ == nullptr || has_client_) return has_client_;
+    if (limiter_->tryAcquireClient(client) != ConnectionLimiter::Admission::Admitted) return false;
+    client_ = client;
+    has_client_ = true;
+    return true;
   }
   ConnectionSlot(const ConnectionSlot&) = delete;
   ConnectionSlot& operator=(const ConnectionSlot&) = delete;
 
   bool held() const { return limiter_ != nullptr; }
   void reset() {
-    if (limiter_ != nullptr) limiter_->release(client_);
+    if (limiter_ != nullptr) {
+      if (has_client_) {
+        limiter_->release(client_);
+      } else {
+        limiter_->releaseGlobal();
+      }
+    }
     limiter_ = nullptr;
   }
 
  private:
   ConnectionLimiter* limiter_ = nullptr;
   ClientKey client_;
+  bool has_client_ = false;
 };
 
 }  // namespace network

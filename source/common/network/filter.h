@@ -96,6 +96,9 @@ class ListenerFilterCallbacks {
   virtual ~ListenerFilterCallbacks() = default;
   virtual int fd() const = 0;
   virtual const Address& peer() const = 0;
+  // The client is someone else than the socket's peer (a PROXY protocol header said so): the
+  // filters after this one, the limits and the connection see `client`.
+  virtual void setPeer(const Address& client) = 0;
   virtual SocketFacts& facts() = 0;
   virtual event::Dispatcher& dispatcher() = 0;
   // After StopIteration: resume with the next listener filter (true) or close the socket (false).

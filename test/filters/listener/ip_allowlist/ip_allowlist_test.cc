@@ -66,6 +66,7 @@ class FakeSocket : public network::ListenerFilterCallbacks {
   explicit FakeSocket(network::Address peer) : peer_(peer) {}
   int fd() const override { return -1; }
   const network::Address& peer() const override { return peer_; }
+  void setPeer(const network::Address& client) override { peer_ = client; }
   network::SocketFacts& facts() override { return facts_; }
   event::Dispatcher& dispatcher() override { return dispatcher_; }
   void continueFilterChain(bool success) override {
