@@ -330,9 +330,14 @@ class Dante(Peer):
     tuning = [
         "`socksmethod: username` (its only password method: the system's password database; "
         "the test user exists only in danted's own mount namespace), `clientmethod: none`.",
-        "Logging to a file, errors only (the default `log` setting); CONNECT and UDP ASSOCIATE "
-        "from loopback. Dante forks its request and I/O processes on demand; all are counted.",
-        "Its manual has no performance settings beyond the process model, left at defaults.",
+        "No per-session logging (no `log:` in its rules); CONNECT and UDP ASSOCIATE from "
+        "loopback. Dante forks its negotiate, request and I/O processes on demand: all are "
+        "counted.",
+        "The performance settings of its manual (danted.conf(5)) are the CPU mask and "
+        "scheduling of those processes (`cpu.mask`, `cpu.schedule`), which it says should in "
+        "most cases not be necessary: taskset pins them all to the proxy's core. "
+        "`udp.connectdst` stays at its default, yes, which the manual says improves UDP "
+        "performance.",
     ]
 
     def probe(self):

@@ -111,7 +111,8 @@ def to_markdown(doc):
     for b in doc.blocks:
         kind = b[0]
         if kind == "h":
-            out.append("#" * b[1] + " " + b[2])
+            anchor = f'<a id="{b[3]}"></a>\n\n' if b[3] else ""
+            out.append(anchor + "#" * b[1] + " " + b[2])
         elif kind == "p":
             out.append(b[1])
         elif kind == "ul":
@@ -223,8 +224,9 @@ def chart(path, bars, unit, better):
     ax.set_yticks(range(n))
     ax.set_yticklabels(labels)
     top = max(b[3] for b in bars) or 1
+    ends = [max(b[1], b[3]) for b in bars][::-1]
     for i, v in enumerate(values):
-        ax.text(v + top * 0.02, i, short(v), va="center", fontsize=9)
+        ax.text(ends[i] + top * 0.02, i, short(v), va="center", fontsize=9)
     ax.set_xlim(0, top * 1.18)
     ax.set_xlabel(f"{unit}, {better} is better (bar: median; line: min to max)")
     for side in ("top", "right"):
@@ -336,7 +338,7 @@ def build(d):
         by_reason = {}
         for k, why in p["missing"].items():
             by_reason.setdefault(why, []).append(dict(kinds)[k])
-        notes += [f"**{p['name']}**: {why} ({', '.join(ks)})" for why, ks in by_reason.items()]
+        notes += [f"**{p['name']}**, {', '.join(ks)}: {why}" for why, ks in by_reason.items()]
     unavailable = [f"**{p['name']}** did not run: {p['unavailable']}" for p in peers
                    if p["unavailable"]]
     doc.ul(unavailable + notes)
@@ -467,7 +469,7 @@ def build(d):
         f"largest level is {c['memory_levels'][-1]:,}, set by {c['memory_limit']}.",
         f"Commit {c['sluice_commit']}; took {c['took_s'] / 60:.1f} min (estimated "
         f"{c['estimated_s'] / 60:.1f}).",
-    ])
+    ] + [f"On the way: {e}" for e in c.get("events", [])])
     doc.h(2, "What the numbers do not show", "limits")
     doc.ul([
         "One machine, one kind of traffic, loopback only: no network latency, no packet loss, no "
