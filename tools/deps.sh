@@ -6,7 +6,8 @@ set -euo pipefail
 usage() {
   echo "usage: tools/deps.sh [--test] [--bench]" >&2
   echo "  --test   also install what tools/test.sh needs (curl, nginx, wrk, pytest, clang, ...)" >&2
-  echo "  --bench  also install the peers tools/bench/compare.sh measures (nginx, Squid, wrk)" >&2
+  echo "  --bench  also install the peers the benchmarks and tools/campaign/run measure" >&2
+  echo "           (nginx, Squid, Tinyproxy, Dante, microsocks, wrk, matplotlib for the report)" >&2
 }
 
 want_test=0
@@ -31,7 +32,10 @@ build_pkgs=(
 # the PROXY protocol (where systemd runs, its package starts a server on port 80 it does not
 # need: `systemctl disable --now haproxy`); prometheus is the only
 # package with promtool, which checks /stats/prometheus (where systemd runs, the package also
-# starts a Prometheus server: `systemctl disable --now prometheus`).
+# starts a Prometheus server: `systemctl disable --now prometheus`). tinyproxy, microsocks and
+# python3-matplotlib are for the campaign's smoke test (tools/campaign/run --quick: two more peers
+# and the report's charts; where systemd runs, tinyproxy's package starts one on port 8888:
+# `systemctl disable --now tinyproxy`).
 test_pkgs=(
   curl nginx-light wrk python3-pytest python3-requests python3-yaml openssl clang libclang-rt-14-dev
   python3-prometheus-client prometheus python3-h2 python3-websocket python3-socks python3-python-socks
@@ -39,9 +43,10 @@ test_pkgs=(
   libnss3-tools
   squid dante-server haproxy
   calamaris
+  tinyproxy microsocks python3-matplotlib
 )
 
-bench_pkgs=(curl nginx-light squid wrk openssl)
+bench_pkgs=(curl nginx-light squid wrk openssl dante-server tinyproxy microsocks python3-matplotlib)
 
 pkgs=("${build_pkgs[@]}")
 if [[ $want_test == 1 ]]; then

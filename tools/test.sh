@@ -2,7 +2,9 @@
 # Runs every test: installs what the tests need, runs the unit tests (bazel test //...), builds
 # sluice, sluice-load and sluice-origin, runs the integration tests against the real binary with
 # real clients and peers (curl, nginx, wrk, Squid, Dante, headless Chromium, python3-h2, nghttp,
-# websocket-client, PySocks), and a short fuzz smoke (tools/fuzz.sh). Ends with one summary line; exits non-zero on any failure.
+# websocket-client, PySocks), the benchmark campaign's smoke test (tools/campaign/run --quick, about
+# two minutes: the machinery and its report, no performance number checked), and a short fuzz
+# smoke (tools/fuzz.sh). Ends with one summary line; exits non-zero on any failure.
 # The ASan/UBSan run is separate (a second full build): tools/sanitize.sh.
 #
 #   tools/test.sh            (works from any directory; as root on a fresh Debian 12 machine)
@@ -98,11 +100,12 @@ fi
 
 # -- integration tests -------------------------------------------------------------------------
 # Debian's python3 on purpose: it has python3-pytest and friends; a pyenv python3 would not.
-# test_load.py drives sluice-load through Squid, Dante, nginx and sluice itself.
-step "integration tests (pytest test/integration test/tools/load/test_load.py)"
+# test_load.py drives sluice-load through Squid, Dante, nginx and sluice itself; test_campaign.py
+# runs tools/campaign/run --quick and renders its report in headless Chromium.
+step "integration tests (pytest test/integration test/tools/load/test_load.py test/tools/campaign)"
 SLUICE_BIN=$sluice_bin PYTHONDONTWRITEBYTECODE=1 \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider -rfE test/integration \
-  test/tools/load/test_load.py 2>&1 |
+  test/tools/load/test_load.py test/tools/campaign/test_campaign.py 2>&1 |
   tee "$logs/integration.log"
 rc=${PIPESTATUS[0]}
 last=$(grep -E '(passed|failed|error|no tests ran)' "$logs/integration.log" | tail -1)

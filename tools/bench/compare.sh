@@ -13,7 +13,7 @@
 # (bazel build //:sluice). Prints a markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-. tools/bench/lib.sh  # cpu_ticks
+. tools/bench/lib.sh  # cpu_ticks, the peers' configurations
 
 SIZE=1k
 DURATION=10
@@ -67,20 +67,7 @@ esac
 chmod 644 "$WORK/www/obj"
 
 nginx_conf() {  # dir cpu body
-  cat > "$1/nginx.conf" <<CONF
-worker_processes 1;
-worker_cpu_affinity $2;
-pid $1/nginx.pid;
-error_log $1/error.log;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  client_body_temp_path $1/body; proxy_temp_path $1/proxy; fastcgi_temp_path $1/fcgi;
-  uwsgi_temp_path $1/uwsgi; scgi_temp_path $1/scgi;
-  keepalive_requests 100000000;
-  $3
-}
-CONF
+  bench_nginx_config "$1" "$2" "$3"
   nginx -c "$1/nginx.conf" -p "$1"
 }
 
@@ -146,9 +133,7 @@ YAML
 fi
 
 if [ -z "$ONLY" ] || [ "$ONLY" = nginx ]; then
-  nginx_conf "$WORK/rp" 01 "upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 256; }
-  server { listen 127.0.0.1:$RP_PORT;
-    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
+  nginx_conf "$WORK/rp" 01 "$(bench_nginx_reverse_proxy "$ORIGIN_PORT" "$RP_PORT")"
   sleep 0.3
   RP_PIDS=$(pgrep -P "$(cat "$WORK/rp/nginx.pid")" | tr '\n' ' ')
   measure "nginx 1.22 reverse proxy (no auth)" "http://127.0.0.1:$RP_PORT/obj" "$WORK/direct.lua" $RP_PIDS

@@ -54,35 +54,12 @@ taskset -c 0 "$SLUICE" run -c "$WORK/sluice.yaml" >"$WORK/sluice.log" 2>&1 &
 SLUICE_PID=$!
 PIDS+=($SLUICE_PID)
 
-# Dante checks usernames against the system's password database: a test user is added to
-# copies of /etc/passwd and /etc/shadow bind-mounted in danted's own mount namespace only.
+# Dante (its configuration and the test user: bench_dante_config, bench_dante_exec in lib.sh).
 start_dante() {  # method port
   local method=$1 port=$2 dir="$WORK/dante-$1"
-  mkdir -p "$dir"
-  cat >"$dir/danted.conf" <<CONF
-logoutput: $dir/danted.log
-internal: 127.0.0.1 port = $port
-external: 127.0.0.1
-socksmethod: $method
-clientmethod: none
-user.privileged: root
-user.unprivileged: nobody
-client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 }
-socks pass { from: 127.0.0.0/8 to: 0.0.0.0/0 command: connect }
-CONF
-  local cmd=(/usr/sbin/danted -f "$dir/danted.conf" -p "$dir/danted.pid")
-  if [ "$method" = username ]; then
-    cp /etc/passwd "$dir/passwd"
-    cp /etc/shadow "$dir/shadow"
-    echo "sluicebench:x:64998:64998::/nonexistent:/usr/sbin/nologin" >>"$dir/passwd"
-    echo "sluicebench:$(openssl passwd -6 "$KEY"):19000:0:99999:7:::" >>"$dir/shadow"
-    chmod 600 "$dir/shadow"
-    taskset -c 0 unshare -m --propagation private sh -c \
-      "mount --bind $dir/passwd /etc/passwd && mount --bind $dir/shadow /etc/shadow && exec \"\$@\"" \
-      sh "${cmd[@]}" >/dev/null 2>&1 &
-  else
-    taskset -c 0 "${cmd[@]}" >/dev/null 2>&1 &
-  fi
+  bench_dante_config "$dir" "$method" "$port"
+  taskset -c 0 bash -c '. tools/bench/lib.sh; bench_dante_exec "$@"' sh "$dir" "$method" "$KEY" \
+    >/dev/null 2>&1 &
   PIDS+=($!)
 }
 HAVE_DANTE=0
