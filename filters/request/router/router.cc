@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <netinet/in.h>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
@@ -61,7 +63,36 @@ void RouterFilter::onResolved(const absl::Status& status,
   route();
 }
 
+uint32_t orderAddresses(network::Address* addresses, uint32_t count, FamilyPreference prefer,
+                        int only_family) {
+  const int first = prefer == FamilyPreference::Ipv6 ? AF_INET6 : AF_INET;
+  network::Address preferred[proxy::ProxyRequest::kMaxPinned];
+  network::Address other[proxy::ProxyRequest::kMaxPinned];
+  uint32_t np = 0, no = 0;
+  for (uint32_t i = 0; i < count && i < proxy::ProxyRequest::kMaxPinned; ++i) {
+    const int family = addresses[i].family();
+    if (only_family != 0 && family != only_family) continue;
+    (family == first ? preferred[np++] : other[no++]) = addresses[i];
+  }
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < np || i < no; ++i) {
+    if (i < np) addresses[n++] = preferred[i];
+    if (i < no) addresses[n++] = other[i];
+  }
+  return n;
+}
+
 void RouterFilter::route() {
+  const uint32_t before = request_->pinned_count;
+  request_->pinned_count = orderAddresses(request_->pinned, request_->pinned_count, config_->prefer,
+                                          config_->only_family);
+  if (request_->pinned_count == 0) {
+    request_->failure = upstream::dnsFailure(false);
+    error_ = absl::StrFormat("%s: no IPv%d address (of %d)", request_->host,
+                             config_->only_family == AF_INET6 ? 6 : 4, before);
+    callbacks_->deny(proxy::Denial::BadGateway, error_);
+    return;
+  }
   // Every upstream socket a client holds counts, pooled or new, across all its connections and
   // streams.
   if (!slot_.held() && !config_->budget->admit(request_->client, slot_)) {
@@ -91,40 +122,80 @@ void RouterFilter::route() {
   }
   timer_->enable(config_->connect_timeout);
   started_ = callbacks_->worker().dispatcher().now();
+  attempts_[0].slot = std::move(slot_);
   connectNext();
 }
 
-void RouterFilter::connectNext() {
+bool RouterFilter::startAttempt(Attempt& attempt) {
   while (next_address_ < request_->pinned_count) {
     const network::Address& to = request_->pinned[next_address_++];
     config_->stats.cx_connect_total.inc();
-    connecting_ = network::Connection::connectTo(callbacks_->worker().dispatcher(), to,
-                                                 config_->budget->descriptorCeiling());
-    if (connecting_) {
-      connecting_->setCallbacks(this);
-      return;
+    attempt.connection = network::Connection::connectTo(callbacks_->worker().dispatcher(), to,
+                                                        config_->budget->descriptorCeiling());
+    if (attempt.connection) {
+      attempt.connection->setCallbacks(&attempt);
+      return true;
     }
     if (errno == EMFILE || errno == ENFILE) {
       // Out of descriptors (or into the reserve kept for accepts and the admin endpoint): no
       // other address would fare better.
       config_->budget->countReserveRefusal();
-      timer_->disable();
-      request_->denial_cause = proxy::DenialCause::ConnectionLimit;
-      callbacks_->deny(proxy::Denial::ServiceUnavailable, kDescriptorsLow);
-      return;
+      descriptors_low_ = true;
+      return false;
     }
     config_->stats.cx_connect_fail.inc();
     request_->failure = {upstream::kindForConnectError(errno), errno};
     error_ = absl::StrFormat("cannot open a socket to %s: %s", to.asString(), strerror(errno));
   }
+  return false;
+}
+
+void RouterFilter::connectNext() {
+  // The attempt that failed (or the first) dials the next address at once.
+  for (Attempt& attempt : attempts_) {
+    if (attempt.connection || !attempt.slot.held()) continue;
+    if (startAttempt(attempt)) break;
+  }
+  if (connecting()) {
+    // Another address is left: it races this one if this one is slow.
+    if (next_address_ < request_->pinned_count && config_->happy_eyeballs_delay.count() > 0 &&
+        !(attempts_[0].connection && attempts_[1].connection)) {
+      if (!race_timer_) {
+        race_timer_ = std::make_unique<event::Timer>(callbacks_->worker().dispatcher(),
+                                                     [this] { onRaceTimer(); });
+      }
+      race_timer_->enable(config_->happy_eyeballs_delay);
+    }
+    return;
+  }
   timer_->disable();
+  if (race_timer_) race_timer_->disable();
+  if (descriptors_low_) {
+    request_->denial_cause = proxy::DenialCause::ConnectionLimit;
+    callbacks_->deny(proxy::Denial::ServiceUnavailable, kDescriptorsLow);
+    return;
+  }
   callbacks_->deny(proxy::Denial::BadGateway, error_);
 }
 
-void RouterFilter::onEvent(network::ConnectionEvent event) {
+void RouterFilter::onRaceTimer() {
+  if (next_address_ >= request_->pinned_count) return;
+  Attempt& idle = attempts_[0].connection ? attempts_[1] : attempts_[0];
+  if (idle.connection) return;
+  // A second socket is a second place in the client's budget: without one, no race.
+  if (!idle.slot.held() && !config_->budget->admit(request_->client, idle.slot)) return;
+  config_->stats.cx_connect_raced.inc();
+  startAttempt(idle);
+}
+
+void RouterFilter::onAttemptEvent(Attempt& attempt, network::ConnectionEvent event) {
   if (event == network::ConnectionEvent::Connected) {
     timer_.reset();
-    network::ConnectionPtr conn = std::move(connecting_);
+    race_timer_.reset();
+    Attempt& other = &attempt == &attempts_[0] ? attempts_[1] : attempts_[0];
+    drop(other);
+    other.slot.reset();
+    network::ConnectionPtr conn = std::move(attempt.connection);
     conn->setCallbacks(nullptr);
     request_->connect_time = since(started_, callbacks_->worker().dispatcher().now());
     config_->stats.cx_connect_duration.record(request_->connect_time);
@@ -132,35 +203,36 @@ void RouterFilter::onEvent(network::ConnectionEvent event) {
     proxy::UpstreamInfo info = config_->upstream;
     info.reused = false;
     callbacks_->upstreamReady(upstream::UpstreamHandle(
-        std::move(conn), &callbacks_->worker().pool(), info, std::move(slot_)));
+        std::move(conn), &callbacks_->worker().pool(), info, std::move(attempt.slot)));
     return;
   }
-  if (event == network::ConnectionEvent::RemoteClose && connecting_) {
+  if (event == network::ConnectionEvent::RemoteClose && attempt.connection) {
     config_->stats.cx_connect_fail.inc();
-    int err = connecting_->connectError();
+    int err = attempt.connection->connectError();
     request_->failure = {
         err != 0 ? upstream::kindForConnectError(err) : upstream::FailureKind::Reset, err};
-    error_ = absl::StrFormat("cannot connect to %s: %s", connecting_->peer().asString(),
+    error_ = absl::StrFormat("cannot connect to %s: %s", attempt.connection->peer().asString(),
                              err != 0 ? strerror(err) : "connection closed");
-    dropConnecting();
+    drop(attempt);
     connectNext();
   }
 }
 
 void RouterFilter::onConnectTimeout() {
-  if (!connecting_) return;
+  if (!connecting()) return;
   config_->stats.cx_connect_timeout.inc();
   request_->failure = {upstream::FailureKind::Timeout, 0};
-  dropConnecting();
+  for (Attempt& attempt : attempts_) drop(attempt);
+  if (race_timer_) race_timer_->disable();
   error_ = absl::StrFormat("connect to %s:%d timed out", request_->host, request_->port);
   callbacks_->deny(proxy::Denial::GatewayTimeout, error_);
 }
 
-void RouterFilter::dropConnecting() {
-  if (!connecting_) return;
-  connecting_->setCallbacks(nullptr);
-  connecting_->close(network::CloseType::NoFlush);
-  callbacks_->worker().dispatcher().deferredDelete(std::move(connecting_));
+void RouterFilter::drop(Attempt& attempt) {
+  if (!attempt.connection) return;
+  attempt.connection->setCallbacks(nullptr);
+  attempt.connection->close(network::CloseType::NoFlush);
+  callbacks_->worker().dispatcher().deferredDelete(std::move(attempt.connection));
 }
 
 void RouterFilter::onRequestEnd() {
@@ -169,8 +241,13 @@ void RouterFilter::onRequestEnd() {
     query_ = nullptr;
   }
   if (timer_) timer_->disable();
-  if (connecting_) dropConnecting();
+  if (race_timer_) race_timer_->disable();
+  for (Attempt& attempt : attempts_) {
+    drop(attempt);
+    attempt.slot.reset();
+  }
   slot_.reset();
+  descriptors_low_ = false;
   request_ = nullptr;
 }
 

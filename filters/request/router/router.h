@@ -26,14 +26,24 @@ struct RouterStats {
   stats::Counter cx_connect_total;  // outbound connects attempted
   stats::Counter cx_connect_fail;   // refused, unreachable, reset during connect
   stats::Counter cx_connect_timeout;
-  stats::Counter pool_reuse;  // requests served on a pooled connection
-  stats::Counter dns_fail;    // names that did not resolve
+  stats::Counter pool_reuse;        // requests served on a pooled connection
+  stats::Counter dns_fail;          // names that did not resolve
+  stats::Counter cx_connect_raced;  // second attempts the Happy Eyeballs delay started
   // Connects that succeeded, from the first attempt to established (the record's connect time).
   stats::Histogram cx_connect_duration;
 };
 
+// Which address families the router dials first (RFC 8305) or only.
+enum class FamilyPreference : uint8_t { Ipv6, Ipv4 };
+
 struct RouterConfig {
   std::chrono::milliseconds connect_timeout{10000};
+  // Happy Eyeballs: a second connect attempt starts this long after the first if that one has
+  // neither connected nor failed yet; the first to connect wins. 0: one attempt at a time.
+  std::chrono::milliseconds happy_eyeballs_delay{250};
+  FamilyPreference prefer = FamilyPreference::Ipv6;
+  // Dial only this family (AF_INET or AF_INET6; 0: both).
+  int only_family = 0;
   proxy::UpstreamInfo upstream;  // response and tunnel timeouts the codec applies
   RouterStats stats;
   // Upstream sockets per client, and the descriptors kept back (the process's; a test's own).
@@ -41,11 +51,20 @@ struct RouterConfig {
 };
 using RouterConfigSharedPtr = std::shared_ptr<const RouterConfig>;
 
+// Puts the addresses in the order Happy Eyeballs dials them (RFC 8305 section 4): the preferred
+// family first, then alternating, each family in the resolver's order; with `only_family`,
+// drops the other family. Returns the count kept.
+uint32_t orderAddresses(network::Address* addresses, uint32_t count, FamilyPreference prefer,
+                        int only_family);
+
 // The terminal request filter: finds the destination's addresses (those pinned by an earlier
 // filter, or resolved here), takes a pooled connection for relayed requests when one is idle,
-// otherwise connects (trying each address in turn within the connect timeout), and hands the
-// connection to the codec.
-class RouterFilter : public proxy::RequestFilter, public network::ConnectionCallbacks {
+// otherwise connects, and hands the connection to the codec. Connecting races (Happy Eyeballs,
+// RFC 8305): addresses go in family-interleaved order, a failed attempt starts the next at
+// once, and one still pending after happy_eyeballs_delay gets a second attempt beside it; the
+// first to connect wins, within the connect timeout. At most two attempts at a time, each with
+// its own place in the client's upstream budget.
+class RouterFilter : public proxy::RequestFilter {
  public:
   explicit RouterFilter(RouterConfigSharedPtr config);
   ~RouterFilter() override;
@@ -54,27 +73,41 @@ class RouterFilter : public proxy::RequestFilter, public network::ConnectionCall
   proxy::RequestFilterStatus onRequest(proxy::ProxyRequest& request) override;
   void onRequestEnd() override;
 
-  // network::ConnectionCallbacks (of the connection being set up)
-  void onData(buffer::Buffer& data, bool end_stream) override {}
-  void onEvent(network::ConnectionEvent event) override;
-
  private:
+  // One connect attempt: the connection being set up and its place in the budget.
+  struct Attempt : network::ConnectionCallbacks {
+    explicit Attempt(RouterFilter& router) : router(router) {}
+    void onData(buffer::Buffer&, bool) override {}
+    void onEvent(network::ConnectionEvent event) override { router.onAttemptEvent(*this, event); }
+    RouterFilter& router;
+    network::ConnectionPtr connection;
+    network::ConnectionSlot slot;
+  };
+
   void onResolved(const absl::Status& status, const std::vector<network::Address>& addresses);
   void route();
+  // Starts the next address in `attempt` (its slot held). False when none could start.
+  bool startAttempt(Attempt& attempt);
+  // After a failure, or at the start: keeps an attempt going, or refuses the request.
   void connectNext();
-  void dropConnecting();
+  void onRaceTimer();
+  void onAttemptEvent(Attempt& attempt, network::ConnectionEvent event);
+  void drop(Attempt& attempt);
+  bool connecting() const { return attempts_[0].connection || attempts_[1].connection; }
   void onConnectTimeout();
 
   RouterConfigSharedPtr config_;
   proxy::ProxyRequest* request_ = nullptr;
   dns::Resolver::Query* query_ = nullptr;
   uint32_t next_address_ = 0;  // into request_->pinned
-  network::ConnectionPtr connecting_;
+  Attempt attempts_[2]{Attempt(*this), Attempt(*this)};
   // The client's place in the upstream budget for this request's connection; it goes with the
   // connection to the codec.
   network::ConnectionSlot slot_;
   std::unique_ptr<event::Timer> timer_;
-  std::string error_;  // detail of the last failure, for the refusal text
+  std::unique_ptr<event::Timer> race_timer_;
+  bool descriptors_low_ = false;  // an attempt found no descriptor: 503, not 502
+  std::string error_;             // detail of the last failure, for the refusal text
   // When the lookup or the connect began (the request's record takes their durations).
   event::MonotonicTime started_{};
 };

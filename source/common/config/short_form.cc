@@ -448,6 +448,11 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   setDuration(limits.has_tunnel_idle_timeout(), limits.tunnel_idle_timeout(), 300,
               *router.mutable_tunnel_idle_timeout());
   router.set_disable_splice(limits.disable_splice());
+  const v1::ShortConfig::Upstream& up = config.upstream();
+  if (up.has_happy_eyeballs_delay())
+    *router.mutable_happy_eyeballs_delay() = up.happy_eyeballs_delay();
+  router.set_prefer(up.prefer());
+  router.set_only(up.only());
 
   filters::v1::Http1ProxyConfig http1;
   http1.set_max_request_head_bytes(head_bytes);

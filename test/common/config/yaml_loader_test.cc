@@ -351,7 +351,8 @@ TEST(YamlLoaderTest, AnyNeedsAKnownType) {
           prefix + "              \"@type\": type.googleapis.com/sluice.filters.v1.RouterConfig\n"
                    "              realm: x\n"),
       HasSubstr("typed_config.realm: unknown field (known fields: @type, connect_timeout, "
-                "response_timeout, tunnel_idle_timeout, disable_splice, max_splice_pipes)"));
+                "response_timeout, tunnel_idle_timeout, disable_splice, max_splice_pipes, "
+                "happy_eyeballs_delay, prefer, only)"));
 }
 
 TEST(YamlLoaderTest, AnyOfExtensionConfig) {
