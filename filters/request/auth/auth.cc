@@ -2,6 +2,8 @@
 
 #include <openssl/crypto.h>
 
+#include "source/common/proxy/credential.h"
+
 #ifndef OPENSSL_IS_BORINGSSL
 #error "built against OpenSSL headers: depend on //third_party:boringssl"
 #endif
@@ -37,15 +39,15 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
     config_->open_relay.inc();
     return proxy::RequestFilterStatus::Continue;
   }
-  if (!request.has_credential) {
+  if (request.credential_form == proxy::CredentialForm::None) {
     config_->denied_missing.inc();
     callbacks_->deny(proxy::Denial::Unauthorized, "proxy credentials required");
     return proxy::RequestFilterStatus::StopIteration;
   }
-  // The codec normalized the credential to the key itself (empty when what the client sent
-  // holds none), whatever the protocol.
   int32_t index = -1;
-  if (!request.credential.empty()) index = matchKey(config_->keys, sha256(request.credential));
+  http::CredentialScratch scratch;  // the decoded key lives only until it is hashed
+  std::string_view key;
+  if (proxy::presentedKey(request, scratch, key)) index = matchKey(config_->keys, sha256(key));
   if (index < 0) {
     config_->denied_invalid.inc();
     // A missing credential is the first step of every 407 challenge; only a wrong one counts.

@@ -121,7 +121,7 @@ TEST_F(AuthFilterTest, NoKeysIsAnOpenRelay) {
   EXPECT_EQ("myrealm", request.auth_realm);
   EXPECT_TRUE(request.principal.empty());
   // Even a credential changes nothing.
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "whatever";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
   EXPECT_EQ(2u, counter("open_relay"));
@@ -142,14 +142,13 @@ TEST_F(AuthFilterTest, MissingCredentialIsDenied) {
 
 TEST_F(AuthFilterTest, WrongKeyIsDenied) {
   auto config = makeConfig({{"ci", "k1"}, {"ops", "k2"}});
-  // As the codecs hand them over: the key presented, or empty when what the client sent held
-  // none (an unknown scheme, bad base64).
+  // Keys as SOCKS5 hands them over (the password as it is), an empty one among them.
   const std::vector<std::string> credentials = {"k3", "", "K1", "k1 ", " k1", "k"};
   for (const std::string& cred : credentials) {
     SCOPED_TRACE(cred);
     callbacks_.denials.clear();
     proxy::ProxyRequest request;
-    request.has_credential = true;
+    request.credential_form = proxy::CredentialForm::Key;
     request.credential = cred;
     EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, request));
     ASSERT_EQ(1u, callbacks_.denials.size());
@@ -164,7 +163,7 @@ TEST_F(AuthFilterTest, WrongKeyIsDenied) {
 TEST_F(AuthFilterTest, RightKeyContinuesWithPrincipal) {
   auto config = makeConfig({{"ci", "k1"}, {"ops", "k2"}, {"dev", "k3"}});
   proxy::ProxyRequest request;
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "k2";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
   EXPECT_TRUE(callbacks_.denials.empty());
@@ -174,12 +173,35 @@ TEST_F(AuthFilterTest, RightKeyContinuesWithPrincipal) {
   EXPECT_EQ(0u, counter("key.ci.allowed"));
 
   proxy::ProxyRequest bearer;
-  bearer.has_credential = true;
-  bearer.credential = "k3";
+  bearer.credential_form = proxy::CredentialForm::ProxyAuthorization;
+  bearer.credential = "Bearer k3";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, bearer));
   EXPECT_EQ("dev", bearer.principal);
   EXPECT_EQ(2u, counter("allowed"));
   EXPECT_EQ(1u, counter("key.dev.allowed"));
+
+  proxy::ProxyRequest basic;
+  basic.credential_form = proxy::CredentialForm::ProxyAuthorization;
+  basic.credential = "Basic dTprMQ==";  // u:k1
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, basic));
+  EXPECT_EQ("ci", basic.principal);
+  EXPECT_EQ(1u, counter("key.ci.allowed"));
+}
+
+TEST_F(AuthFilterTest, AProxyAuthorizationValueWithoutAKeyIsDenied) {
+  auto config = makeConfig({{"ci", "k1"}});
+  // The key itself, an unknown scheme, bad base64, no colon, an empty password, nothing.
+  const std::vector<std::string> values = {
+      "k1", "Digest k1", "Basic dTprM", "Basic azE=", "Basic dTo=", "Bearer ", ""};
+  for (const std::string& value : values) {
+    SCOPED_TRACE(value);
+    proxy::ProxyRequest request;
+    request.credential_form = proxy::CredentialForm::ProxyAuthorization;
+    request.credential = value;
+    EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, request));
+  }
+  EXPECT_EQ(values.size(), counter("denied_invalid"));
+  EXPECT_EQ(0u, counter("denied_missing"));
 }
 
 std::shared_ptr<ban::BanTable> makeBans(uint32_t max_failures = 5) {
@@ -202,7 +224,7 @@ TEST_F(AuthFilterTest, WrongKeysBanTheClientAndThenEvenTheRightKeyIsRefused) {
   for (int i = 0; i < 5; ++i) {
     proxy::ProxyRequest request;
     request.client = client;
-    request.has_credential = true;
+    request.credential_form = proxy::CredentialForm::Key;
     request.credential = "wrong";
     EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, request));
   }
@@ -214,7 +236,7 @@ TEST_F(AuthFilterTest, WrongKeysBanTheClientAndThenEvenTheRightKeyIsRefused) {
 
   proxy::ProxyRequest right;
   right.client = client;
-  right.has_credential = true;
+  right.credential_form = proxy::CredentialForm::Key;
   right.credential = "k1";
   EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, right));
   ASSERT_EQ(6u, callbacks_.denials.size());
@@ -243,7 +265,7 @@ TEST_F(AuthFilterTest, MissingCredentialsAreNotFailures) {
   EXPECT_EQ(0u, config->bans->size());
   EXPECT_FALSE(config->bans->anyBanned());
   // Whereas with max_failures 1 a single wrong key bans.
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "nope";
   run(config, request);
   EXPECT_TRUE(config->bans->isBanned(request.client));
@@ -254,7 +276,7 @@ TEST_F(AuthFilterTest, RightKeysAreNotFailures) {
   config->bans = makeBans(1);
   proxy::ProxyRequest request;
   request.client = clientAddress("2001:db8::1");
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "k1";
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
@@ -266,7 +288,7 @@ TEST_F(AuthFilterTest, WithoutABanTableWrongKeysAreOnlyDenied) {
   auto config = makeConfig({{"ci", "k1"}});
   proxy::ProxyRequest request;
   request.client = clientAddress("192.0.2.30");
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "nope";
   for (int i = 0; i < 20; ++i) run(config, request);
   EXPECT_EQ(20u, counter("denied_invalid"));
@@ -281,12 +303,12 @@ TEST_F(AuthFilterTest, Sha256ConfiguredKeyMatchesTheClearKey) {
       "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   config->keys.push_back(k);
   proxy::ProxyRequest request;
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "abc";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
   EXPECT_EQ("hashed", request.principal);
   proxy::ProxyRequest digest;
-  digest.has_credential = true;
+  digest.credential_form = proxy::CredentialForm::Key;
   digest.credential = "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
   EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, digest));
 }
@@ -295,13 +317,13 @@ TEST_F(AuthFilterTest, ARevokedKeyIsRefusedAndTheGrantTravelsWithTheRequest) {
   auto config = makeConfig({{"ci", "k1"}, {"ops", "k2"}});
   for (ApiKey& k : config->keys) k.grant = std::make_shared<proxy::KeyGrant>(k.name, k.digest);
   proxy::ProxyRequest request;
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "k1";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
   EXPECT_EQ(config->keys[0].grant.get(), request.grant);
   config->keys[0].grant->revoke();
   proxy::ProxyRequest again;
-  again.has_credential = true;
+  again.credential_form = proxy::CredentialForm::Key;
   again.credential = "k1";
   EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, again));
   ASSERT_EQ(1u, callbacks_.denials.size());
@@ -311,7 +333,7 @@ TEST_F(AuthFilterTest, ARevokedKeyIsRefusedAndTheGrantTravelsWithTheRequest) {
   EXPECT_EQ(0u, counter("denied_invalid"));
   // The other key is untouched.
   proxy::ProxyRequest other;
-  other.has_credential = true;
+  other.credential_form = proxy::CredentialForm::Key;
   other.credential = "k2";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, other));
 }
