@@ -280,7 +280,8 @@ void Http1ProxyFilter::startRequest() {
   pending_->request.port = head.port;
   pending_->request.client = downstream().peer();
   if (head.proxy_authorization >= 0) {
-    // As sent: the request filters take the key out of it (proxy::presentedKey).
+    // As sent: sluice.auth decodes it only when it is not what this connection last
+    // authenticated with.
     pending_->request.credential_form = proxy::CredentialForm::ProxyAuthorization;
     pending_->request.credential = head.headers[head.proxy_authorization].value;
   }

@@ -124,8 +124,8 @@ void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
   request_.port = info_.port;
   request_.client = parent_.downstream().peer();
   if (info_.proxy_authorization >= 0) {
-    // As sent (the first field): the request filters take the key out of it
-    // (proxy::presentedKey).
+    // As sent (the first field): sluice.auth decodes it only when it is not what this stream
+    // object last authenticated with.
     request_.credential_form = proxy::CredentialForm::ProxyAuthorization;
     request_.credential = fields_[static_cast<size_t>(info_.proxy_authorization)].value;
   }

@@ -64,7 +64,9 @@ struct ProxyRequest {
   uint16_t port = 0;
   // The credential as the client presented it, byte for byte, and what wraps the key in it:
   // the Proxy-Authorization value (HTTP/1.1, HTTP/2), the RFC 1929 password (SOCKS5).
-  // proxy::presentedKey() takes the key out, whatever the form; codecs hand it over undecoded.
+  // proxy::presentedKey() takes the key out, whatever the form. Codecs hand it over undecoded
+  // so that sluice.auth can recognise a credential it already accepted on this connection
+  // without decoding it again.
   std::string_view credential;
   CredentialForm credential_form = CredentialForm::None;
   RequestHeaders* headers = nullptr;  // Forward requests only
