@@ -2,15 +2,18 @@
 # Counts the user-space instructions sluice spends per 1 KB keep-alive request, under callgrind
 # (valgrind), so two builds or two settings compare without the noise of a shared machine:
 #
-#   tools/bench/instructions.sh [off|json|squid] [requests]
+#   tools/bench/instructions.sh [off|json|squid] [requests] [sluice-load options...]
 #
-# off: no access log; json or squid: every request logged to a file in that format. It runs the
+# off: no access log; json or squid: every request logged to a file in that format. Options
+# after the count go to sluice-load (--new-conn: a new client connection per request). It runs the
 # load twice (requests/3 and requests) and prints (Ir(n) - Ir(n/3)) / (2n/3): startup and
 # shutdown cancel out. Needs valgrind and built sluice, sluice-origin and sluice-load.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 MODE=${1:-off}
 N=${2:-6000}
+shift $(($# < 2 ? $# : 2))
+LOAD_OPTS=("$@")
 SLUICE=${SLUICE_BIN:-bazel-bin/source/exe/sluice}
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-instructions.XXXXXX")
@@ -40,7 +43,8 @@ YAML
   local proxy=$!
   for _ in $(seq 100); do curl -sf http://127.0.0.1:18313/ready >/dev/null 2>&1 && break; sleep 0.2; done
   bazel-bin/tools/load/sluice-load --dst http://127.0.0.1:18311/bytes/1024 \
-    --proxy http://u:kkkkkkkkkkkkkkkk@127.0.0.1:18312 -c 4 -n "$n" >"$dir/load.out" 2>&1
+    --proxy http://u:kkkkkkkkkkkkkkkk@127.0.0.1:18312 -c 4 -n "$n" ${LOAD_OPTS[@]+"${LOAD_OPTS[@]}"} \
+    >"$dir/load.out" 2>&1
   kill -TERM "$proxy"; wait "$proxy" || true
   kill "$origin"; wait "$origin" 2>/dev/null || true
   awk '/^summary:/ {print $2}' "$dir/cg.out"
@@ -48,4 +52,5 @@ YAML
 
 small=$(count $((N / 3)))
 large=$(count "$N")
-echo "access log $MODE: $(( (large - small) / (N - N / 3) )) instructions per request (logs: $WORK)"
+echo "access log $MODE${LOAD_OPTS[*]+ ${LOAD_OPTS[*]}}: $(( (large - small) / (N - N / 3) ))" \
+  "instructions per request (logs: $WORK)"

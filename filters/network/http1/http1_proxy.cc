@@ -10,7 +10,6 @@
 #include "source/common/common/logger.h"
 #include "source/common/http/field_line.h"
 #include "source/common/http/head_scan.h"
-#include "source/common/http/proxy_credential.h"
 #include "source/common/http/status.h"
 #include "source/common/http/upgrade.h"
 #include "source/common/proxy/worker_context.h"
@@ -281,9 +280,10 @@ void Http1ProxyFilter::startRequest() {
   pending_->request.port = head.port;
   pending_->request.client = downstream().peer();
   if (head.proxy_authorization >= 0) {
-    pending_->request.has_credential = true;
-    http::proxyAuthorizationKey(head.headers[head.proxy_authorization].value,
-                                pending_->credential_scratch, pending_->request.credential);
+    // As sent: sluice.auth decodes it only when it is not what this connection last
+    // authenticated with.
+    pending_->request.credential_form = proxy::CredentialForm::ProxyAuthorization;
+    pending_->request.credential = head.headers[head.proxy_authorization].value;
   }
   setState(State::Filtering);
   downstream().readDisable(true);

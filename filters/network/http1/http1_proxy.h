@@ -8,7 +8,6 @@
 
 #include "source/common/event/dispatcher.h"
 #include "source/common/http/h1_parser.h"
-#include "source/common/http/proxy_credential.h"
 #include "source/common/http/proxy_stats.h"
 #include "source/common/http/proxy_status.h"
 #include "source/common/network/filter.h"
@@ -73,8 +72,7 @@ class Http1ProxyFilter : public network::ReadFilter,
     proxy::ProxyRequest request;
     upstream::AddedField added[kMaxAddedHeaders];
     uint32_t added_count = 0;
-    http::CredentialScratch credential_scratch;  // a decoded Basic credential
-    std::string host;                            // Host for an HTTP/1.0 request that has none
+    std::string host;  // Host for an HTTP/1.0 request that has none
   };
 
   explicit Http1ProxyFilter(Http1ConfigSharedPtr config);

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_format.h"
 
-#include "source/common/http/proxy_credential.h"
 #include "source/common/http/status.h"
 #include "source/common/proxy/worker_context.h"
 #include "source/common/upstream/pool.h"
@@ -22,8 +21,6 @@ using http2::ErrorCode;
 // Response heads are translated within one callback: scratch per worker, capacity kept.
 thread_local std::string t_names;
 thread_local std::vector<http2::ResponseHeader> t_headers;
-// A decoded Basic credential, until its key is copied into the stream's header storage.
-thread_local http::CredentialScratch t_credential_scratch;
 
 }  // namespace
 
@@ -96,7 +93,6 @@ void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
     localReply(431, http::ProxyError::HttpRequestError, header_error_);
     return;
   }
-  findCredential();
   fields_.resize(refs_.size());
   for (size_t i = 0; i < refs_.size(); ++i) {
     const char* base = storage_.data() + refs_[i].offset;
@@ -128,8 +124,10 @@ void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
   request_.port = info_.port;
   request_.client = parent_.downstream().peer();
   if (info_.proxy_authorization >= 0) {
-    request_.has_credential = true;
-    request_.credential = std::string_view(storage_.data() + credential_offset_, credential_len_);
+    // As sent (the first field): sluice.auth decodes it only when it is not what this stream
+    // object last authenticated with.
+    request_.credential_form = proxy::CredentialForm::ProxyAuthorization;
+    request_.credential = fields_[static_cast<size_t>(info_.proxy_authorization)].value;
   }
   if (info_.websocket) {
     request_.headers = this;
@@ -372,31 +370,6 @@ void Http2ProxyFilter::Stream::onTunnelEnd(upstream::TunnelEnd end) {
       config().stats.downstream_reset.inc();
       reset(ErrorCode::ConnectError);
       break;
-  }
-}
-
-void Http2ProxyFilter::Stream::findCredential() {
-  credential_offset_ = 0;
-  credential_len_ = 0;
-  for (const FieldRef& r : refs_) {
-    if (std::string_view(storage_.data() + r.offset, r.name_len) != "proxy-authorization") {
-      continue;
-    }
-    std::string_view key;
-    if (!http::proxyAuthorizationKey(
-            std::string_view(storage_.data() + r.offset + r.name_len, r.value_len),
-            t_credential_scratch, key)) {
-      return;
-    }
-    const char* base = storage_.data();
-    if (key.data() >= base && key.data() < base + storage_.size()) {
-      credential_offset_ = static_cast<uint32_t>(key.data() - base);
-    } else {
-      credential_offset_ = static_cast<uint32_t>(storage_.size());
-      storage_.append(key);
-    }
-    credential_len_ = static_cast<uint32_t>(key.size());
-    return;
   }
 }
 

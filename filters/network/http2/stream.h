@@ -112,10 +112,6 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   // The request filters of the config, added to this stream's chain.
   void buildChain();
 
-  // The API key in the first proxy-authorization field, kept in storage_ (a decoded Basic
-  // credential is appended; a Bearer token is already there). Runs before the field views are
-  // made, since appending may move storage_.
-  void findCredential();
   bool originBackedUp() const;
   // Stops (resumes) reading the origin or the tunnel's destination.
   void pauseOrigin(bool pause);
@@ -172,9 +168,6 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   proxy::ProxyRequest request_;
   upstream::AddedField added_[kMaxAddedHeaders];
   uint32_t added_count_ = 0;
-  // The key of the first proxy-authorization field, within storage_ (credential_len_ 0: none).
-  uint32_t credential_offset_ = 0;
-  uint32_t credential_len_ = 0;
 
   // http:// and RFC 8441 streams while the origin's part runs (from the worker's free list); it
   // holds the origin connection.

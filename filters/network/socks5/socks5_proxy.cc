@@ -600,7 +600,7 @@ bool Socks5Filter::processUserPass(buffer::Buffer& data) {
   // The password is the API key; any user name is accepted, as with HTTP Basic.
   memcpy(hs_->password, up.password.data(), up.password.size());
   hs_->request.credential = std::string_view(hs_->password, up.password.size());
-  hs_->request.has_credential = true;
+  hs_->request.credential_form = proxy::CredentialForm::Key;
   data.drain(up.size);
   authorize();
   return state_ == State::Request;

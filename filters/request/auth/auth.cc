@@ -1,6 +1,10 @@
 #include "filters/request/auth/auth.h"
 
+#include <cstring>
+
 #include <openssl/crypto.h>
+
+#include "source/common/proxy/credential.h"
 
 #ifndef OPENSSL_IS_BORINGSSL
 #error "built against OpenSSL headers: depend on //third_party:boringssl"
@@ -22,6 +26,25 @@ int32_t matchKey(const std::vector<ApiKey>& keys, const Digest& digest) {
   return found;
 }
 
+int32_t CredentialMemo::find(proxy::CredentialForm form, std::string_view presented) const {
+  if (length_ == 0 || form != form_ || presented.size() != length_) return -1;
+  // Constant time over the bytes: how long the comparison takes says nothing about how much of
+  // the remembered credential a guess got right.
+  return CRYPTO_memcmp(bytes_, presented.data(), length_) == 0 ? index_ : -1;
+}
+
+void CredentialMemo::remember(proxy::CredentialForm form, std::string_view presented,
+                              int32_t index) {
+  if (presented.empty() || presented.size() > kCapacity || index < 0) {
+    forget();
+    return;
+  }
+  memcpy(bytes_, presented.data(), presented.size());
+  length_ = static_cast<uint8_t>(presented.size());
+  form_ = form;
+  index_ = index;
+}
+
 proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   request.auth_realm = config_->realm;
   // One relaxed atomic load while nobody is banned. A keep-alive connection opened before its
@@ -37,15 +60,22 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
     config_->open_relay.inc();
     return proxy::RequestFilterStatus::Continue;
   }
-  if (!request.has_credential) {
+  if (request.credential_form == proxy::CredentialForm::None) {
     config_->denied_missing.inc();
     callbacks_->deny(proxy::Denial::Unauthorized, "proxy credentials required");
     return proxy::RequestFilterStatus::StopIteration;
   }
-  // The codec normalized the credential to the key itself (empty when what the client sent
-  // holds none), whatever the protocol.
-  int32_t index = -1;
-  if (!request.credential.empty()) index = matchKey(config_->keys, sha256(request.credential));
+  // The credential this connection last authenticated with, presented again: the same key,
+  // without decoding and hashing it again. Everything below still runs.
+  int32_t index = memo_.find(request.credential_form, request.credential);
+  const bool remembered = index >= 0;
+  if (remembered) {
+    config_->memo_hits.inc();
+  } else {
+    http::CredentialScratch scratch;  // the decoded key lives only until it is hashed
+    std::string_view key;
+    if (proxy::presentedKey(request, scratch, key)) index = matchKey(config_->keys, sha256(key));
+  }
   if (index < 0) {
     config_->denied_invalid.inc();
     // A missing credential is the first step of every 407 challenge; only a wrong one counts.
@@ -57,10 +87,12 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   // A key a reload removed, presented on a connection that began before the reload (new
   // connections run the new config, which does not know it).
   if (matched.grant != nullptr && matched.grant->revoked()) {
+    if (remembered) memo_.forget();
     config_->denied_revoked.inc();
     callbacks_->deny(proxy::Denial::Unauthorized, proxy::kRevokedReason);
     return proxy::RequestFilterStatus::StopIteration;
   }
+  if (!remembered) memo_.remember(request.credential_form, request.credential, index);
   request.principal = matched.name;
   request.grant = matched.grant.get();
   request.principal_tunnel_stats = &matched.tunnel_stats;

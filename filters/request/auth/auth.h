@@ -36,6 +36,7 @@ struct AuthConfig {
   stats::Counter open_relay;      // requests let through because no key is configured
   stats::Counter denied_banned;   // refused because the client's address is banned
   stats::Counter denied_revoked;  // a key a reload took away (407)
+  stats::Counter memo_hits;       // credentials recognised by the memo, not decoded or hashed
   // The process's ban table (null when bans are disabled): wrong keys are recorded in it, and
   // requests from a banned address are refused even with a right key.
   std::shared_ptr<ban::BanTable> bans;
@@ -46,14 +47,60 @@ using AuthConfigSharedPtr = std::shared_ptr<const AuthConfig>;
 // without an early exit, so the time taken says nothing about which key (or whether any) matched.
 int32_t matchKey(const std::vector<ApiKey>& keys, const Digest& digest);
 
-// The "sluice.auth" request filter.
+// The credential that last authenticated through one filter instance, so that a keep-alive
+// connection presenting it again skips the decoding and the SHA-256 of its key.
+//
+// Why a hit is as safe as the full path: it matches only the very bytes (and form) that were
+// accepted before, compared exactly and in constant time, never a hash of them, so no other
+// credential can ever hit, even with several users on one connection (a pooling proxy in
+// front). The index it gives is into the same filter config's keys, which a connection keeps
+// for its lifetime, and the caller still runs every per-request check on it (the ban, the key's
+// revoked flag, the counters). Only a credential that authenticated is remembered. A hit and a
+// miss take different times, but a hit only happens for the credential this connection already
+// used successfully; a guess that is not it always takes the full path.
+//
+// Inline and fixed-size (no allocation per connection): a longer credential is just not
+// remembered.
+class CredentialMemo {
+ public:
+  // Bytes of presented credential kept: "Basic " and the base64 of a 43-character key with a
+  // user name of up to 19 characters (sluice init's keys are 43 characters).
+  static constexpr size_t kCapacity = 90;
+
+  // The key index remembered for exactly these bytes in this form, or -1.
+  int32_t find(proxy::CredentialForm form, std::string_view presented) const;
+  // Remembers `presented` for key `index`, replacing what was there; a credential longer than
+  // kCapacity leaves the memo empty.
+  void remember(proxy::CredentialForm form, std::string_view presented, int32_t index);
+  void forget() {
+    length_ = 0;
+    index_ = -1;
+  }
+
+ private:
+  int32_t index_ = -1;
+  uint8_t length_ = 0;  // 0: nothing remembered (an empty credential never authenticates)
+  proxy::CredentialForm form_ = proxy::CredentialForm::None;
+  char bytes_[kCapacity];
+};
+static_assert(sizeof(CredentialMemo) <= 96, "the memo is per connection: keep it small");
+static_assert(CredentialMemo::kCapacity <= 255, "length_ is one byte");
+
+// The "sluice.auth" request filter. An instance serves one connection (one HTTP/2 stream
+// object, reused by the connection's later streams; one SOCKS5 handshake), so its memo holds
+// what that connection last authenticated with. HTTP/2 keeps a memo per stream object rather
+// than one per connection: one stream after another reuses the same object, concurrent streams
+// warm one each (several users multiplexed on one connection keep theirs), and no filter
+// instance shares state with another.
 class AuthFilter : public proxy::RequestFilter {
  public:
   explicit AuthFilter(AuthConfigSharedPtr config) : config_(std::move(config)) {}
   proxy::RequestFilterStatus onRequest(proxy::ProxyRequest& request) override;
+  const CredentialMemo& memo() const { return memo_; }  // for tests
 
  private:
   AuthConfigSharedPtr config_;
+  CredentialMemo memo_;
 };
 
 }  // namespace auth

@@ -141,6 +141,10 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
     config->denied_revoked = store.counter(
         "auth.denied_revoked",
         "Requests refused with a key a reload removed, on connections opened before it (407).");
+    config->memo_hits = store.counter(
+        "auth.memo_hits",
+        "Requests whose credential was the one their connection last authenticated with, "
+        "recognised without decoding or hashing it again (still checked for bans and revocation).");
     config->bans = context.bans;
     if (config->keys.empty()) {
       // Beyond loopback a keyless listener serves anyone who finds it: only when said in words.

@@ -22,6 +22,13 @@ enum class RequestKind : uint8_t {
   Datagram,  // UDP datagrams to host:port (a SOCKS5 UDP relay's destination): checked only
 };
 
+// What wraps the key in ProxyRequest::credential.
+enum class CredentialForm : uint8_t {
+  None,                // the client presented no credential
+  ProxyAuthorization,  // an HTTP Proxy-Authorization value: "Basic base64(user:key)", "Bearer key"
+  Key,                 // the key itself (SOCKS5's RFC 1929 password)
+};
+
 // Header access for Forward requests. Names compare case-insensitively.
 class RequestHeaders {
  public:
@@ -55,11 +62,13 @@ struct ProxyRequest {
   // The destination as the client named it: a host name or a literal IP, and a port.
   std::string_view host;
   uint16_t port = 0;
-  // The API key the client presented, normalized by the codec: the key of a Proxy-Authorization
-  // Basic or Bearer value (HTTP/1.1, HTTP/2), the RFC 1929 password (SOCKS5). has_credential
-  // without a key: the client sent something that holds none (an unknown scheme, bad base64).
+  // The credential as the client presented it, byte for byte, and what wraps the key in it:
+  // the Proxy-Authorization value (HTTP/1.1, HTTP/2), the RFC 1929 password (SOCKS5).
+  // proxy::presentedKey() takes the key out, whatever the form. Codecs hand it over undecoded
+  // so that sluice.auth can recognise a credential it already accepted on this connection
+  // without decoding it again.
   std::string_view credential;
-  bool has_credential = false;
+  CredentialForm credential_form = CredentialForm::None;
   RequestHeaders* headers = nullptr;  // Forward requests only
   network::Address client;
   // Set by the codec when it retries after a pooled connection failed: dial a new one.

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
 
 #include "source/common/stats/stats.h"
@@ -92,6 +93,7 @@ class AuthFilterTest : public testing::Test {
     config->denied_invalid = store.counter(p + "denied_invalid");
     config->open_relay = store.counter(p + "open_relay");
     config->denied_revoked = store.counter(p + "denied_revoked");
+    config->memo_hits = store.counter(p + "memo_hits");
     prefix_ = p;
     return config;
   }
@@ -121,7 +123,7 @@ TEST_F(AuthFilterTest, NoKeysIsAnOpenRelay) {
   EXPECT_EQ("myrealm", request.auth_realm);
   EXPECT_TRUE(request.principal.empty());
   // Even a credential changes nothing.
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "whatever";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
   EXPECT_EQ(2u, counter("open_relay"));
@@ -142,14 +144,13 @@ TEST_F(AuthFilterTest, MissingCredentialIsDenied) {
 
 TEST_F(AuthFilterTest, WrongKeyIsDenied) {
   auto config = makeConfig({{"ci", "k1"}, {"ops", "k2"}});
-  // As the codecs hand them over: the key presented, or empty when what the client sent held
-  // none (an unknown scheme, bad base64).
+  // Keys as SOCKS5 hands them over (the password as it is), an empty one among them.
   const std::vector<std::string> credentials = {"k3", "", "K1", "k1 ", " k1", "k"};
   for (const std::string& cred : credentials) {
     SCOPED_TRACE(cred);
     callbacks_.denials.clear();
     proxy::ProxyRequest request;
-    request.has_credential = true;
+    request.credential_form = proxy::CredentialForm::Key;
     request.credential = cred;
     EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, request));
     ASSERT_EQ(1u, callbacks_.denials.size());
@@ -164,7 +165,7 @@ TEST_F(AuthFilterTest, WrongKeyIsDenied) {
 TEST_F(AuthFilterTest, RightKeyContinuesWithPrincipal) {
   auto config = makeConfig({{"ci", "k1"}, {"ops", "k2"}, {"dev", "k3"}});
   proxy::ProxyRequest request;
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "k2";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
   EXPECT_TRUE(callbacks_.denials.empty());
@@ -174,12 +175,35 @@ TEST_F(AuthFilterTest, RightKeyContinuesWithPrincipal) {
   EXPECT_EQ(0u, counter("key.ci.allowed"));
 
   proxy::ProxyRequest bearer;
-  bearer.has_credential = true;
-  bearer.credential = "k3";
+  bearer.credential_form = proxy::CredentialForm::ProxyAuthorization;
+  bearer.credential = "Bearer k3";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, bearer));
   EXPECT_EQ("dev", bearer.principal);
   EXPECT_EQ(2u, counter("allowed"));
   EXPECT_EQ(1u, counter("key.dev.allowed"));
+
+  proxy::ProxyRequest basic;
+  basic.credential_form = proxy::CredentialForm::ProxyAuthorization;
+  basic.credential = "Basic dTprMQ==";  // u:k1
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, basic));
+  EXPECT_EQ("ci", basic.principal);
+  EXPECT_EQ(1u, counter("key.ci.allowed"));
+}
+
+TEST_F(AuthFilterTest, AProxyAuthorizationValueWithoutAKeyIsDenied) {
+  auto config = makeConfig({{"ci", "k1"}});
+  // The key itself, an unknown scheme, bad base64, no colon, an empty password, nothing.
+  const std::vector<std::string> values = {
+      "k1", "Digest k1", "Basic dTprM", "Basic azE=", "Basic dTo=", "Bearer ", ""};
+  for (const std::string& value : values) {
+    SCOPED_TRACE(value);
+    proxy::ProxyRequest request;
+    request.credential_form = proxy::CredentialForm::ProxyAuthorization;
+    request.credential = value;
+    EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, request));
+  }
+  EXPECT_EQ(values.size(), counter("denied_invalid"));
+  EXPECT_EQ(0u, counter("denied_missing"));
 }
 
 std::shared_ptr<ban::BanTable> makeBans(uint32_t max_failures = 5) {
@@ -202,7 +226,7 @@ TEST_F(AuthFilterTest, WrongKeysBanTheClientAndThenEvenTheRightKeyIsRefused) {
   for (int i = 0; i < 5; ++i) {
     proxy::ProxyRequest request;
     request.client = client;
-    request.has_credential = true;
+    request.credential_form = proxy::CredentialForm::Key;
     request.credential = "wrong";
     EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, request));
   }
@@ -214,7 +238,7 @@ TEST_F(AuthFilterTest, WrongKeysBanTheClientAndThenEvenTheRightKeyIsRefused) {
 
   proxy::ProxyRequest right;
   right.client = client;
-  right.has_credential = true;
+  right.credential_form = proxy::CredentialForm::Key;
   right.credential = "k1";
   EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, right));
   ASSERT_EQ(6u, callbacks_.denials.size());
@@ -243,7 +267,7 @@ TEST_F(AuthFilterTest, MissingCredentialsAreNotFailures) {
   EXPECT_EQ(0u, config->bans->size());
   EXPECT_FALSE(config->bans->anyBanned());
   // Whereas with max_failures 1 a single wrong key bans.
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "nope";
   run(config, request);
   EXPECT_TRUE(config->bans->isBanned(request.client));
@@ -254,7 +278,7 @@ TEST_F(AuthFilterTest, RightKeysAreNotFailures) {
   config->bans = makeBans(1);
   proxy::ProxyRequest request;
   request.client = clientAddress("2001:db8::1");
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "k1";
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
@@ -266,7 +290,7 @@ TEST_F(AuthFilterTest, WithoutABanTableWrongKeysAreOnlyDenied) {
   auto config = makeConfig({{"ci", "k1"}});
   proxy::ProxyRequest request;
   request.client = clientAddress("192.0.2.30");
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "nope";
   for (int i = 0; i < 20; ++i) run(config, request);
   EXPECT_EQ(20u, counter("denied_invalid"));
@@ -281,12 +305,12 @@ TEST_F(AuthFilterTest, Sha256ConfiguredKeyMatchesTheClearKey) {
       "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   config->keys.push_back(k);
   proxy::ProxyRequest request;
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "abc";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
   EXPECT_EQ("hashed", request.principal);
   proxy::ProxyRequest digest;
-  digest.has_credential = true;
+  digest.credential_form = proxy::CredentialForm::Key;
   digest.credential = "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
   EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, digest));
 }
@@ -295,13 +319,13 @@ TEST_F(AuthFilterTest, ARevokedKeyIsRefusedAndTheGrantTravelsWithTheRequest) {
   auto config = makeConfig({{"ci", "k1"}, {"ops", "k2"}});
   for (ApiKey& k : config->keys) k.grant = std::make_shared<proxy::KeyGrant>(k.name, k.digest);
   proxy::ProxyRequest request;
-  request.has_credential = true;
+  request.credential_form = proxy::CredentialForm::Key;
   request.credential = "k1";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, request));
   EXPECT_EQ(config->keys[0].grant.get(), request.grant);
   config->keys[0].grant->revoke();
   proxy::ProxyRequest again;
-  again.has_credential = true;
+  again.credential_form = proxy::CredentialForm::Key;
   again.credential = "k1";
   EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, again));
   ASSERT_EQ(1u, callbacks_.denials.size());
@@ -311,9 +335,207 @@ TEST_F(AuthFilterTest, ARevokedKeyIsRefusedAndTheGrantTravelsWithTheRequest) {
   EXPECT_EQ(0u, counter("denied_invalid"));
   // The other key is untouched.
   proxy::ProxyRequest other;
-  other.has_credential = true;
+  other.credential_form = proxy::CredentialForm::Key;
   other.credential = "k2";
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, other));
+}
+
+// The memo on its own: only the very bytes, in the same form, give the remembered index.
+TEST(CredentialMemoTest, OnlyTheSameBytesInTheSameFormHit) {
+  using proxy::CredentialForm;
+  CredentialMemo memo;
+  EXPECT_EQ(-1, memo.find(CredentialForm::ProxyAuthorization, ""));
+  EXPECT_EQ(-1, memo.find(CredentialForm::ProxyAuthorization, "Basic dTprMQ=="));
+  memo.remember(CredentialForm::ProxyAuthorization, "Basic dTprMQ==", 3);
+  EXPECT_EQ(3, memo.find(CredentialForm::ProxyAuthorization, "Basic dTprMQ=="));
+  EXPECT_EQ(-1, memo.find(CredentialForm::ProxyAuthorization, "Basic dTprMg=="));   // last byte
+  EXPECT_EQ(-1, memo.find(CredentialForm::ProxyAuthorization, "basic dTprMQ=="));   // first byte
+  EXPECT_EQ(-1, memo.find(CredentialForm::ProxyAuthorization, "Basic dTprMQ="));    // shorter
+  EXPECT_EQ(-1, memo.find(CredentialForm::ProxyAuthorization, "Basic dTprMQ== "));  // longer
+  EXPECT_EQ(-1, memo.find(CredentialForm::ProxyAuthorization, ""));
+  EXPECT_EQ(-1, memo.find(CredentialForm::Key, "Basic dTprMQ=="));  // same bytes, other form
+  // A new credential replaces the old one.
+  memo.remember(CredentialForm::Key, "k2", 0);
+  EXPECT_EQ(0, memo.find(CredentialForm::Key, "k2"));
+  EXPECT_EQ(-1, memo.find(CredentialForm::ProxyAuthorization, "Basic dTprMQ=="));
+  memo.forget();
+  EXPECT_EQ(-1, memo.find(CredentialForm::Key, "k2"));
+}
+
+TEST(CredentialMemoTest, ACredentialLongerThanItsRoomIsNotRemembered) {
+  using proxy::CredentialForm;
+  CredentialMemo memo;
+  const std::string fits(CredentialMemo::kCapacity, 'a');
+  const std::string too_long(CredentialMemo::kCapacity + 1, 'a');
+  memo.remember(CredentialForm::Key, fits, 1);
+  EXPECT_EQ(1, memo.find(CredentialForm::Key, fits));
+  // It leaves the memo empty rather than holding the one before.
+  memo.remember(CredentialForm::Key, too_long, 2);
+  EXPECT_EQ(-1, memo.find(CredentialForm::Key, too_long));
+  EXPECT_EQ(-1, memo.find(CredentialForm::Key, fits));
+}
+
+// Several requests through one filter instance, as on one keep-alive connection.
+class AuthMemoTest : public AuthFilterTest {
+ protected:
+  void SetUp() override {
+    config_ = makeConfig({{"ci", "k1"}, {"ops", "k2"}});
+    for (ApiKey& k : config_->keys) k.grant = std::make_shared<proxy::KeyGrant>(k.name, k.digest);
+    filter_ = std::make_unique<AuthFilter>(config_);
+    filter_->setCallbacks(callbacks_);
+  }
+  proxy::RequestFilterStatus present(std::string_view value, proxy::ProxyRequest* out = nullptr) {
+    proxy::ProxyRequest request;
+    request.client = client_;
+    request.credential_form = proxy::CredentialForm::ProxyAuthorization;
+    request.credential = value;
+    proxy::RequestFilterStatus status = filter_->onRequest(request);
+    if (out != nullptr) *out = request;
+    return status;
+  }
+  int32_t remembered(std::string_view value) const {
+    return filter_->memo().find(proxy::CredentialForm::ProxyAuthorization, value);
+  }
+  // Makes the full path refuse key `index` from now on: a request that still gets in with it
+  // was let in by the memo, without its key being decoded and hashed again.
+  void changeDigest(size_t index) { config_->keys[index].digest = sha256("something else"); }
+
+  static constexpr std::string_view kBasic1 = "Basic dTprMQ==";  // u:k1
+  static constexpr std::string_view kBasic2 = "Basic dTprMg==";  // u:k2
+  static constexpr std::string_view kWrong = "Basic dTprMw==";   // u:k3
+  std::shared_ptr<AuthConfig> config_;
+  std::unique_ptr<AuthFilter> filter_;
+  network::Address client_ = clientAddress("192.0.2.40");
+};
+
+TEST_F(AuthMemoTest, TheSameCredentialAgainSkipsDecodingAndHashing) {
+  proxy::ProxyRequest request;
+  ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1, &request));
+  EXPECT_EQ("ci", request.principal);
+  EXPECT_EQ(0, remembered(kBasic1));
+  changeDigest(0);
+  for (int i = 0; i < 3; ++i) {
+    proxy::ProxyRequest again;
+    EXPECT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1, &again));
+    // The same key, with what a request carries of it.
+    EXPECT_EQ("ci", again.principal);
+    EXPECT_EQ(config_->keys[0].grant.get(), again.grant);
+    EXPECT_EQ(&config_->keys[0].tunnel_stats, again.principal_tunnel_stats);
+  }
+  EXPECT_TRUE(callbacks_.denials.empty());
+  // The per-key and listener counters count every request, hit or not.
+  EXPECT_EQ(4u, counter("allowed"));
+  EXPECT_EQ(4u, counter("key.ci.allowed"));
+  EXPECT_EQ(3u, counter("memo_hits"));
+  // The same key in other bytes (the scheme in lower case) is a miss: the full path, which now
+  // refuses it.
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, present("basic dTprMQ=="));
+  EXPECT_EQ(1u, counter("denied_invalid"));
+}
+
+TEST_F(AuthMemoTest, ADifferentCredentialTakesTheFullPathAndReplacesTheMemo) {
+  proxy::ProxyRequest request;
+  ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1, &request));
+  EXPECT_EQ("ci", request.principal);
+  ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic2, &request));
+  EXPECT_EQ("ops", request.principal);
+  EXPECT_EQ(1, remembered(kBasic2));
+  EXPECT_EQ(-1, remembered(kBasic1));
+  changeDigest(0);
+  changeDigest(1);
+  // k2 is remembered, k1 no longer is.
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic2, &request));
+  EXPECT_EQ("ops", request.principal);
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, present(kBasic1));
+  EXPECT_EQ(2u, counter("key.ops.allowed"));
+  EXPECT_EQ(1u, counter("key.ci.allowed"));
+  EXPECT_EQ(1u, counter("memo_hits"));
+}
+
+TEST_F(AuthMemoTest, AFailedCredentialIsNeverRemembered) {
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, present(kWrong));
+  EXPECT_EQ(-1, remembered(kWrong));
+  ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1));
+  // A wrong key in between leaves the memo as it was, and is refused every time.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, present(kWrong));
+    EXPECT_EQ(-1, remembered(kWrong));
+  }
+  EXPECT_EQ(0, remembered(kBasic1));
+  EXPECT_EQ(4u, counter("denied_invalid"));
+  // Nor is a credential without a key, or a revoked key's.
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, present("Basic dTo="));
+  EXPECT_EQ(-1, remembered("Basic dTo="));
+  config_->keys[1].grant->revoke();
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, present(kBasic2));
+  EXPECT_EQ(-1, remembered(kBasic2));
+  EXPECT_EQ(0, remembered(kBasic1));
+}
+
+TEST_F(AuthMemoTest, AKeyRevokedAfterItWasRememberedIsRefused) {
+  ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1));
+  ASSERT_EQ(0, remembered(kBasic1));
+  config_->keys[0].grant->revoke();
+  proxy::ProxyRequest request;
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, present(kBasic1, &request));
+  ASSERT_EQ(1u, callbacks_.denials.size());
+  EXPECT_EQ(proxy::Denial::Unauthorized, callbacks_.denials[0]);
+  EXPECT_EQ(proxy::kRevokedReason, callbacks_.last_reason);
+  EXPECT_TRUE(request.principal.empty());
+  EXPECT_EQ(nullptr, request.grant);
+  EXPECT_EQ(1u, counter("denied_revoked"));
+  EXPECT_EQ(1u, counter("key.ci.allowed"));
+  EXPECT_EQ(1u, counter("memo_hits"));  // recognised, then refused
+  EXPECT_EQ(-1, remembered(kBasic1));
+  // The other key still gets in on the same connection.
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic2, &request));
+  EXPECT_EQ("ops", request.principal);
+}
+
+TEST_F(AuthMemoTest, ABannedClientIsRefusedEvenWithTheRememberedCredential) {
+  config_->bans = makeBans(1);
+  config_->denied_banned = stats::Store::get().counter(prefix_ + "denied_banned");
+  ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1));
+  ASSERT_EQ(0, remembered(kBasic1));
+  // Banned from another connection of the same client.
+  config_->bans->recordFailure(client_, "invalid proxy credentials");
+  ASSERT_TRUE(config_->bans->isBanned(client_));
+  proxy::ProxyRequest request;
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, present(kBasic1, &request));
+  ASSERT_EQ(1u, callbacks_.denials.size());
+  EXPECT_EQ(proxy::Denial::Forbidden, callbacks_.denials[0]);
+  EXPECT_TRUE(request.close_connection);
+  EXPECT_TRUE(request.principal.empty());
+  EXPECT_EQ(1u, counter("denied_banned"));
+  EXPECT_EQ(1u, counter("key.ci.allowed"));
+}
+
+TEST_F(AuthMemoTest, ACredentialTooLongForTheMemoIsCheckedInFullEveryTime) {
+  // "Basic " + base64 of a 70-character user name and the key: 104 bytes.
+  const std::string user(70, 'u');
+  const std::string value = "Basic " + absl::Base64Escape(user + ":k1");
+  ASSERT_GT(value.size(), CredentialMemo::kCapacity);
+  proxy::ProxyRequest request;
+  ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(value, &request));
+  EXPECT_EQ("ci", request.principal);
+  EXPECT_EQ(-1, remembered(value));
+  changeDigest(0);
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, present(value));
+  EXPECT_EQ(1u, counter("denied_invalid"));
+  EXPECT_EQ(0u, counter("memo_hits"));
+}
+
+TEST_F(AuthMemoTest, EachFilterInstanceHasItsOwnMemo) {
+  ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1));
+  changeDigest(0);
+  // Another connection's filter never saw the credential: the full path refuses it.
+  AuthFilter other(config_);
+  other.setCallbacks(callbacks_);
+  proxy::ProxyRequest request;
+  request.credential_form = proxy::CredentialForm::ProxyAuthorization;
+  request.credential = kBasic1;
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, other.onRequest(request));
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1));
 }
 
 }  // namespace

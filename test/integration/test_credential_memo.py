@@ -1,0 +1,91 @@
+"""The credential memo of sluice.auth: a keep-alive connection presenting the credential it last
+authenticated with is let in without decoding and hashing it again (auth.memo_hits), as the same
+key, with every per-request check still made; another credential, or a wrong one, on the same
+connection gets the answer it would get on a connection of its own."""
+
+import secrets
+
+from helpers import RawConnection, basic_auth
+from sluice_proc import find_typed_configs
+from test_http2 import H2Client, use_http2
+
+
+def two_named_keys(keys, then=None):
+    """A start_sluice patch: the auth filters accept exactly `keys` ({name: key})."""
+
+    def patch(full):
+        auths = find_typed_configs(full, ".AuthConfig")
+        assert auths, "no sluice.auth in the full form"
+        for auth in auths:
+            auth["api_keys"] = [{"name": n, "key": k} for n, k in keys.items()]
+        if then is not None:
+            then(full)
+
+    return patch
+
+
+def get(conn, authority, credential):
+    conn.send(f"GET http://{authority}/hello HTTP/1.1\r\nHost: {authority}\r\n"
+              f"Proxy-Authorization: {credential}\r\n\r\n".encode())
+    return conn.read_response()
+
+
+def test_one_keep_alive_connection_switching_keys(start_sluice, py_origin):
+    keys = {"a": secrets.token_urlsafe(32), "b": secrets.token_urlsafe(32)}
+    s = start_sluice(patch=two_named_keys(keys))
+    a, b = basic_auth(keys["a"]), basic_auth(keys["b"])
+    wrong = basic_auth(keys["a"] + "x")
+    # (credential, status, whether it is the one the connection last authenticated with)
+    steps = [
+        (a, 200, False),
+        (a, 200, True),
+        (b, 200, False),  # another key: the full path, then b is remembered
+        (b, 200, True),
+        (wrong, 407, False),  # never remembered, and b stays remembered
+        (b, 200, True),
+        (a, 200, False),
+        (wrong, 407, False),
+        (a, 200, True),
+        (f"Bearer {keys['a']}", 200, False),  # the same key in other bytes
+        (f"Bearer {keys['a']}", 200, True),
+        (basic_auth(keys["a"], user="someone-else"), 200, False),
+    ]
+    authority = f"127.0.0.1:{py_origin.port}"
+    with RawConnection(s.proxy_addr) as c:
+        for i, (credential, status, _) in enumerate(steps):
+            r = get(c, authority, credential)
+            assert r.status == status, f"step {i}: {r}"
+            if status == 200:
+                assert r.body.startswith(b"hello"), f"step {i}: {r}"
+            else:
+                assert r.header("Proxy-Authenticate") == 'Basic realm="sluice"', f"step {i}: {r}"
+    assert s.stat("http1.http.rq_total") == len(steps), "the requests did not share a connection"
+    assert s.stat("auth.key.a.allowed") == 7
+    assert s.stat("auth.key.b.allowed") == 3
+    assert s.stat("auth.allowed") == 10
+    assert s.stat("auth.denied_invalid") == 2
+    assert s.stat("auth.memo_hits") == sum(1 for _, _, hit in steps if hit)
+    # Each connection has its own memo: a new one starts with the full path.
+    with RawConnection(s.proxy_addr) as c:
+        assert get(c, authority, a).status == 200
+    assert s.stat("auth.memo_hits") == 5
+    assert s.stat("auth.key.a.allowed") == 8
+
+
+def test_http2_streams_of_one_connection(start_sluice, py_origin):
+    keys = {"a": secrets.token_urlsafe(32), "b": secrets.token_urlsafe(32)}
+    s = start_sluice(patch=two_named_keys(keys, then=use_http2()))
+    c = H2Client(s)
+    authority = f"127.0.0.1:{py_origin.port}"
+    # One stream at a time: each reuses the stream object (and its filters) of the one before.
+    steps = [(keys["a"], 200), (keys["a"], 200), (keys["b"], 200), ("not-a-key", 407),
+             (keys["b"], 200), (keys["a"], 200), (keys["a"], 200)]
+    for i, (key, status) in enumerate(steps):
+        r = c.response(c.open("GET", authority, "/hello", key=key))
+        assert r.status == status, f"step {i}: {vars(r)}"
+    c.close()
+    assert s.stat("auth.key.a.allowed") == 4
+    assert s.stat("auth.key.b.allowed") == 2
+    assert s.stat("auth.denied_invalid") == 1
+    # a, a (hit), b, wrong, b (hit), a, a (hit)
+    assert s.stat("auth.memo_hits") == 3
