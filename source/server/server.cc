@@ -459,13 +459,13 @@ Server::ReloadResult Server::reload() {
     return refuse(absl::StrFormat("%s: %s", config_path_, built.status().message()));
   }
   ServerConfigSharedPtr next = std::move(*built);
-  if (!bootstrap->log_level().empty() && bootstrap->log_level() != config_->bootstrap.log_level()) {
-    LogLevel level;
-    if (!logger::parseLevel(bootstrap->log_level(), level)) {
-      return refuse(absl::StrFormat("%s: log_level: unknown level '%s' (error, warn, info, debug)",
-                                    config_path_, bootstrap->log_level()));
-    }
-    logger::setLevel(level);
+  // Checked now, set only once the reload goes through: a refused reload changes nothing.
+  const bool new_level =
+      !bootstrap->log_level().empty() && bootstrap->log_level() != config_->bootstrap.log_level();
+  LogLevel level;
+  if (new_level && !logger::parseLevel(bootstrap->log_level(), level)) {
+    return refuse(absl::StrFormat("%s: log_level: unknown level '%s' (error, warn, info, debug)",
+                                  config_path_, bootstrap->log_level()));
   }
   absl::Status sink = upstream::AccessLog::checkSink(next->access_log);
   if (!sink.ok()) return refuse(absl::StrFormat("%s: %s", config_path_, sink.message()));
@@ -474,6 +474,7 @@ Server::ReloadResult Server::reload() {
   if (!sockets.ok()) return refuse(std::string(sockets.status().message()));
 
   // Checked and bound: from here on the new version runs.
+  if (new_level) logger::setLevel(level);
   const std::vector<std::string> later = restartOnlyChanges(*next);
   const std::vector<std::string> revoked = revokeGrants(*next);
   keys_revoked_.add(revoked.size());

@@ -5,28 +5,22 @@ instead of the request waiting out the connect timeout."""
 import socket
 import struct
 import subprocess
-import threading
 import time
 
 import pytest
 
 from helpers import CLEAN_ENV, RawConnection, basic_auth
 from sluice_proc import find_typed_configs
+from test_socks5 import SlowDns
 
 
-class DualStackDns:
-    """A loopback name server: names ending in ".test" have A 127.0.0.1 and AAAA ::1."""
+class DualStackDns(SlowDns):
+    """A loopback name server: names ending in ".test" have A 127.0.0.1 and AAAA ::1, at once."""
 
     def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self._stop = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        super().__init__(delay=0)
 
-    def _answer(self, query):
+    def _answer(self, query, peer):
         qid, _flags, qdcount = struct.unpack("!HHH", query[:6])
         pos, labels = 12, []
         while query[pos] != 0:
@@ -34,31 +28,19 @@ class DualStackDns:
             pos += 1 + query[pos]
         qtype = struct.unpack("!H", query[pos + 1:pos + 3])[0]
         question = query[12:pos + 5]
-        if qdcount != 1 or not ".".join(labels).endswith(".test"):
-            return struct.pack("!HHHHHH", qid, 0x8183, 1, 0, 0, 0) + question
-        if qtype == 1:
-            rdata = socket.inet_aton("127.0.0.1")
-        elif qtype == 28:
-            rdata = socket.inet_pton(socket.AF_INET6, "::1")
+        rdata = None
+        if qdcount == 1 and ".".join(labels).endswith(".test"):
+            rdata = {1: socket.inet_aton("127.0.0.1"),
+                     28: socket.inet_pton(socket.AF_INET6, "::1")}.get(qtype)
+        if rdata is None:
+            resp = struct.pack("!HHHHHH", qid, 0x8180, 1, 0, 0, 0) + question
         else:
-            return struct.pack("!HHHHHH", qid, 0x8180, 1, 0, 0, 0) + question
-        return (struct.pack("!HHHHHH", qid, 0x8180, 1, 1, 0, 0) + question +
-                struct.pack("!HHHIH", 0xC00C, qtype, 1, 60, len(rdata)) + rdata)
-
-    def _run(self):
-        while not self._stop:
-            try:
-                query, peer = self.sock.recvfrom(4096)
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            self.sock.sendto(self._answer(query), peer)
-
-    def stop(self):
-        self._stop = True
-        self.thread.join(2)
-        self.sock.close()
+            resp = (struct.pack("!HHHHHH", qid, 0x8180, 1, 1, 0, 0) + question +
+                    struct.pack("!HHHIH", 0xC00C, qtype, 1, 60, len(rdata)) + rdata)
+        try:
+            self.sock.sendto(resp, peer)
+        except OSError:
+            pass
 
 
 class SilentIpv6:
