@@ -98,7 +98,8 @@ absl::Status buildConnectionLimits(const config::v1::ConnectionLimits& proto,
 absl::StatusOr<ListenerConfigSharedPtr> buildListener(
     const config::v1::Listener& proto, int index,
     const std::vector<network::Address>& local_addresses,
-    const std::shared_ptr<ban::BanTable>& bans, const ListenerConfig* running) {
+    const std::shared_ptr<ban::BanTable>& bans, const policy::PolicySharedPtr& policy,
+    const ListenerConfig* running) {
   std::string path = absl::StrFormat("listeners[%d]", index);
   auto config = std::make_shared<ListenerConfig>();
   config->name = proto.name();
@@ -120,6 +121,7 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(
   context.listener_address = config->address;
   context.local_addresses = local_addresses;
   context.bans = bans;
+  context.policy = policy;
   context.grants = &config->grants;
   context.running_grants = running != nullptr ? &running->grants : nullptr;
   for (int i = 0; i < proto.listener_filters_size(); ++i) {
@@ -269,6 +271,10 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
         absl::StrFormat("reload.revoke_grace: %d ms is above 10m", config->revoke_grace.count()));
   }
   config->pid_file = bootstrap.pid_file();
+  auto policy =
+      policy::buildPolicy(bootstrap.policy(), running != nullptr ? running->policy.get() : nullptr);
+  if (!policy.ok()) return policy.status();
+  config->policy = std::move(*policy);
   // Every address sluice itself listens on, for filters that refuse to loop back into it
   // (sluice.dest_guard). A malformed one is reported by buildListener.
   std::vector<network::Address> local_addresses;
@@ -290,8 +296,8 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
         if (l->name == bootstrap.listeners(i).name()) running_listener = l.get();
       }
     }
-    auto listener =
-        buildListener(bootstrap.listeners(i), i, local_addresses, config->bans, running_listener);
+    auto listener = buildListener(bootstrap.listeners(i), i, local_addresses, config->bans,
+                                  config->policy, running_listener);
     if (!listener.ok()) return listener.status();
     config->listeners.push_back(std::move(*listener));
   }

@@ -12,6 +12,7 @@
 #include "source/common/network/address.h"
 #include "source/common/network/connection_limiter.h"
 #include "source/common/network/filter.h"
+#include "source/common/policy/policy.h"
 #include "source/common/proxy/grants.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/access_log.h"
@@ -95,6 +96,8 @@ struct ServerConfig {
   // Where the process writes its pid (empty: nowhere), for `sluice reload` without an admin
   // address.
   std::string pid_file;
+  // The groups of keys (Bootstrap.policy) every listener's filters refer to.
+  policy::PolicySharedPtr policy;
 };
 using ServerConfigSharedPtr = std::shared_ptr<const ServerConfig>;
 

@@ -258,6 +258,7 @@ void Http1ProxyFilter::startRequest() {
       // A pooled connection is never upgraded: one the origin half-closed would fail after the
       // client's handshake, and an upgrade cannot be retried once pipelined bytes may follow.
       pending_->request.fresh_connection = true;
+      pending_->request.websocket = true;
       config_->stats.rq_upgrade.inc();
     }
   } else {

@@ -131,6 +131,7 @@ void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
   }
   if (info_.websocket) {
     request_.headers = this;
+    request_.websocket = true;
     // An upgraded origin connection is never pooled, so it never comes from the pool either.
     request_.fresh_connection = true;
     config().stats.rq_websocket.inc();

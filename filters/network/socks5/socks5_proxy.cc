@@ -760,6 +760,7 @@ void Socks5Filter::startConnect() {
 }
 
 void Socks5Filter::startBind() {
+  hs_->request.kind = proxy::RequestKind::Bind;
   setState(State::Filtering);
   pauseReading(true);
   if (target_.type != AddressType::Domain && target_.unspecified()) {

@@ -58,6 +58,7 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   }
   if (config_->keys.empty()) {
     config_->open_relay.inc();
+    request.group = &config_->policy->defaultGroup();
     return proxy::RequestFilterStatus::Continue;
   }
   if (request.credential_form == proxy::CredentialForm::None) {
@@ -95,6 +96,7 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   if (!remembered) memo_.remember(request.credential_form, request.credential, index);
   request.principal = matched.name;
   request.grant = matched.grant.get();
+  request.group = matched.group;
   request.principal_tunnel_stats = &matched.tunnel_stats;
   config_->allowed.inc();
   matched.allowed.inc();

@@ -9,6 +9,7 @@
 
 #include "filters/request/auth/api_keys.h"
 #include "source/common/ban/ban_table.h"
+#include "source/common/policy/policy.h"
 #include "source/common/proxy/grants.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
@@ -23,6 +24,8 @@ struct ApiKey {
   Digest digest;  // SHA-256 of the key: presented keys are hashed once, then compared
   // What requests that authenticate with the key hold; a reload that removes the key revokes it.
   proxy::KeyGrantSharedPtr grant;
+  // The key's policy group (AuthConfig::policy owns it).
+  const policy::Group* group = nullptr;
   stats::Counter allowed;
   upstream::TunnelStats tunnel_stats;  // tunnel.key.<name>.*
 };
@@ -40,6 +43,8 @@ struct AuthConfig {
   // The process's ban table (null when bans are disabled): wrong keys are recorded in it, and
   // requests from a banned address are refused even with a right key.
   std::shared_ptr<ban::BanTable> bans;
+  // The groups the keys belong to; without keys, every request is in the default group.
+  policy::PolicySharedPtr policy = policy::Policy::empty();
 };
 using AuthConfigSharedPtr = std::shared_ptr<const AuthConfig>;
 

@@ -41,14 +41,22 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
           "%s.typed_config.realm: must not contain quotes, backslashes or line breaks",
           context.path));
     }
+    config->policy = context.policy != nullptr ? context.policy : policy::Policy::empty();
     stats::Store& store = stats::Store::get();
     // Adds one key; errors start with where its name and its key were given (config paths, or
     // file:line for the keys file).
     // Stat slots kept for everything registered after the keys (codecs, listeners, server).
     constexpr uint32_t kStatsReserve = 2048;
     size_t overflow_keys = 0;
-    auto add_key = [&](std::string name, std::string_view key, const std::string& name_where,
-                       const std::string& key_where) -> absl::Status {
+    auto add_key = [&](std::string name, std::string_view key, std::string_view group,
+                       const std::string& name_where, const std::string& key_where,
+                       const std::string& group_where) -> absl::Status {
+      const policy::Group* key_group =
+          config->policy->find(group.empty() ? policy::kDefaultGroup : group);
+      if (key_group == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: \"%s\" is not a group of policy.groups", group_where, group));
+      }
       auto digest = configuredKeyDigest(key);
       if (!digest.ok()) {
         return absl::InvalidArgumentError(
@@ -69,6 +77,7 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
       ApiKey entry;
       entry.name = std::move(name);
       entry.digest = *digest;
+      entry.group = key_group;
       // The running listener's grant when a reload keeps the key, so that revoking it later
       // reaches the connections of every config version that accepted it.
       if (context.running_grants != nullptr) {
@@ -103,8 +112,9 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
       const auto& k = proto.api_keys(i);
       const std::string where = absl::StrFormat("%s.typed_config.api_keys[%d]", context.path, i);
       if (k.key().empty()) return absl::InvalidArgumentError(where + ".key: empty");
-      absl::Status status = add_key(k.name().empty() ? absl::StrFormat("key%d", i + 1) : k.name(),
-                                    k.key(), where + ".name", where + ".key");
+      absl::Status status =
+          add_key(k.name().empty() ? absl::StrFormat("key%d", i + 1) : k.name(), k.key(), k.group(),
+                  where + ".name", where + ".key", where + ".group");
       if (!status.ok()) return status;
     }
     if (!proto.api_keys_file().empty()) {
@@ -123,7 +133,8 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
         std::string name =
             e.name.empty() ? absl::StrFormat("key%d", config->keys.size() + 1) : e.name;
         const std::string line = absl::StrFormat("%s: %s:%d", where, proto.api_keys_file(), e.line);
-        absl::Status status = add_key(std::move(name), e.key, line + ": name", line);
+        absl::Status status =
+            add_key(std::move(name), e.key, {}, line + ": name", line, line + ": group");
         if (!status.ok()) return status;
       }
       SLUICE_LOG(Info, "%s: %d keys from %s", context.path, entries->size(), proto.api_keys_file());

@@ -402,6 +402,15 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
     filters::v1::AuthConfig::ApiKey* out = auth.add_api_keys();
     out->set_name(name);
     out->set_key(in.key());
+    if (!in.group().empty() && in.group() != "default") {
+      bool known = false;
+      for (const v1::Group& group : config.policy().groups()) known |= group.name() == in.group();
+      if (!known) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s.group: \"%s\" is not a group of policy.groups", path, in.group()));
+      }
+    }
+    out->set_group(in.group());
   }
   // Read (and checked, with file:line in errors) by sluice.auth when the proxy starts.
   auth.set_api_keys_file(config.auth().api_keys_file());
@@ -491,6 +500,8 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   connection_limits->set_max_connections_per_client(per_client);
   connection_limits->set_overflow_reply(v1::ConnectionLimits::HTTP_503);
   *bootstrap.mutable_bans() = bans;
+  // Checked where the full form's is (buildServerConfig): its errors read "policy...." either way.
+  if (config.has_policy()) *bootstrap.mutable_policy() = config.policy();
   // Before everything: the filters after it, and the limits, see the client it names.
   if (config.proxy_protocol().trusted_cidrs_size() > 0) {
     filters::v1::ProxyProtocolConfig proxy;

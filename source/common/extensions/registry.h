@@ -13,6 +13,7 @@
 #include "api/sluice/config/v1/bootstrap.pb.h"
 #include "source/common/network/filter.h"
 #include "source/common/network/transport_socket.h"
+#include "source/common/policy/policy.h"
 #include "source/common/proxy/grants.h"
 #include "source/common/proxy/request_filter.h"
 
@@ -48,6 +49,9 @@ struct FactoryContext {
   // (sluice.proxy_protocol): the listener then counts connection limits per client only once
   // its listener filters are done.
   bool sets_client_address = false;
+  // The config's groups of keys (Bootstrap.policy): sluice.auth gives each key its group.
+  // Null outside a server config (tests, tools): only the implicit default group exists.
+  policy::PolicySharedPtr policy = nullptr;
 };
 
 // Common to every extension: a unique name and the config message it accepts.

@@ -9,6 +9,9 @@
 #include "source/common/upstream/failure.h"
 
 namespace sluice {
+namespace policy {
+struct Group;
+}
 namespace upstream {
 struct TunnelStats;
 }
@@ -20,6 +23,7 @@ enum class RequestKind : uint8_t {
   Forward,   // an HTTP request relayed to the origin, with headers
   Tunnel,    // a byte stream to host:port (HTTP CONNECT, SOCKS5 CONNECT)
   Datagram,  // UDP datagrams to host:port (a SOCKS5 UDP relay's destination): checked only
+  Bind,      // the peer a SOCKS5 BIND waits for (host:port): checked only, never dialled
 };
 
 // What wraps the key in ProxyRequest::credential.
@@ -70,6 +74,8 @@ struct ProxyRequest {
   std::string_view credential;
   CredentialForm credential_form = CredentialForm::None;
   RequestHeaders* headers = nullptr;  // Forward requests only
+  // A Forward request that asks for a WebSocket (HTTP/1.1 Upgrade, RFC 8441 extended CONNECT).
+  bool websocket = false;
   network::Address client;
   // Set by the codec when it retries after a pooled connection failed: dial a new one.
   bool fresh_connection = false;
@@ -84,6 +90,10 @@ struct ProxyRequest {
   // The key's grant: a request whose key a reload revokes while it runs the chain is refused
   // before it gets its upstream; what it becomes holds the grant for the revocation sweep.
   const KeyGrant* grant = nullptr;
+  // The policy group of the key (or the default group when the listener has no keys), set by
+  // the Authenticate filter; the config that holds it outlives the request. Null: no
+  // Authenticate filter ran, no policy applies.
+  const policy::Group* group = nullptr;
   // Realm for a 407 challenge.
   std::string_view auth_realm = "sluice";
   // Destination addresses (ports set): checked ones pinned by the destination guard, or those

@@ -46,12 +46,12 @@ TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream* downstream,
                                  ? std::make_optional<ConnectionDownstream>(*client, *owner)
                                  : std::nullopt),
       downstream_(downstream != nullptr ? *downstream : *connection_downstream_),
-      timer_(timer),
       idle_timeout_(options.idle_timeout),
       listener_stats_(options.listener_stats),
       key_stats_(options.key_stats),
       max_pipes_(static_cast<uint32_t>(options.max_pipes)),
-      splice_allowed_(options.splice) {
+      splice_allowed_(options.splice),
+      timer_(timer) {
   upstream_->setCallbacks(this);
 }
 
