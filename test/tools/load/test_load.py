@@ -823,6 +823,19 @@ def test_sluice_tls_port(origin, certs):
             assert_clean(j, n)
             assert j["connections_opened"] == 1
             assert d["requests"] == n
+        # A new TLS + HTTP/2 connection per request, resumed; then full handshakes.
+        n = 300
+        j, d = origin.measure(lambda: load("-c", 4, "-n", n, "--new-conn", "--proxy-ca",
+                                           certs / "ca.pem", "--proxy", h2,
+                                           "--dst", f"{origin.url}/bytes/1024"))
+        assert_h2_new_conn(j, n, resumed_at_least=n - 4)
+        assert d["requests"] == n
+        j, d = origin.measure(lambda: load("-c", 4, "-n", 100, "--new-conn", "--no-resume",
+                                           "--proxy-ca", certs / "ca.pem", "--proxy", h2,
+                                           "--dst", f"{origin.url}/bytes/1024"))
+        assert_h2_new_conn(j, 100)
+        assert j["tls_full_handshakes"] == 100
+        assert d["requests"] == 100
     finally:
         s.stop()
 
@@ -892,6 +905,9 @@ def test_h2_to_nginx_plain_requests(origin, nginx, certs):
     assert_clean(j, n)
     assert j["proxy_kind"] == "h2"
     assert 3 <= j["connections_opened"] <= 5, j["connections_opened"]
+    # The connections after the first resume its TLS session (a TLS 1.3 ticket).
+    assert j["tls_full_handshakes"] == 1, j
+    assert j["tls_resumed_handshakes"] == j["connections_opened"] - 1, j
     assert d["requests"] == n
     assert j["payload_bytes_read"] == n * 1024
     # --proxy-http2 with an https:// URL is the same mode; request bodies go in DATA frames.
@@ -901,6 +917,116 @@ def test_h2_to_nginx_plain_requests(origin, nginx, certs):
     assert_clean(j, 200)
     assert d["requests"] == 200
     assert j["payload_bytes_read"] == j["payload_bytes_sent"] == 200 * 20000
+
+
+def assert_h2_new_conn(j, n, resumed_at_least=0, tls=True):
+    """HTTP/2 plain requests with --new-conn: every request on a connection of its own (TCP,
+    TLS, one stream), and every phase counted once per request."""
+    assert_clean(j, n)
+    assert j["proxy_kind"] == ("h2" if tls else "h2c") and not j["tunnel"] and j["new_conn"]
+    assert j["connections_opened"] == n
+    assert j["phases"]["tcp_connect"]["count"] == n
+    assert j["phases"]["first_byte"]["count"] == n
+    assert j["payload_bytes_read"] == n * 1024
+    if tls:
+        assert j["tls_full_handshakes"] + j["tls_resumed_handshakes"] == n
+        assert j["tls_resumed_handshakes"] >= resumed_at_least, j["tls_resumed_handshakes"]
+        assert j["phases"]["proxy_handshake"]["count"] == n
+    # Each request's latency includes its connection's setup.
+    assert j["latency"]["mean_us"] > j["phases"]["tcp_connect"]["mean_us"]
+
+
+@peers
+def test_h2_new_conn_to_nginx(origin, nginx, certs):
+    """--new-conn with plain requests over HTTP/2: a new TLS connection per request (its session
+    resumed), one stream on it, then GOAWAY and close."""
+    n = 400
+    j, d = origin.measure(lambda: load("-c", 4, "-n", n, "--new-conn", "--proxy-ca",
+                                       certs / "ca.pem", "--proxy", f"h2://127.0.0.1:{nginx.port}",
+                                       "--dst", f"{origin.url}/bytes/1024"))
+    assert_h2_new_conn(j, n, resumed_at_least=n - 4)
+    assert d["requests"] == n
+    # Over two threads, by duration: the same, with the requests done however many there were.
+    j, d = origin.measure(lambda: load("-t", 2, "-c", 8, "-d", "1s", "--new-conn",
+                                       "--proxy", f"h2://127.0.0.1:{nginx.port}",
+                                       "--dst", f"{origin.url}/bytes/1024"))
+    assert j["requests"] > 50
+    assert_h2_new_conn(j, j["requests"])
+    assert d["requests"] == j["requests"]
+    # Connections are not shared in this mode: --h2-conns makes no sense with it.
+    r = subprocess.run([need(LOAD), "--new-conn", "--h2-conns", "2", "--proxy",
+                        f"h2://127.0.0.1:{nginx.port}", "--dst", f"{origin.url}/"],
+                       capture_output=True, text=True, timeout=30, env=CLEAN_ENV)
+    assert r.returncode == 2 and "--h2-conns" in r.stderr
+
+
+def test_h2_new_conn_counts_every_failed_connection():
+    """Nothing listens: each request is one connection attempt and one connect_refused."""
+    port = free_port()
+    j = load("-c", 2, "-n", 20, "--new-conn", "--proxy", f"h2://127.0.0.1:{port}",
+             "--dst", "http://127.0.0.1:1/")
+    assert j["failed"] == 20 and j["ok"] == 0
+    assert j["errors"] == {"connect_refused": 20}
+    assert j["connections_opened"] == 20
+
+
+def test_h2_new_conn_errors_after_the_handshake(tls_origin, certs):
+    """A TLS port that does not speak h2 fails every request with proxy_tls; one that takes the
+    request and drops the connection fails every request with closed or reset. Each is one
+    connection and one failure; none is retried or lost."""
+    j, d = tls_origin.measure(lambda: load("-c", 2, "-n", 30, "--new-conn", "--proxy",
+                                           f"h2://127.0.0.1:{tls_origin.port}",
+                                           "--dst", "http://127.0.0.1:1/"))
+    assert j["failed"] == 30 and j["ok"] == 0
+    assert j["errors"] == {"proxy_tls": 30}
+    assert j["connections_opened"] == 30
+    assert d["requests"] == 0
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(certs / "server-chain.pem", certs / "server.key")
+    ctx.set_alpn_protocols(["h2"])
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    accepted = []
+
+    def serve():
+        with listener:
+            while True:
+                try:
+                    raw, _ = listener.accept()
+                except OSError:
+                    return
+                accepted.append(1)
+                raw.settimeout(5)
+                try:
+                    with ctx.wrap_socket(raw, server_side=True) as t:
+                        # the preface, then frames up to the request's HEADERS: then drop it
+                        got, at = b"", 24
+                        while True:
+                            while len(got) >= at + 9 and got[at + 3] != 1:
+                                at += 9 + int.from_bytes(got[at:at + 3], "big")
+                            if len(got) >= at + 9:
+                                break
+                            chunk = t.recv(65536)
+                            if not chunk:
+                                break
+                            got += chunk
+                except OSError:
+                    pass
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        j = load("-c", 2, "-n", 30, "--new-conn", "--proxy", f"h2://127.0.0.1:{port}",
+                 "--dst", "http://127.0.0.1:1/bytes/1")
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+        server.join(10)
+    assert j["failed"] == 30 and j["ok"] == 0 and j["status"] == {}
+    assert set(j["errors"]) <= {"closed", "reset"} and sum(j["errors"].values()) == 30, j
+    assert j["connections_opened"] == 30 == len(accepted)
+    assert j["tls_full_handshakes"] + j["tls_resumed_handshakes"] == 30
 
 
 @pytest.fixture(scope="module")
@@ -934,6 +1060,11 @@ def test_h2c_sluice_plain_and_connect(origin, h2c_sluice):
     assert d["requests"] == n
     assert d["bytes_received"] == j["destination_bytes_sent"]
     assert d["bytes_sent"] == j["destination_bytes_read"]
+    # Plain requests with --new-conn: a new cleartext HTTP/2 connection per request.
+    j, d = origin.measure(lambda: load("-c", 4, "-n", 300, "--new-conn", "--proxy", proxy,
+                                       "--dst", f"{origin.url}/bytes/1024"))
+    assert_h2_new_conn(j, 300, tls=False)
+    assert d["requests"] == 300
     # A new CONNECT stream per request, closed with END_STREAM (no resets for rapid-reset
     # protection to count).
     j, d = origin.measure(lambda: load("-c", 4, "-n", 1000, "--new-conn", "--connect",
