@@ -7,10 +7,10 @@
 #include "source/common/network/address.h"
 
 namespace sluice {
-namespace filters {
 namespace socks5 {
 
-// The SOCKS5 wire format (RFC 1928, RFC 1929). Pure functions over bytes: no I/O, no allocation,
+// The SOCKS5 wire format (RFC 1928, RFC 1929), both sides: the SOCKS5 port parses what clients
+// send, the upstream layer what a SOCKS5 parent answers. Pure functions over bytes: no I/O, no allocation,
 // so the parsers can be fuzzed and unit tested on their own. Every parser reads only `in` and
 // reports how many bytes the message took.
 
@@ -110,5 +110,4 @@ size_t writeReply(uint8_t* out, Reply reply, const network::Address& bound);
 size_t writeUdpHeader(uint8_t* out, const network::Address& from);
 
 }  // namespace socks5
-}  // namespace filters
 }  // namespace sluice

@@ -1,11 +1,10 @@
-#include "filters/network/socks5/socks5_codec.h"
+#include "source/common/socks5/wire.h"
 
 #include <cstring>
 
 #include <arpa/inet.h>
 
 namespace sluice {
-namespace filters {
 namespace socks5 {
 
 namespace {
@@ -216,5 +215,4 @@ const char* replyName(Reply reply) {
 }
 
 }  // namespace socks5
-}  // namespace filters
 }  // namespace sluice
