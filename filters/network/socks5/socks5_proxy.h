@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "source/common/socks5/wire.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/connection_limiter.h"
 #include "source/common/network/filter.h"
 #include "source/common/network/local_host.h"
 #include "source/common/proxy/request_filter.h"
+#include "source/common/socks5/wire.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/request_record.h"
 #include "source/common/upstream/tunnel_relay.h"

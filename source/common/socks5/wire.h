@@ -10,9 +10,9 @@ namespace sluice {
 namespace socks5 {
 
 // The SOCKS5 wire format (RFC 1928, RFC 1929), both sides: the SOCKS5 port parses what clients
-// send, the upstream layer what a SOCKS5 parent answers. Pure functions over bytes: no I/O, no allocation,
-// so the parsers can be fuzzed and unit tested on their own. Every parser reads only `in` and
-// reports how many bytes the message took.
+// send, the upstream layer what a SOCKS5 parent answers. Pure functions over bytes: no I/O, no
+// allocation, so the parsers can be fuzzed and unit tested on their own. Every parser reads only
+// `in` and reports how many bytes the message took.
 
 inline constexpr uint8_t kVersion = 0x05;
 inline constexpr uint8_t kAuthVersion = 0x01;  // RFC 1929 subnegotiation version

@@ -66,8 +66,7 @@ TEST(Socks5ClientTest, UserPassStatus) {
   EXPECT_EQ(parseUserPassStatus("\x01", accepted, size), ParseStatus::Incomplete);
   EXPECT_EQ(parseUserPassStatus(std::string_view("\x05\x00", 2), accepted, size),
             ParseStatus::Error);
-  ASSERT_EQ(parseUserPassStatus(std::string_view("\x01\x00", 2), accepted, size),
-            ParseStatus::Ok);
+  ASSERT_EQ(parseUserPassStatus(std::string_view("\x01\x00", 2), accepted, size), ParseStatus::Ok);
   EXPECT_TRUE(accepted);
   EXPECT_EQ(size, 2u);
   ASSERT_EQ(parseUserPassStatus("\x01\x01", accepted, size), ParseStatus::Ok);
