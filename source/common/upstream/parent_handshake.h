@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "source/common/event/dispatcher.h"
 #include "source/common/network/address.h"
 #include "source/common/network/connection.h"
 #include "source/common/upstream/failure.h"
@@ -47,7 +48,7 @@ class ParentHandshakeCallbacks {
 // loop (the connection's events), never from start()'s stack. The handshake must outlive the
 // connection's use of it: the owner deletes it only after a callback or after taking the
 // connection's callbacks back.
-class ParentHandshake : public network::ConnectionCallbacks {
+class ParentHandshake : public network::ConnectionCallbacks, public event::DeferredDeletable {
  public:
   ParentHandshake(ParentProtocol protocol, const ParentAuth& auth,
                   ParentHandshakeCallbacks& callbacks)
