@@ -225,3 +225,28 @@ def test_bad_parent_config_is_refused_with_its_path(tmp_path):
         r = run_cli("check", "-c", cfg)
         assert r.returncode != 0, (path, r.stdout, r.stderr)
         assert path in r.stderr, (path, r.stderr)
+
+
+def test_http2_streams_through_squid(start_sluice, squid, py_origin):
+    from origins import EchoServer
+    from test_http2 import H2Client, use_http2
+    echo = EchoServer()
+    try:
+        s = start_sluice(extra_short=parents_yaml([squid_parent(squid)],
+                                                  [{"parents": '["squid"]'}]),
+                         patch=use_http2())
+        c = H2Client(s)
+        sid = c.open("GET", f"127.0.0.1:{py_origin.port}", "/hello")
+        r = c.response(sid)
+        assert r.status == 200 and bytes(r.body) == b"hello from the python origin\n", vars(r)
+        # A CONNECT stream becomes a CONNECT to the parent, and its bytes go both ways.
+        sid = c.open("CONNECT", echo.authority, end=False)
+        assert c.wait(lambda: c.streams[sid].status == 200), vars(c.streams[sid])
+        c.send_body(sid, b"ping through squid", end=False)
+        assert c.wait(lambda: bytes(c.streams[sid].body) == b"ping through squid")
+        c.close()
+        assert s.stat("upstream.parent.squid.requests") == 2
+        log = squid.access_log()
+        assert f"http://127.0.0.1:{py_origin.port}/hello" in log, log
+    finally:
+        echo.stop()
