@@ -103,6 +103,8 @@ Reply replyForDenial(proxy::Denial denial, const proxy::ProxyRequest& request) {
                      : Reply::HostUnreachable;
         case upstream::FailureKind::Timeout:
           return Reply::TtlExpired;
+        case upstream::FailureKind::ParentRefused:
+          return Reply::NotAllowed;
         default:
           return Reply::GeneralFailure;
       }

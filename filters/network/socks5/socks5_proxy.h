@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "filters/network/socks5/socks5_codec.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/connection_limiter.h"
 #include "source/common/network/filter.h"
 #include "source/common/network/local_host.h"
 #include "source/common/proxy/request_filter.h"
+#include "source/common/socks5/wire.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/request_record.h"
 #include "source/common/upstream/tunnel_relay.h"
@@ -22,6 +22,9 @@
 namespace sluice {
 namespace filters {
 namespace socks5 {
+
+// The wire format's names, unqualified, in the codec.
+using namespace ::sluice::socks5;  // NOLINT
 
 // The reply_* stat of each reply code, in code order (Reply::Succeeded is 0).
 inline constexpr size_t kReplyCodes = 9;

@@ -58,6 +58,9 @@ ProxyError failureError(upstream::Failure failure) {
       return ProxyError::ConnectionTerminated;
     case upstream::FailureKind::ProtocolError:
       return ProxyError::HttpProtocolError;
+    case upstream::FailureKind::ParentRefused:
+      // The parent's refusal, or of sluice's credentials for it: a matter of sluice's routes.
+      return ProxyError::ProxyConfigurationError;
     case upstream::FailureKind::Local:
     case upstream::FailureKind::None:
       break;

@@ -45,6 +45,8 @@ const char* failureName(FailureKind kind) {
       return "protocol_error";
     case FailureKind::Local:
       return "local";
+    case FailureKind::ParentRefused:
+      return "parent_refused";
   }
   return "none";
 }

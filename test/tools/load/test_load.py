@@ -33,6 +33,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "test" / "integration"))
 from origins import SluiceOrigin  # noqa: E402  (the shared sluice-origin driver)
+from peer_proxies import (DANTE_PASSWORD, DANTE_USER, Dante, Squid,  # noqa: E402
+                          can_unshare, kill_all)
 
 
 def _bin(env, rel):
@@ -55,6 +57,7 @@ def _kill_leftovers():
     for p in _procs:
         if p.poll() is None:
             p.kill()
+    kill_all()
 
 
 def stop(proc, sig=signal.SIGTERM, timeout=10):
@@ -357,40 +360,11 @@ def test_tls_verification_fails_without_the_right_ca(tls_origin, certs, tmp_path
 
 # ==== Squid =====================================================================================
 
-class Squid:
-    def __init__(self, certs):
-        self.dir = Path(tempfile.mkdtemp(prefix="sluice-load-squid-"))
-        os.chmod(self.dir, 0o777)
-        self.port = free_port()
-        self.tls_port = free_port()
-        conf = self.dir / "squid.conf"
-        conf.write_text(
-            f"http_port 127.0.0.1:{self.port}\n"
-            f"https_port 127.0.0.1:{self.tls_port} tls-cert={certs}/server-chain.pem "
-            f"tls-key={certs}/server.key\n"
-            f"pid_filename {self.dir}/squid.pid\n"
-            "cache deny all\ncache_mem 8 MB\naccess_log none\ncache_store_log none\n"
-            f"cache_log {self.dir}/cache.log\ncoredump_dir {self.dir}\n"
-            "http_access allow all\nvisible_hostname sluice-load-test\n"
-            "shutdown_lifetime 0 seconds\npinger_enable off\n"
-            # Every port may be CONNECTed to (no default SSL_ports rule is configured).
-        )
-        self.proc = subprocess.Popen(["/usr/sbin/squid", "-N", "-f", str(conf)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _procs.append(self.proc)
-        wait_port(self.port, self.proc, "squid")
-        wait_port(self.tls_port, self.proc, "squid https_port")
-
-    def stop(self):
-        stop(self.proc)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def squid(certs):
     if not Path("/usr/sbin/squid").exists():
         pytest.skip("squid is not installed")
-    s = Squid(certs)
+    s = Squid(certs)  # from peer_proxies
     yield s
     s.stop()
 
@@ -485,65 +459,11 @@ def test_squid_websocket_and_tunnels(origin, squid):
 
 # ==== Dante =====================================================================================
 
-DANTE_USER, DANTE_PASSWORD = "sluiceload", "s3cret-Pw"
-
-
-class Dante:
-    """danted with `socksmethod: username` (or none).
-
-    Dante's username method checks the system's passwd/shadow. Rather than adding a user to the
-    machine, danted runs in a private mount namespace (unshare -m) where copies of /etc/passwd and
-    /etc/shadow with one extra test user are bind-mounted over the real ones: nothing outside the
-    namespace changes. Needs root (CAP_SYS_ADMIN); without it only the `none` method is tested.
-    """
-
-    def __init__(self, method):
-        self.dir = Path(tempfile.mkdtemp(prefix="sluice-load-dante-"))
-        self.port = free_port()
-        conf = self.dir / "danted.conf"
-        conf.write_text(
-            f"logoutput: {self.dir}/danted.log\n"
-            f"internal: 127.0.0.1 port = {self.port}\n"
-            "external: 127.0.0.1\n"
-            f"socksmethod: {method}\n"
-            "clientmethod: none\n"
-            "user.privileged: root\nuser.unprivileged: nobody\n"
-            "client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 }\n"
-            "socks pass { from: 127.0.0.0/8 to: 0.0.0.0/0 command: connect }\n")
-        cmd = ["/usr/sbin/danted", "-f", str(conf), "-p", str(self.dir / "danted.pid")]
-        if method == "username":
-            passwd = self.dir / "passwd"
-            shadow = self.dir / "shadow"
-            passwd.write_text(Path("/etc/passwd").read_text() +
-                              f"{DANTE_USER}:x:64999:64999::/nonexistent:/usr/sbin/nologin\n")
-            hashed = subprocess.run(["openssl", "passwd", "-6", DANTE_PASSWORD],
-                                    capture_output=True, text=True, check=True).stdout.strip()
-            shadow.write_text(Path("/etc/shadow").read_text() +
-                              f"{DANTE_USER}:{hashed}:19000:0:99999:7:::\n")
-            os.chmod(shadow, 0o600)
-            script = (f"mount --bind {passwd} /etc/passwd && "
-                      f"mount --bind {shadow} /etc/shadow && exec \"$@\"")
-            cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *cmd]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _procs.append(self.proc)
-        wait_port(self.port, self.proc, f"danted ({method})")
-
-    def stop(self):
-        stop(self.proc)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _can_unshare():
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
-                       capture_output=True)
-    return os.geteuid() == 0 and r.returncode == 0
-
-
 @pytest.fixture(scope="module")
 def dante_user():
     if not Path("/usr/sbin/danted").exists():
         pytest.skip("danted is not installed")
-    if not _can_unshare():
+    if not can_unshare():
         pytest.skip("needs root and unshare -m for a test user Dante can check")
     d = Dante("username")
     yield d
