@@ -331,7 +331,7 @@ ActiveConnection* ActiveListener::newConnection(int fd, const network::Address& 
     ::close(fd);
     return nullptr;
   }
-  network::setNoDelay(fd);
+  // TCP_NODELAY comes from the listening socket (createListenSocket), as Linux copies it.
   auto conn = std::make_unique<network::Connection>(worker_.dispatcher(), fd, peer,
                                                     network::Connection::Blocking::NonBlocking);
   if (chain->transport_socket != nullptr) {
