@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 
 #include "api/sluice/config/v1/bootstrap.pb.h"
+#include "source/common/policy/egress.h"
 
 namespace sluice {
 namespace policy {
@@ -21,7 +22,12 @@ inline constexpr size_t kMaxGroupNameLength = 64;
 // read-only on the workers afterwards.
 struct Group {
   std::string name;
+  // The source addresses its requests leave from (docs/policy.md, Egress addresses).
+  GroupEgress egress;
 };
+
+// The egress of a request's group; empty without a group.
+const network::Egress& egressOf(const Group* group);
 using GroupSharedPtr = std::shared_ptr<const Group>;
 
 // Every group of one config version. A key's group is looked up once, when its filter config is

@@ -620,7 +620,12 @@ class FakeWorker : public proxy::WorkerContext {
       : dispatcher_(dispatcher), resolver_(resolver) {}
   event::Dispatcher& dispatcher() override { return dispatcher_; }
   dns::Resolver& resolver() override { return resolver_; }
+  dns::Resolver& resolver(const network::Egress& egress) override {
+    asked_egress = egress;
+    return resolver_;
+  }
   upstream::Pool& pool() override { abort(); }  // the guard never pools
+  network::Egress asked_egress;                 // of the last lookup
   uint32_t index() const override { return 0; }
   bool draining() const override { return false; }
 
