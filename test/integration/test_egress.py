@@ -308,9 +308,12 @@ NS_TABLE = {
     "v4only.test": {"A": [NS_V4["origin"]]},
     "cache.test": {"A": [NS_V4["origin"]], "AAAA": [NS_V6["origin"]]},
 }
+# Put on lo only by the test that needs it to come late.
+NS_LATE = "10.0.0.9"
 NS_GROUPS = [{"name": "g4", "egress": {"ipv4": NS_V4["e4a"]}},
              {"name": "g6", "egress": {"ipv6": NS_V6["e6a"]}},
-             {"name": "gboth", "egress": {"ipv4": NS_V4["e4b"], "ipv6": NS_V6["e6b"]}}]
+             {"name": "gboth", "egress": {"ipv4": NS_V4["e4b"], "ipv6": NS_V6["e6b"]}},
+             {"name": "glate", "egress": {"ipv4": NS_LATE}}]
 
 
 def _run(cmd, check=True):
@@ -381,7 +384,8 @@ def egress_netns(tmp_path_factory):
 
 @pytest.fixture
 def ns_sluice(egress_netns, tmp_path):
-    keys = new_keys(("k4", "g4"), ("k6", "g6"), ("kboth", "gboth"), ("kd", None))
+    keys = new_keys(("k4", "g4"), ("k6", "g6"), ("kboth", "gboth"), ("klate", "glate"),
+                    ("kd", None))
     first = next(iter(keys.values()))[0]
     short = tmp_path / "config.yaml"
     short.write_text("server:\n  listen: \"127.0.0.1:3128\"\n  workers: 1\n"
@@ -467,3 +471,24 @@ def test_namespace_groups_of_different_egress_do_not_share_answers(egress_netns,
     assert NS_V4["e4a"] in peers and (NS_V4["e4b"] in peers or NS_V6["e6b"] in peers), peers
     assert len(peers) == 4, peers
     assert s.stats()["dns.cache_hits"] == 2
+
+
+def test_namespace_an_egress_address_is_used_once_it_exists(egress_netns, ns_sluice):
+    ns, s = egress_netns, ns_sluice
+    key = s.keys["klate"]
+    code, body = ns_get(ns, s, key, f"http://dual.test:{NS_ORIGIN_PORT}/")
+    assert code == 502, body
+    assert (f"dual.test: cannot send DNS queries to {NS_V4['dns']}:{NS_DNS_PORT} from egress "
+            f"{NS_LATE}: Cannot assign requested address") in body, body
+    code, body = ns_get(ns, s, key, f"http://{NS_V4['origin']}:{NS_ORIGIN_PORT}/")
+    assert code == 502 and f"cannot bind the egress address {NS_LATE} of group glate" in body
+    assert s.stats()["upstream.egress.glate.bind_failed"] == 1
+    _run(["ip", "-n", ns.name, "addr", "add", f"{NS_LATE}/32", "dev", "lo"])
+    try:
+        time.sleep(1.1)  # the name servers' binds are tried again at most once a second
+        mark = ns.dns_log.mark()
+        code, body = ns_get(ns, s, key, f"http://dual.test:{NS_ORIGIN_PORT}/")
+        assert code == 200 and json.loads(body)["peer"] == NS_LATE, body
+        assert {q["peer"] for q in dns_since(ns, mark, "dual.test")} == {NS_LATE}
+    finally:
+        _run(["ip", "-n", ns.name, "addr", "del", f"{NS_LATE}/32", "dev", "lo"])
