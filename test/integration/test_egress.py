@@ -118,6 +118,9 @@ def test_each_group_reaches_the_origin_from_its_egress(egress_sluice, origin):
     assert s.stat("upstream.egress.ga.cx") == 1
     assert s.stat("upstream.egress.gb.cx") == 1
     assert s.stat("upstream.egress.ga.bind_failed") == 0
+    prometheus = s.admin("/stats/prometheus").text
+    assert 'sluice_upstream_egress_cx_total{group="gb"} 1\n' in prometheus
+    assert 'sluice_upstream_egress_bind_failed_total{group="ga"} 0\n' in prometheus
 
 
 def test_the_pool_never_hands_one_group_another_egress(egress_sluice, origin):
