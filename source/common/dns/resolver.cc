@@ -376,8 +376,9 @@ Resolver::Resolver(const Resolver& base, const network::Egress& source)
     // The search list and options only: the name servers are the base's, added below.
     const int rc = evdns_base_resolv_conf_parse(evdns_, DNS_OPTION_SEARCH | DNS_OPTION_MISC,
                                                 resolv_conf_.c_str());
-    if (rc != 0)
+    if (rc != 0) {
       SLUICE_LOG(Debug, "dns: %s read for an egress resolver: evdns %d", resolv_conf_, rc);
+    }
   }
   for (int i = 0;; ++i) {
     sockaddr_storage ss{};
@@ -393,12 +394,13 @@ Resolver::Resolver(const Resolver& base, const network::Egress& source)
                  "dns: name server %s is not asked from egress %s/%s: no address of its family",
                  server.asString(), source_.ipv4.valid() ? source_.ipv4.ipString() : "-",
                  source_.ipv6.valid() ? source_.ipv6.ipString() : "-");
+      skipped_servers_ = true;
       continue;
     }
     unbound_servers_.push_back(server);
   }
   addEgressNameServers();
-  if (!has_name_servers_ && unbound_servers_.empty()) {
+  if (!has_name_servers_ && unbound_servers_.empty() && skipped_servers_) {
     SLUICE_LOG(Error,
                "dns: no name server of the families of egress %s/%s; lookups from it will fail",
                source_.ipv4.valid() ? source_.ipv4.ipString() : "-",
@@ -626,10 +628,10 @@ Resolver::Query* Resolver::resolve(std::string_view host, Callback cb) {
         cb,
         absl::UnavailableError(
             !unbound_error_.empty() ? absl::StrFormat("%s: %s", std::string(key), unbound_error_)
-            : source_.empty()
-                ? absl::StrFormat("%s: no DNS name server configured", std::string(key))
-                : absl::StrFormat("%s: no DNS name server of the egress address's family",
-                                  std::string(key))),
+            : skipped_servers_
+                ? absl::StrFormat("%s: no DNS name server of the egress address's family",
+                                  std::string(key))
+                : absl::StrFormat("%s: no DNS name server configured", std::string(key))),
         noAddresses());
     return nullptr;
   }

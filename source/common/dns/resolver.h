@@ -152,6 +152,8 @@ class Resolver {
   std::vector<network::Address> unbound_servers_;
   std::string unbound_error_;
   event::MonotonicTime next_bind_try_{};
+  // Name servers of a family the egress has no address for were left out.
+  bool skipped_servers_ = false;
 
   // Shared with the egress resolvers made from this one.
   std::shared_ptr<const HostsTable> hosts_;
