@@ -266,6 +266,33 @@ def test_a_reload_moves_a_group_to_its_new_egress(start_sluice, origin):
     assert s.stat("upstream.pool_reuse") == 0
 
 
+def test_a_parent_proxy_is_dialled_from_the_egress(start_sluice, origin):
+    """Through an HTTP parent a relayed request goes in absolute-form to the parent: the peer
+    origin stands in for it and reports where the connection came from."""
+    keys = new_keys(("a", "ga"), ("d", None))
+    groups = keys_and_groups([{"name": "ga", "egress": {"ipv4": "127.0.0.2"}}], keys)
+
+    def patch(full):
+        groups(full)
+        full["parents"] = [{"name": "p4", "address": f"127.0.0.1:{origin.port}",
+                            "protocol": "http"},
+                           {"name": "p6", "address": f"[::1]:{origin.port}",
+                            "protocol": "http"}]
+        full["routes"] = [{"ports": ["1099"], "parents": ["p6"]}, {"parents": ["p4"]}]
+
+    s = start_sluice(patch=patch)
+    r = seen(get_once(s, keys["a"][0], "http://127.0.0.1:1024/via-parent"))
+    assert r["peer"] == "127.0.0.2" and r["path"] == "http://127.0.0.1:1024/via-parent", r
+    assert seen(get_once(s, keys["d"][0], "http://127.0.0.1:1024/"))["peer"] == "127.0.0.1"
+    assert s.stat("upstream.egress.ga.cx") == 1
+    # A parent of a family the egress has no address for is passed by, its health untouched.
+    r = get_once(s, keys["a"][0], "http://127.0.0.1:1099/")
+    assert r.status == 502, r
+    assert (f"parent proxy p6: [::1]:{origin.port} is not IPv4, the family of group ga's "
+            f"egress").encode() in r.body, r.body
+    assert s.stat("upstream.parent.p6.failures") == 0
+
+
 @pytest.mark.parametrize("egress,message", [
     ({"ipv4": "::1"}, 'egress.ipv4: "::1" is an IPv6 address: it goes in egress.ipv6'),
     ({"ipv6": "127.0.0.2"}, 'egress.ipv6: "127.0.0.2" is an IPv4 address: it goes in egress.ipv4'),

@@ -222,8 +222,9 @@ bool RouterFilter::nextParent() {
   if (parent_->literal.valid() && !egress.reaches(parent_->literal.family())) {
     // Not the parent's fault: no health mark, the next parent is tried.
     request_->failure = upstream::dnsFailure(false);
-    error_ = absl::StrFormat("parent proxy %s: not IPv%d, the family of group %s's egress",
-                             parent_->name, egress.ipv4.valid() ? 4 : 6, request_->group->name);
+    error_ = absl::StrFormat("parent proxy %s: %s is not IPv%d, the family of group %s's egress",
+                             parent_->name, parent_->literal.asString(),
+                             egress.ipv4.valid() ? 4 : 6, request_->group->name);
     return nextParent();
   }
   parent_->stats.requests.inc();
