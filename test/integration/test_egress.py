@@ -160,6 +160,39 @@ def test_connect_tunnels_leave_from_the_egress(egress_sluice, origin):
         assert json.loads(r.stdout)["peer"] == ip
 
 
+def test_http2_streams_leave_from_their_keys_egress(start_sluice, origin):
+    from test_http2 import H2Client, use_http2
+
+    keys = new_keys(("a", "ga"), ("b", "gb"))
+    groups = keys_and_groups(GROUPS, keys)
+    h2 = use_http2()
+
+    def patch(full):
+        groups(full)
+        h2(full)
+
+    s = start_sluice(patch=patch)
+    c = H2Client(s)
+    try:
+        authority = f"127.0.0.1:{origin.port}"
+        # Two streams of one connection, with two keys: each from its group's egress.
+        sa = c.open("GET", authority, "/h2-a", key=keys["a"][0])
+        sb = c.open("GET", authority, "/h2-b", key=keys["b"][0])
+        ra, rb = c.response(sa), c.response(sb)
+        assert ra.status == 200 and json.loads(bytes(ra.body))["peer"] == "127.0.0.2", ra.body
+        assert rb.status == 200 and json.loads(bytes(rb.body))["peer"] == "127.0.0.3", rb.body
+        # A CONNECT stream of group gb.
+        st = c.open("CONNECT", authority, end=False, key=keys["b"][0])
+        c.wait(lambda: c.streams[st].status is not None)
+        assert c.streams[st].status == 200
+        c.conn.send_data(st, b"GET /h2-tunnel HTTP/1.1\r\nHost: o\r\nConnection: close\r\n\r\n")
+        c.send()
+        tunnel = c.response(st)
+        assert json.loads(bytes(tunnel.body).split(b"\r\n\r\n", 1)[1])["peer"] == "127.0.0.3"
+    finally:
+        c.close()
+
+
 def test_socks5_connect_leaves_from_the_egress(egress_sluice, origin):
     s = egress_sluice
     with socks_login(s, s.keys["b"]) as c:
