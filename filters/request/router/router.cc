@@ -7,6 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
+#include "source/common/common/logger.h"
+#include "source/common/policy/policy.h"
 #include "source/common/upstream/pool.h"
 
 namespace sluice {
@@ -20,17 +22,20 @@ RouterFilter::~RouterFilter() { onRequestEnd(); }
 proxy::RequestFilterStatus RouterFilter::onRequest(proxy::ProxyRequest& request) {
   request_ = &request;
   next_address_ = 0;
+  unbindable_families_ = 0;
   // Addresses an earlier filter checked (or an earlier attempt resolved) are dialled as they are.
   if (request.pinned_count > 0) {
     route();
     return proxy::RequestFilterStatus::StopIteration;
   }
   started_ = callbacks_->worker().dispatcher().now();
-  query_ = callbacks_->worker().resolver().resolve(
-      request.host, [this](const absl::Status& status, const std::vector<network::Address>& a) {
-        query_ = nullptr;
-        onResolved(status, a);
-      });
+  query_ = callbacks_->worker()
+               .resolver(policy::egressOf(request.group))
+               .resolve(request.host,
+                        [this](const absl::Status& status, const std::vector<network::Address>& a) {
+                          query_ = nullptr;
+                          onResolved(status, a);
+                        });
   return proxy::RequestFilterStatus::StopIteration;
 }
 
@@ -82,6 +87,14 @@ uint32_t orderAddresses(network::Address* addresses, uint32_t count, FamilyPrefe
   return n;
 }
 
+uint32_t keepReachable(network::Address* addresses, uint32_t count, const network::Egress& egress) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    if (egress.reaches(addresses[i].family())) addresses[n++] = addresses[i];
+  }
+  return n;
+}
+
 void RouterFilter::route() {
   const uint32_t before = request_->pinned_count;
   request_->pinned_count = orderAddresses(request_->pinned, request_->pinned_count, config_->prefer,
@@ -103,10 +116,29 @@ void RouterFilter::route() {
   uint32_t at = 0;
   route_ = config_->routes->empty() ? nullptr : config_->routes->match(*request_, at);
   if (route_ != nullptr && route_->parents.empty()) route_ = nullptr;  // direct
+  const network::Egress& egress = policy::egressOf(request_->group);
+  if (route_ == nullptr) {
+    // Direct: only destinations of the families the group's egress has (through a parent, it
+    // is the parent's addresses that must be).
+    const uint32_t of_family = request_->pinned_count;
+    request_->pinned_count = keepReachable(request_->pinned, request_->pinned_count, egress);
+    if (request_->pinned_count == 0) {
+      request_->failure = upstream::dnsFailure(false);
+      error_ = absl::StrFormat("%s: no IPv%d address (of %d), the family of group %s's egress",
+                               request_->host, egress.ipv4.valid() ? 4 : 6, of_family,
+                               request_->group->name);
+      callbacks_->deny(proxy::Denial::BadGateway, error_);
+      return;
+    }
+  }
   if (route_ == nullptr && request_->kind == proxy::RequestKind::Forward &&
       !request_->fresh_connection) {
     for (uint32_t i = 0; i < request_->pinned_count; ++i) {
-      network::ConnectionPtr pooled = callbacks_->worker().pool().acquire(request_->pinned[i]);
+      // Only a connection made from the source this request would dial from: a group never
+      // gets one another group's egress opened.
+      const network::Address* source = egress.sourceFor(request_->pinned[i].family());
+      network::ConnectionPtr pooled = callbacks_->worker().pool().acquire(
+          request_->pinned[i], source != nullptr ? *source : network::Address());
       if (pooled) {
         config_->stats.pool_reuse.inc();
         request_->upstream_address = request_->pinned[i];
@@ -144,6 +176,10 @@ void RouterFilter::ready(network::ConnectionPtr connection, network::ConnectionS
                          bool reused) {
   proxy::UpstreamInfo info = config_->upstream;
   info.reused = reused;
+  // The pool keeps it under the source it was made from.
+  const network::Address* source =
+      policy::egressOf(request_->group).sourceFor(connection->peer().family());
+  info.source = source != nullptr ? *source : network::Address();
   upstream::Pool* pool = &callbacks_->worker().pool();
   if (parent_ != nullptr) {
     // Connections through a parent are not pooled with direct ones (nor yet among themselves).
@@ -182,6 +218,15 @@ bool RouterFilter::nextParent() {
   }
   if (chosen == nullptr) return false;
   parent_ = chosen;
+  const network::Egress& egress = policy::egressOf(request_->group);
+  if (parent_->literal.valid() && !egress.reaches(parent_->literal.family())) {
+    // Not the parent's fault: no health mark, the next parent is tried.
+    request_->failure = upstream::dnsFailure(false);
+    error_ = absl::StrFormat("parent proxy %s: %s is not IPv%d, the family of group %s's egress",
+                             parent_->name, parent_->literal.asString(),
+                             egress.ipv4.valid() ? 4 : 6, request_->group->name);
+    return nextParent();
+  }
   parent_->stats.requests.inc();
   if (parent_->literal.valid()) {
     parent_addresses_[0] = parent_->literal;
@@ -190,7 +235,7 @@ bool RouterFilter::nextParent() {
     dialParent();
     return true;
   }
-  query_ = callbacks_->worker().resolver().resolve(
+  query_ = callbacks_->worker().resolver(egress).resolve(
       parent_->host, [this](const absl::Status& status, const std::vector<network::Address>& a) {
         query_ = nullptr;
         onParentResolved(status, a);
@@ -207,6 +252,20 @@ void RouterFilter::onParentResolved(const absl::Status& status,
     parent_addresses_[n++].setPort(parent_->port);
   }
   n = orderAddresses(parent_addresses_, n, config_->prefer, config_->only_family);
+  const uint32_t of_family = n;
+  const network::Egress& egress = policy::egressOf(request_->group);
+  n = keepReachable(parent_addresses_, n, egress);
+  if (status.ok() && of_family > 0 && n == 0) {
+    request_->failure = upstream::dnsFailure(false);
+    error_ = absl::StrFormat(
+        "parent proxy %s: %s has no IPv%d address, the family of group %s's "
+        "egress",
+        parent_->name, parent_->host, egress.ipv4.valid() ? 4 : 6, request_->group->name);
+    if (nextParent()) return;
+    timer_->disable();
+    callbacks_->deny(proxy::Denial::BadGateway, error_);
+    return;
+  }
   if (!status.ok() || n == 0) {
     request_->failure = upstream::dnsFailure(absl::IsDeadlineExceeded(status));
     error_ = absl::StrFormat("parent proxy %s: %s does not resolve", parent_->name, parent_->host);
@@ -260,14 +319,35 @@ void RouterFilter::onParentFailed(upstream::Failure failure, std::string_view re
 }
 
 bool RouterFilter::startAttempt(Attempt& attempt) {
+  const policy::GroupEgress* group_egress =
+      request_->group != nullptr ? &request_->group->egress : nullptr;
   while (next_address_ < dial_count_) {
     const network::Address& to = dial_[next_address_++];
+    const network::Address* source =
+        group_egress != nullptr ? group_egress->addresses.sourceFor(to.family()) : nullptr;
+    if (source != nullptr && (unbindable_families_ & familyBit(to.family())) != 0) continue;
     config_->stats.cx_connect_total.inc();
-    attempt.connection = network::Connection::connectTo(callbacks_->worker().dispatcher(), to,
-                                                        config_->budget->descriptorCeiling());
+    bool bind_failed = false;
+    attempt.connection =
+        network::Connection::connectTo(callbacks_->worker().dispatcher(), to,
+                                       config_->budget->descriptorCeiling(), source, &bind_failed);
     if (attempt.connection) {
+      if (source != nullptr) group_egress->cx.inc();
       attempt.connection->setCallbacks(&attempt);
       return true;
+    }
+    if (bind_failed) {
+      // The address is not (or no longer) one of this host's: every connect from it fails
+      // alike, whatever the destination. An address of the other family may still go.
+      const int error = errno;
+      unbindable_families_ |= familyBit(to.family());
+      group_egress->bind_failed.inc();
+      config_->stats.cx_connect_fail.inc();
+      request_->failure = {upstream::FailureKind::EgressBind, error};
+      error_ = absl::StrFormat("cannot bind the egress address %s of group %s: %s",
+                               source->ipString(), request_->group->name, strerror(error));
+      SLUICE_LOG(Warn, "router: %s (connecting to %s)", error_, to.asString());
+      continue;
     }
     if (errno == EMFILE || errno == ENFILE) {
       // Out of descriptors (or into the reserve kept for accepts and the admin endpoint): no
@@ -308,7 +388,8 @@ void RouterFilter::connectNext() {
     callbacks_->deny(proxy::Denial::ServiceUnavailable, kDescriptorsLow);
     return;
   }
-  if (parent_ != nullptr) {
+  // A bind that failed is sluice's, not the parent's: no parent would fare better.
+  if (parent_ != nullptr && request_->failure.kind != upstream::FailureKind::EgressBind) {
     parentFailed();
     return;
   }
@@ -429,6 +510,7 @@ void RouterFilter::onRequestEnd() {
   handshake_slot_.reset();
   slot_.reset();
   descriptors_low_ = false;
+  unbindable_families_ = 0;
   route_ = nullptr;
   parent_ = nullptr;
   request_ = nullptr;

@@ -10,6 +10,7 @@
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/connection.h"
 #include "source/common/network/connection_limiter.h"
+#include "source/common/network/egress.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/parent_handshake.h"
@@ -60,6 +61,9 @@ using RouterConfigSharedPtr = std::shared_ptr<const RouterConfig>;
 // drops the other family. Returns the count kept.
 uint32_t orderAddresses(network::Address* addresses, uint32_t count, FamilyPreference prefer,
                         int only_family);
+// Keeps, in order, the addresses of the families `egress` reaches (all of them without one).
+// Returns the count kept.
+uint32_t keepReachable(network::Address* addresses, uint32_t count, const network::Egress& egress);
 
 // The terminal request filter: finds the destination's addresses (those pinned by an earlier
 // filter, or resolved here), takes a pooled connection for relayed requests when one is idle,
@@ -147,7 +151,11 @@ class RouterFilter : public proxy::RequestFilter, public upstream::ParentHandsha
   std::unique_ptr<event::Timer> timer_;
   std::unique_ptr<event::Timer> race_timer_;
   bool descriptors_low_ = false;  // an attempt found no descriptor: 503, not 502
-  std::string error_;             // detail of the last failure, for the refusal text
+  // Families whose egress address failed to bind in this request: their other addresses are
+  // not tried (the bind would fail alike).
+  uint8_t unbindable_families_ = 0;
+  static uint8_t familyBit(int family) { return family == AF_INET ? 1 : 2; }
+  std::string error_;  // detail of the last failure, for the refusal text
   // When the lookup or the connect began (the request's record takes their durations).
   event::MonotonicTime started_{};
 };

@@ -26,6 +26,11 @@ const Group* Policy::find(std::string_view name) const {
   return nullptr;
 }
 
+const network::Egress& egressOf(const Group* group) {
+  static const network::Egress none;
+  return group != nullptr ? group->egress.addresses : none;
+}
+
 PolicySharedPtr Policy::empty() {
   static const PolicySharedPtr* policy = [] {
     auto built = buildPolicy(config::v1::Policy());
@@ -55,8 +60,7 @@ absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
                                      {!in.default_action().empty(), "default_action"},
                                      {in.report_only(), "report_only"},
                                      {in.has_limits(), "limits"},
-                                     {in.has_key_limits(), "key_limits"},
-                                     {in.has_egress(), "egress"}}) {
+                                     {in.has_key_limits(), "key_limits"}}) {
       if (set) {
         return absl::InvalidArgumentError(
             absl::StrFormat("%s.%s: not supported by this build of sluice", path, field));
@@ -64,6 +68,11 @@ absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
     }
     auto group = std::make_shared<Group>();
     group->name = in.name();
+    if (in.has_egress()) {
+      auto egress = buildGroupEgress(in.egress(), path + ".egress", group->name);
+      if (!egress.ok()) return egress.status();
+      group->egress = *egress;
+    }
     policy->groups_.push_back(std::move(group));
   }
   if (policy->find(kDefaultGroup) == nullptr) {

@@ -47,6 +47,8 @@ const char* failureName(FailureKind kind) {
       return "local";
     case FailureKind::ParentRefused:
       return "parent_refused";
+    case FailureKind::EgressBind:
+      return "egress_bind";
   }
   return "none";
 }

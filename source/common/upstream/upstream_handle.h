@@ -25,6 +25,9 @@ struct UpstreamInfo {
   bool via_http_parent = false;
   network::Address parent_target;
   std::string_view parent_authorization;
+  // The egress address the connection was made from (invalid: the system's choice): with its
+  // peer, where the pool keeps it.
+  network::Address source;
 };
 
 // An origin connection as the router hands it over: the connection, where it came from, and
