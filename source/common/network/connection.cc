@@ -108,8 +108,14 @@ void Connection::onFileEvent(uint32_t events) {
       return;
     }
     state_ = State::Open;
-    callbacks_->onEvent(ConnectionEvent::Connected);
-    if (state_ == State::Closed) return;
+    if (transport_ != nullptr && !transport_->handshakeComplete()) {
+      // The transport's handshake comes first: its first flight leaves with the flush below,
+      // and the owner hears Connected when it is done.
+      awaiting_transport_ = true;
+    } else {
+      callbacks_->onEvent(ConnectionEvent::Connected);
+      if (state_ == State::Closed) return;
+    }
     events |= event::FileEvent::kWrite;
   }
   if (raw_ != nullptr) {
@@ -161,6 +167,7 @@ void Connection::onTransportReadReady() {
   }
   if (r.end_stream) read_end_ = true;
   read_pending_ = r.again && !read_end_;
+  if (!checkTransportReady()) return;
   // A read can produce bytes to send (handshake messages, session tickets), and a finished
   // handshake releases plaintext queued before it.
   if (!write_blocked_ && (transport_->pendingWireBytes() > 0 || !write_buffer_.empty())) {
@@ -176,6 +183,13 @@ void Connection::onTransportReadReady() {
   if (read_pending_ && read_disable_count_ == 0) file_event_.activate(event::FileEvent::kRead);
 }
 
+bool Connection::checkTransportReady() {
+  if (!awaiting_transport_ || !transport_->handshakeComplete()) return true;
+  awaiting_transport_ = false;
+  callbacks_->onEvent(ConnectionEvent::Connected);
+  return state_ != State::Closed;
+}
+
 void Connection::flushTransport() {
   IoResult r = transport_->doWrite(write_buffer_, write_end_pending_ && !write_shut_);
   counters_.rx.add(r.wire_read);
@@ -185,6 +199,8 @@ void Connection::flushTransport() {
     return;
   }
   write_blocked_ = r.again;
+  // Never on a writer's stack: the owner's own write cannot complete a handshake under it.
+  if (!in_write_ && !checkTransportReady()) return;
   if (write_buffer_.empty() && transport_->pendingWireBytes() == 0) {
     if (close_after_flush_) {
       closeNow(ConnectionEvent::LocalClose);
