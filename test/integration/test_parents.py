@@ -4,6 +4,7 @@ and passive health. Every connection stays on loopback."""
 
 import atexit
 import re
+import subprocess
 
 import pytest
 
@@ -203,6 +204,188 @@ def test_sluice_as_a_parent(start_sluice, py_origin):
     assert front.stat("upstream.parent.upper.requests") == 2
 
 
+# -- HTTPS parents: TLS to the parent, then HTTP as to an http parent.
+
+def tls_parent(start_sluice, certs, host="127.0.0.1"):
+    """A sluice whose short-form TLS port (certificate for 127.0.0.1, ::1 and localhost) is
+    the parent; `tls_port` is where it listens."""
+    from helpers import free_port
+    d = certs["dir"]
+    port = free_port()
+    parent = start_sluice(extra_short=f"tls:\n  listen: {host}:{port}\n"
+                                      f"  cert: {d / 'server-chain.pem'}\n  key: {d / 'server.key'}\n")
+    parent.tls_port = port
+    return parent
+
+
+def https_parent(parent, host="127.0.0.1", **more):
+    return {"name": "upper", "address": f"{host}:{parent.tls_port}", "protocol": "https",
+            "username": "front", "password": parent.key, **more}
+
+
+def proxy_status(s, url, tmp_path):
+    """The Proxy-Status field of sluice's answer to a relayed GET of `url`, and the answer."""
+    h = tmp_path / "h"
+    r = curl("-x", s.proxy_url, "-U", f"user:{s.key}", "-D", h, url)
+    status = header_values(h.read_text(errors="replace"), "proxy-status")
+    return (status[0] if status else ""), r
+
+
+def test_sluice_as_an_https_parent(start_sluice, certs, py_origin):
+    parent = tls_parent(start_sluice, certs)
+    # An IP-literal parent: its certificate is checked against the address (no SNI).
+    front = start_sluice(extra_short=parents_yaml(
+        [https_parent(parent, ca_file=str(certs["ca"]))], [{"parents": '["upper"]'}]))
+    r = get(front, py_origin.url("/hello"))
+    assert r.stdout.startswith(b"hello") and r.stdout.endswith(b"\n200"), r.describe()
+    r = tunnel_get(front, py_origin.url("/hello"))
+    assert r.stdout.endswith(b"\n200 200"), r.describe()
+    # Both went to the parent's TLS port: a relayed request in absolute-form, and a CONNECT.
+    assert parent.stat("tls.https.handshakes") == 2
+    assert parent.stat("auth.allowed") == 2
+    assert parent.stat("http1.https.rq_connect") == 1
+    assert parent.stat("http1.http.rq_total") == 0
+    assert front.stat("upstream.parent.upper.requests") == 2
+    assert front.stat("upstream.parent.upper.failures") == 0
+    assert front.stat("upstream.parent.upper.tls.handshakes") == 2
+    # The second connection resumed the session the first one got.
+    assert front.stat("upstream.parent.upper.tls.handshakes_resumed") == 1
+    assert parent.stat("tls.https.handshakes_resumed") == 1
+    # /config_dump shows the parent, not its password.
+    dump = front.admin("/config_dump").text
+    assert str(certs["ca"]) in dump and parent.key not in dump, dump
+
+
+def test_https_parent_by_name_sends_it_as_sni(start_sluice, certs, py_origin):
+    parent = tls_parent(start_sluice, certs)
+    front = start_sluice(extra_short=parents_yaml(
+        [https_parent(parent, host="localhost", ca_file=str(certs["ca"]))],
+        [{"parents": '["upper"]'}]))
+    # Relayed requests: one TLS connection, kept alive, serves them all.
+    for _ in range(3):
+        r = get(front, py_origin.url("/hello"))
+        assert r.stdout.startswith(b"hello") and r.stdout.endswith(b"\n200"), r.describe()
+    assert front.stat("upstream.pool_reuse") == 2
+    assert parent.stat("tls.https.handshakes") == 1
+    # Tunnels: a connection each, each resuming the session of the one before.
+    for _ in range(2):
+        r = tunnel_get(front, py_origin.url("/hello"))
+        assert r.stdout.endswith(b"\n200 200"), r.describe()
+    assert parent.stat("tls.https.handshakes") == 3
+    assert front.stat("upstream.parent.upper.tls.handshakes_resumed") == 2
+    # The name went as SNI, and the parent's only certificate covers it.
+    assert parent.stat("tls.https.sni_unmatched") == 0
+
+
+def test_a_bulk_tunnel_through_an_https_parent_is_copied_not_spliced(start_sluice, certs):
+    from origins import EchoServer
+    from test_tunnels import connect_tunnel, exchange
+    echo = EchoServer()
+    try:
+        parent = tls_parent(start_sluice, certs)
+        front = start_sluice(extra_short=parents_yaml(
+            [https_parent(parent, ca_file=str(certs["ca"]))], [{"parents": '["upper"]'}]))
+        c = connect_tunnel(front, echo.port)
+        size = 4 << 20
+        sent, got = exchange(c, size)
+        assert sent == got, "the echo through the TLS parent differs from what was sent"
+        front.wait_stat("tunnel.listener.http.tunnels_active", lambda v: v == 0)
+        assert front.stat("tunnel.listener.http.bytes_to_upstream") == size
+        assert front.stat("tunnel.listener.http.bytes_to_downstream") == size
+        # One side is TLS: every byte is copied (and encrypted), none spliced.
+        assert front.stat("tunnel.listener.http.bytes_spliced") == 0
+        assert front.stat("tunnel.listener.http.splice_fallback") == 0
+    finally:
+        echo.stop()
+
+
+def test_https_parent_with_the_wrong_ca_is_a_502_and_a_failure(start_sluice, certs, py_origin,
+                                                               tmp_path):
+    from helpers import CLEAN_ENV, REPO_ROOT
+    other = tmp_path / "other-ca"
+    subprocess.run([str(REPO_ROOT / "tools/gen-test-certs.sh"), str(other)], check=True,
+                   capture_output=True, env=CLEAN_ENV)
+    parent = tls_parent(start_sluice, certs)
+    front = start_sluice(extra_short=parents_yaml(
+        [https_parent(parent, ca_file=str(other / "ca.pem"), max_failures=2)],
+        [{"parents": '["upper"]'}]))
+    status, r = proxy_status(front, py_origin.url("/hello"), tmp_path)
+    assert b"502" in r.stdout and b"certificate verify failed" in r.stdout, r.describe()
+    assert "error=tls_certificate_error" in status, status
+    r = get(front, py_origin.url("/hello"))
+    assert r.stdout.endswith(b"\n502"), r.describe()
+    # Each refusal is a failure of the parent; two in a row set it aside.
+    assert front.stat("upstream.parent.upper.failures") == 2
+    assert front.stat("upstream.parent.upper.unhealthy") == 1
+    assert front.stat("upstream.parent.upper.tls.handshake_fail.certificate") == 2
+    # Nothing reached the parent's HTTP layer; it saw sluice abort the handshakes.
+    assert parent.stat("auth.allowed") == 0
+    assert parent.stat("tls.https.handshakes") == 0
+
+
+def test_https_parent_with_the_wrong_server_name_is_a_502(start_sluice, certs, py_origin,
+                                                          tmp_path):
+    parent = tls_parent(start_sluice, certs)
+    front = start_sluice(extra_short=parents_yaml(
+        [https_parent(parent, ca_file=str(certs["ca"]), server_name="wrong.example")],
+        [{"parents": '["upper"]'}]))
+    status, r = proxy_status(front, py_origin.url("/hello"), tmp_path)
+    assert b"502" in r.stdout and b"Hostname mismatch" in r.stdout, r.describe()
+    assert "error=tls_certificate_error" in status, status
+    assert front.stat("upstream.parent.upper.failures") == 1
+    assert parent.stat("auth.allowed") == 0
+
+
+def test_https_parent_at_an_address_its_certificate_does_not_list(start_sluice, certs,
+                                                                  py_origin, tmp_path):
+    # The certificate lists 127.0.0.1 and ::1; the parent listens on 127.0.0.2 as well.
+    parent = tls_parent(start_sluice, certs, host="127.0.0.2")
+    front = start_sluice(extra_short=parents_yaml(
+        [https_parent(parent, host="127.0.0.2", ca_file=str(certs["ca"]))],
+        [{"parents": '["upper"]'}]))
+    status, r = proxy_status(front, py_origin.url("/hello"), tmp_path)
+    assert b"502" in r.stdout and b"IP address mismatch" in r.stdout, r.describe()
+    assert "error=tls_certificate_error" in status, status
+
+
+def test_https_parent_that_speaks_no_tls(start_sluice, py_origin, tmp_path, certs):
+    plain = start_sluice()
+    front = start_sluice(extra_short=parents_yaml(
+        [{"name": "upper", "address": f"127.0.0.1:{plain.port}", "protocol": "https",
+          "ca_file": str(certs["ca"])}], [{"parents": '["upper"]'}]))
+    status, r = proxy_status(front, py_origin.url("/hello"), tmp_path)
+    assert b"502" in r.stdout, r.describe()
+    assert "error=tls_protocol_error" in status, status
+    assert front.stat("upstream.parent.upper.failures") == 1
+    assert front.stat("upstream.parent.upper.tls.handshake_fail.other") == 1
+
+
+@pytest.fixture(scope="module")
+def squid_tls(certs):
+    if not SQUID.exists():
+        pytest.skip("squid is not installed")
+    s = Squid(certs=certs["dir"], user=SQUID_USER, password=SQUID_PASSWORD)
+    yield s
+    s.stop()
+
+
+def test_squid_https_port_as_a_parent(start_sluice, squid_tls, certs, py_origin):
+    s = start_sluice(extra_short=parents_yaml(
+        [{"name": "squid", "address": f"127.0.0.1:{squid_tls.tls_port}", "protocol": "https",
+          "ca_file": str(certs["ca"]), "server_name": "localhost",
+          "username": SQUID_USER, "password": SQUID_PASSWORD}], [{"parents": '["squid"]'}]))
+    r = get(s, py_origin.url("/hello"))
+    assert r.stdout.startswith(b"hello") and r.stdout.endswith(b"\n200"), r.describe()
+    r = tunnel_get(s, py_origin.url("/hello"))
+    assert r.stdout.endswith(b"\n200 200"), r.describe()
+    assert s.stat("upstream.parent.squid.requests") == 2
+    assert s.stat("upstream.parent.squid.failures") == 0
+    assert s.stat("upstream.parent.squid.tls.handshakes") == 2
+    log = squid_tls.access_log()
+    assert f"http://127.0.0.1:{py_origin.port}/hello" in log, log
+    assert re.search(rf"CONNECT 127\.0\.0\.1:{py_origin.port} {SQUID_USER}", log), log
+
+
 def test_bad_parent_config_is_refused_with_its_path(tmp_path):
     from sluice_proc import run_cli, short_config
     from helpers import free_port
@@ -217,6 +400,21 @@ def test_bad_parent_config_is_refused_with_its_path(tmp_path):
          [{"parents": '["p"]', "groups": '["nobody"]'}], "routes[0].groups[0]"),
         ([{"name": "p", "address": "127.0.0.1:3128", "protocol": "http"}],
          [{"parents": '["p"]', "balance": "random"}], "routes[0].balance"),
+        ([{"name": "p", "address": "127.0.0.1:3128", "protocol": "https",
+           "ca_file": str(tmp_path / "missing.pem")}],
+         [{"parents": '["p"]'}], "parents[0].ca_file: cannot read"),
+        ([{"name": "p", "address": "127.0.0.1:3128", "protocol": "https",
+           "ca_file": str(tmp_path / "c.yaml")}],
+         [{"parents": '["p"]'}], "parents[0].ca_file: "),
+        ([{"name": "p", "address": "127.0.0.1:3128", "protocol": "https",
+           "server_name": "not a name"}],
+         [{"parents": '["p"]'}], "parents[0].server_name"),
+        ([{"name": "p", "address": "127.0.0.1:3128", "protocol": "http",
+           "ca_file": "/etc/ssl/certs/ca-certificates.crt"}],
+         [{"parents": '["p"]'}], "parents[0].ca_file: only for https parents"),
+        ([{"name": "p", "address": "127.0.0.1:3128", "protocol": "socks5",
+           "server_name": "localhost"}],
+         [{"parents": '["p"]'}], "parents[0].server_name: only for https parents"),
     ]
     for parents, routes, path in cases:
         cfg = tmp_path / "c.yaml"

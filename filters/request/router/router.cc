@@ -355,6 +355,10 @@ bool RouterFilter::startAttempt(Attempt& attempt) {
     if (attempt.connection) {
       if (source != nullptr) group_egress->cx.inc();
       attempt.connection->setCallbacks(&attempt);
+      // An https parent: TLS first, and Connected once its handshake is done.
+      if (parent_ != nullptr && parent_->transport != nullptr) {
+        attempt.connection->setTransportSocket(parent_->transport->createTransportSocket());
+      }
       return true;
     }
     if (bind_failed) {
@@ -464,10 +468,20 @@ void RouterFilter::onAttemptEvent(Attempt& attempt, network::ConnectionEvent eve
   if (event == network::ConnectionEvent::RemoteClose && attempt.connection) {
     config_->stats.cx_connect_fail.inc();
     int err = attempt.connection->connectError();
-    request_->failure = {
-        err != 0 ? upstream::kindForConnectError(err) : upstream::FailureKind::Reset, err};
-    error_ = absl::StrFormat("cannot connect to %s: %s", attempt.connection->peer().asString(),
-                             err != 0 ? strerror(err) : "connection closed");
+    const network::TransportFailure tls = attempt.connection->transportFailure();
+    if (tls.kind != network::TransportFailure::Kind::None) {
+      request_->failure = {tls.kind == network::TransportFailure::Kind::Certificate
+                               ? upstream::FailureKind::TlsCertificate
+                               : upstream::FailureKind::TlsProtocol,
+                           0};
+      error_ = absl::StrFormat("parent proxy %s: TLS to %s: %s", parent_->name,
+                               attempt.connection->peer().asString(), tls.reason);
+    } else {
+      request_->failure = {
+          err != 0 ? upstream::kindForConnectError(err) : upstream::FailureKind::Reset, err};
+      error_ = absl::StrFormat("cannot connect to %s: %s", attempt.connection->peer().asString(),
+                               err != 0 ? strerror(err) : "connection closed");
+    }
     drop(attempt);
     connectNext();
   }

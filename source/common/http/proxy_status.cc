@@ -37,6 +37,10 @@ const char* proxyErrorName(ProxyError error) {
       return "proxy_internal_error";
     case ProxyError::ProxyConfigurationError:
       return "proxy_configuration_error";
+    case ProxyError::TlsProtocolError:
+      return "tls_protocol_error";
+    case ProxyError::TlsCertificateError:
+      return "tls_certificate_error";
   }
   return "proxy_internal_error";
 }
@@ -64,6 +68,10 @@ ProxyError failureError(upstream::Failure failure) {
     case upstream::FailureKind::EgressBind:
       // The configured source address is not one this host can send from.
       return ProxyError::ProxyConfigurationError;
+    case upstream::FailureKind::TlsCertificate:
+      return ProxyError::TlsCertificateError;
+    case upstream::FailureKind::TlsProtocol:
+      return ProxyError::TlsProtocolError;
     case upstream::FailureKind::Local:
     case upstream::FailureKind::None:
       break;

@@ -49,6 +49,10 @@ const char* failureName(FailureKind kind) {
       return "parent_refused";
     case FailureKind::EgressBind:
       return "egress_bind";
+    case FailureKind::TlsCertificate:
+      return "tls_certificate";
+    case FailureKind::TlsProtocol:
+      return "tls_protocol";
   }
   return "none";
 }

@@ -20,6 +20,11 @@ enum class FailureKind : uint8_t {
   ParentRefused,  // a parent proxy refused the request: its 403 or 407, a SOCKS5 parent's
                   // "not allowed" or its refusal of sluice's credentials
   EgressBind,     // the group's egress address could not be bound (not an address of this host)
+
+  // An https parent's certificate did not verify (its CA, its name, its dates).
+  TlsCertificate,
+  // No TLS handshake with an https parent: it closed, spoke no TLS, had nothing in common.
+  TlsProtocol,
 };
 
 struct Failure {

@@ -4,11 +4,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 
 #include "source/common/common/duration.h"
 #include "source/common/network/ip_literal.h"
 #include "source/common/policy/policy.h"
+#include "source/common/tls/context.h"
+#include "source/common/tls/tls_socket.h"
 
 namespace sluice {
 namespace upstream {
@@ -79,6 +82,34 @@ absl::Status loadCredentials(const config::v1::Parent& in, const std::string& pa
   return absl::OkStatus();
 }
 
+// An https parent's TLS: its CAs, the name (or address) its certificate must hold, HTTP/1.1
+// offered by ALPN (what sluice speaks to it).
+absl::Status buildTls(const config::v1::Parent& in, const std::string& path,
+                      const stats::Scope& scope, Parent& parent) {
+  tls::ClientContextConfig config;
+  if (!in.ca_file().empty()) config.ca_file = in.ca_file();
+  config.server_name = !in.server_name().empty() ? in.server_name()
+                       : parent.literal.valid()  ? parent.literal.ipString()
+                                                 : parent.host;
+  config.alpn = {"http/1.1"};
+  config.stats_scope = scope.scope("tls");
+  auto context = tls::ClientContext::create(config);
+  if (!context.ok()) {
+    const std::string message(context.status().message());
+    if (in.server_name().empty() && absl::StartsWith(message, "server_name:")) {
+      return pathError(path + ".address",
+                       absl::StrFormat("\"%s\" is no name a certificate can hold: set server_name",
+                                       absl::CHexEscape(parent.host)));
+    }
+    // Its errors start with the field they concern ("ca_file: ...").
+    return absl::InvalidArgumentError(absl::StrFormat("%s.%s", path, message));
+  }
+  parent.ca_file = config.ca_file;
+  parent.server_name = config.server_name;
+  parent.transport = std::make_shared<tls::ClientTlsSocketFactory>(std::move(*context));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Parent>> buildParent(const config::v1::Parent& in,
                                                     const std::string& path) {
   auto parent = std::make_unique<Parent>();
@@ -93,10 +124,16 @@ absl::StatusOr<std::unique_ptr<Parent>> buildParent(const config::v1::Parent& in
   } else if (in.protocol() == "socks5") {
     parent->protocol = ParentProtocol::Socks5;
   } else if (in.protocol() == "https") {
-    return pathError(path + ".protocol", "\"https\" parents are not supported by this build");
+    parent->protocol = ParentProtocol::Http;  // inside TLS, made below
   } else {
     return pathError(path + ".protocol",
-                     absl::StrFormat("\"%s\" is not one of http, socks5", in.protocol()));
+                     absl::StrFormat("\"%s\" is not one of http, https, socks5", in.protocol()));
+  }
+  const bool https = in.protocol() == "https";
+  if (!https && !in.ca_file().empty())
+    return pathError(path + ".ca_file", "only for https parents");
+  if (!https && !in.server_name().empty()) {
+    return pathError(path + ".server_name", "only for https parents");
   }
   std::string_view host;
   uint16_t port = 0;
@@ -121,6 +158,10 @@ absl::StatusOr<std::unique_ptr<Parent>> buildParent(const config::v1::Parent& in
       "unhealthy", "Times the parent proxy was skipped after max_failures failures in a row.");
   parent->stats.skipped =
       scope.counter("skipped", "Requests that passed the parent proxy by while it was unhealthy.");
+  if (https) {
+    absl::Status tls = buildTls(in, path, scope, *parent);
+    if (!tls.ok()) return tls;
+  }
   return parent;
 }
 
@@ -194,7 +235,9 @@ absl::StatusOr<RoutesSharedPtr> buildRoutes(const config::v1::Bootstrap& bootstr
     if (running != nullptr) {
       for (const std::unique_ptr<Parent>& old : running->parents_) {
         if (old->name == (*parent)->name && old->host == (*parent)->host &&
-            old->port == (*parent)->port && old->protocol == (*parent)->protocol) {
+            old->port == (*parent)->port && old->protocol == (*parent)->protocol &&
+            (old->transport == nullptr) == ((*parent)->transport == nullptr) &&
+            old->ca_file == (*parent)->ca_file && old->server_name == (*parent)->server_name) {
           (*parent)->health = old->health;
         }
       }

@@ -15,6 +15,7 @@
 #include "source/common/network/address.h"
 #include "source/common/network/cidr.h"
 #include "source/common/network/port_range.h"
+#include "source/common/network/transport_socket.h"
 #include "source/common/proxy/request.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/parent_handshake.h"
@@ -58,7 +59,14 @@ struct Parent {
   std::string host;  // as configured: an IP literal or a name for sluice's resolver
   uint16_t port = 0;
   network::Address literal;  // set when `host` is an IP literal (port included)
+  // https parents speak Http inside the TLS that `transport` makes.
   ParentProtocol protocol = ParentProtocol::Http;
+  // TLS to the parent (its CA, its name), one socket per connection; null: plain TCP.
+  network::TransportSocketFactorySharedPtr transport;
+  // https: what its certificate is checked against (empty otherwise). A reload that changes
+  // them starts the parent over, so no connection verified under the old ones is kept.
+  std::string ca_file;
+  std::string server_name;
   ParentAuth auth;
   uint32_t max_failures = 3;
   std::chrono::milliseconds unhealthy_for{30000};
@@ -104,8 +112,10 @@ class Routes {
 using RoutesSharedPtr = std::shared_ptr<const Routes>;
 
 // Checks Bootstrap.parents and Bootstrap.routes (errors name their paths; credentials never
-// appear in them) and builds them, registering each parent's stats. With `running` (a reload),
-// a parent that keeps its name, address and protocol keeps its health.
+// appear in them) and builds them, registering each parent's stats and reading the CAs of its
+// https parents. With `running` (a reload), a parent that keeps its name, address and protocol
+// (and an https parent its ca_file and server_name) keeps its health, and with it the
+// connections the pool keeps through it.
 absl::StatusOr<RoutesSharedPtr> buildRoutes(const config::v1::Bootstrap& bootstrap,
                                             const Routes* running = nullptr);
 

@@ -5,6 +5,8 @@
 #include "gtest/gtest.h"
 
 #include "source/common/policy/policy.h"
+#include "source/common/tls/context.h"
+#include "source/common/tls/tls_socket.h"
 
 namespace sluice {
 namespace upstream {
@@ -93,7 +95,7 @@ TEST(RoutesTest, ErrorsNameTheirPathAndNeverTheSecret) {
     config::v1::Bootstrap b;
     addParent(b, "p", "127.0.0.1:1", "ftp");
     addRoute(b, {"p"});
-    EXPECT_EQ(error(b), "parents[0].protocol: \"ftp\" is not one of http, socks5");
+    EXPECT_EQ(error(b), "parents[0].protocol: \"ftp\" is not one of http, https, socks5");
   }
   {
     config::v1::Bootstrap b;
@@ -139,6 +141,81 @@ TEST(RoutesTest, ErrorsNameTheirPathAndNeverTheSecret) {
     addRoute(b, {"p"})->set_resolve("maybe");
     EXPECT_EQ(error(b), "routes[0].resolve: \"maybe\" is not one of local, parent");
   }
+}
+
+TEST(RoutesTest, HttpsParentsSpeakHttpInsideTls) {
+  const std::string ca = testing::TempDir() + "/parent-ca.pem";
+  {
+    // Any PEM certificate will do as a CA here: the context only loads it.
+    std::ifstream system(tls::kSystemCaFile);
+    std::ofstream(ca) << system.rdbuf();
+  }
+  config::v1::Bootstrap b;
+  addParent(b, "plain", "127.0.0.1:3128");
+  addParent(b, "byname", "parent.example:8443", "https")->set_ca_file(ca);
+  config::v1::Parent* byip = addParent(b, "byip", "[::1]:8443", "https");
+  byip->set_server_name("parent.example");
+  addParent(b, "system", "127.0.0.1:8443", "https");
+  addParent(b, "system6", "[::1]:8443", "https");
+  addRoute(b, {"plain", "byname", "byip", "system", "system6"});
+  auto routes = buildRoutes(b);
+  ASSERT_TRUE(routes.ok()) << routes.status();
+  const auto& parents = (*routes)->parents();
+  EXPECT_EQ(parents[0]->transport, nullptr);
+  for (size_t i = 1; i < parents.size(); ++i) {
+    EXPECT_EQ(parents[i]->protocol, ParentProtocol::Http) << i;
+    ASSERT_NE(parents[i]->transport, nullptr) << i;
+  }
+  auto context = [&](size_t i) {
+    return static_cast<const tls::ClientTlsSocketFactory&>(*parents[i]->transport).context();
+  };
+  EXPECT_EQ(context(1)->config().ca_file, ca);
+  EXPECT_EQ(context(1)->config().server_name, "parent.example");
+  EXPECT_EQ(context(2)->config().server_name, "parent.example");
+  EXPECT_EQ(context(3)->config().server_name, "127.0.0.1");  // checked as an address
+  EXPECT_EQ(context(3)->config().ca_file, tls::kSystemCaFile);
+  EXPECT_EQ(context(3)->config().alpn, std::vector<std::string>{"http/1.1"});
+  EXPECT_EQ(context(4)->config().server_name, "::1");
+
+  // A reload that makes an http parent https (same name and address) starts its health over.
+  b.mutable_parents(0)->set_protocol("https");
+  auto second = buildRoutes(b, routes->get());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE((*second)->parents()[0]->health, parents[0]->health);
+  EXPECT_EQ((*second)->parents()[1]->health, parents[1]->health);
+  // So does one that changes what an https parent's certificate is checked against.
+  b.mutable_parents(1)->set_server_name("other.example");
+  b.mutable_parents(2)->set_ca_file(ca);
+  auto third = buildRoutes(b, second->get());
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_NE((*third)->parents()[1]->health, (*second)->parents()[1]->health);
+  EXPECT_NE((*third)->parents()[2]->health, (*second)->parents()[2]->health);
+  EXPECT_EQ((*third)->parents()[3]->health, (*second)->parents()[3]->health);
+}
+
+TEST(RoutesTest, HttpsErrorsNameTheirPath) {
+  auto one = [](const char* address, const char* protocol, const char* ca_file,
+                const char* server_name) {
+    config::v1::Bootstrap b;
+    config::v1::Parent* p = addParent(b, "p", address, protocol);
+    p->set_ca_file(ca_file);
+    p->set_server_name(server_name);
+    p->set_password("Secret-1");
+    addRoute(b, {"p"});
+    return error(b);
+  };
+  EXPECT_EQ(one("127.0.0.1:1", "http", "/ca.pem", ""),
+            "parents[0].ca_file: only for https parents");
+  EXPECT_EQ(one("127.0.0.1:1", "socks5", "", "x.test"),
+            "parents[0].server_name: only for https parents");
+  EXPECT_EQ(one("127.0.0.1:1", "https", "/no/such/ca.pem", ""),
+            "parents[0].ca_file: cannot read /no/such/ca.pem: No such file or directory");
+  EXPECT_EQ(one("127.0.0.1:1", "https", "", "bad name"),
+            "parents[0].server_name: \"bad name\" is not a host name or an IP address");
+  EXPECT_EQ(one("under_score.test:1", "https", "", ""),
+            "parents[0].address: \"under_score.test\" is no name a certificate can hold: set "
+            "server_name");
+  EXPECT_EQ(one("under_score.test:1", "https", "", "parent.test"), "");
 }
 
 TEST(RoutesTest, FirstMatchingRouteByPortCidrAndGroup) {
