@@ -277,6 +277,44 @@ def test_https_parent_by_name_sends_it_as_sni(start_sluice, certs, py_origin):
     assert parent.stat("tls.https.sni_unmatched") == 0
 
 
+def test_socks5_and_http2_clients_through_an_https_parent(start_sluice, certs, py_origin):
+    from helpers import free_port
+    from origins import EchoServer
+    from test_http2 import H2Client, use_http2
+    from test_tunnels import socks5_tunnel
+    echo = EchoServer()
+    try:
+        parent = tls_parent(start_sluice, certs)
+        socks_port = free_port()
+        front = start_sluice(
+            extra_short=f"socks5:\n  listen: 127.0.0.1:{socks_port}\n" + parents_yaml(
+                [https_parent(parent, ca_file=str(certs["ca"]))], [{"parents": '["upper"]'}]),
+            patch=use_http2())
+        c = socks5_tunnel(("127.0.0.1", socks_port), front.key, echo.port)
+        c.sendall(b"ping through the TLS parent")
+        got = b""
+        while len(got) < 27:
+            chunk = c.recv(100)
+            assert chunk, got
+            got += chunk
+        assert got == b"ping through the TLS parent"
+        c.close()
+        h2 = H2Client(front)
+        sid = h2.open("GET", f"127.0.0.1:{py_origin.port}", "/hello")
+        r = h2.response(sid)
+        assert r.status == 200 and bytes(r.body) == b"hello from the python origin\n", vars(r)
+        sid = h2.open("CONNECT", echo.authority, end=False)
+        assert h2.wait(lambda: h2.streams[sid].status == 200), vars(h2.streams[sid])
+        h2.send_body(sid, b"h2 ping", end=False)
+        assert h2.wait(lambda: bytes(h2.streams[sid].body) == b"h2 ping")
+        h2.close()
+        assert front.stat("upstream.parent.upper.tls.handshakes") == 3
+        assert parent.stat("http1.https.rq_connect") == 2
+        assert parent.stat("auth.allowed") == 3
+    finally:
+        echo.stop()
+
+
 def test_a_bulk_tunnel_through_an_https_parent_is_copied_not_spliced(start_sluice, certs):
     from origins import EchoServer
     from test_tunnels import connect_tunnel, exchange
@@ -358,6 +396,27 @@ def test_https_parent_that_speaks_no_tls(start_sluice, py_origin, tmp_path, cert
     assert "error=tls_protocol_error" in status, status
     assert front.stat("upstream.parent.upper.failures") == 1
     assert front.stat("upstream.parent.upper.tls.handshake_fail.other") == 1
+
+
+def test_an_https_parent_silent_in_the_handshake_times_out_within_the_connect_timeout(
+        start_sluice, py_origin, certs):
+    import socket
+    import time
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # the kernel completes the connect; nobody ever reads the ClientHello
+    try:
+        front = start_sluice(router={"connect_timeout": "0.5s"}, extra_short=parents_yaml(
+            [{"name": "upper", "address": f"127.0.0.1:{silent.getsockname()[1]}",
+              "protocol": "https", "ca_file": str(certs["ca"])}], [{"parents": '["upper"]'}]))
+        start = time.monotonic()
+        r = get(front, py_origin.url("/hello"))
+        assert r.stdout.endswith(b"\n504"), r.describe()
+        assert time.monotonic() - start < 5, "the handshake was not bounded by connect_timeout"
+        assert front.stat("upstream.parent.upper.failures") == 1
+        assert front.stat("upstream.cx_connect_timeout") == 1
+    finally:
+        silent.close()
 
 
 @pytest.fixture(scope="module")
