@@ -277,6 +277,35 @@ def test_https_parent_by_name_sends_it_as_sni(start_sluice, certs, py_origin):
     assert parent.stat("tls.https.sni_unmatched") == 0
 
 
+def test_a_reload_that_changes_what_the_certificate_is_checked_against_drops_kept_connections(
+        start_sluice, certs, py_origin):
+    from sluice_proc import short_config
+    parent = tls_parent(start_sluice, certs)
+
+    def config(**more):
+        return parents_yaml([https_parent(parent, ca_file=str(certs["ca"]), **more)],
+                            [{"parents": '["upper"]'}])
+    front = start_sluice(extra_short=config())
+    for _ in range(2):
+        r = get(front, py_origin.url("/hello"))
+        assert r.stdout.endswith(b"\n200"), r.describe()
+    assert parent.stat("tls.https.handshakes") == 1
+    # The same config again: the parent and its kept connection stay.
+    r = front.admin("/reload", method="POST", data=b"")
+    assert r.status == 200, r.text
+    r = get(front, py_origin.url("/hello"))
+    assert r.stdout.endswith(b"\n200"), r.describe()
+    assert parent.stat("tls.https.handshakes") == 1
+    # Checked by name now: the connection checked by address is not used again.
+    front.config_path.write_text(short_config(front.port, front.admin_port, front.key, 1,
+                                              config(server_name="localhost")))
+    r = front.admin("/reload", method="POST", data=b"")
+    assert r.status == 200, r.text
+    r = get(front, py_origin.url("/hello"))
+    assert r.stdout.endswith(b"\n200"), r.describe()
+    assert parent.stat("tls.https.handshakes") == 2
+
+
 def test_socks5_and_http2_clients_through_an_https_parent(start_sluice, certs, py_origin):
     from helpers import free_port
     from origins import EchoServer
