@@ -171,6 +171,24 @@ def test_rate_is_held_within_ten_percent_over_ten_seconds(start_sluice, py_origi
     assert s.stat("policy.group.team.key_rate_limited") == 0
 
 
+def test_workers_share_one_bucket(start_sluice, py_origin):
+    # Two workers, connections spread between them by SO_REUSEPORT: 10 tokens in all.
+    s = start_limited(start_sluice,
+                      [{"name": "g", "limits": {"requests_per_second": 0.01, "burst": 10,
+                                                "max_concurrent": 1000}}],
+                      {"a": "g"}, workers=2)
+    statuses = []
+    conns = [RawConnection(s.proxy_addr) for _ in range(16)]
+    for _ in range(2):
+        for c in conns:
+            statuses.append(get(c, s.keys["a"], py_origin.url("/hello")).status)
+    for c in conns:
+        c.close()
+    assert statuses.count(200) == 10, statuses
+    assert statuses.count(429) == 22, statuses
+    wait_gauge(s, "policy.group.g.concurrent", 0)
+
+
 def test_an_http1_request_over_the_rate_gets_429_with_retry_after(start_sluice, py_origin):
     s = start_limited(start_sluice, [{"name": "slow", "limits": {"requests_per_second": 0.2}}],
                       {"a": "slow"})

@@ -110,7 +110,8 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
 
 bool AuthFilter::admit(proxy::ProxyRequest& request, policy::KeyLimiter* limiter) {
   request.limiter = limiter;
-  if (limiter == nullptr || request.limit_slot == nullptr) return true;
+  // A key without limits (nor its group) pays this relaxed load.
+  if (limiter == nullptr || request.limit_slot == nullptr || !limiter->active()) return true;
   policy::LimitRefusal refusal;
   if (limiter->admit(*request.limit_slot, refusal)) return true;
   request.retry_after = refusal.retry_after;
