@@ -16,6 +16,7 @@
 #include "source/common/policy/policy.h"
 #include "source/common/proxy/grants.h"
 #include "source/common/proxy/request_filter.h"
+#include "source/common/upstream/routes.h"
 
 namespace sluice {
 namespace ban {
@@ -52,6 +53,8 @@ struct FactoryContext {
   // The config's groups of keys (Bootstrap.policy): sluice.auth gives each key its group.
   // Null outside a server config (tests, tools): only the implicit default group exists.
   policy::PolicySharedPtr policy = nullptr;
+  // The parent proxies and routes (Bootstrap.parents, .routes) sluice.router follows. Null: none.
+  upstream::RoutesSharedPtr routes = nullptr;
 };
 
 // Common to every extension: a unique name and the config message it accepts.

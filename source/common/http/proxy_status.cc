@@ -58,6 +58,12 @@ ProxyError failureError(upstream::Failure failure) {
       return ProxyError::ConnectionTerminated;
     case upstream::FailureKind::ProtocolError:
       return ProxyError::HttpProtocolError;
+    case upstream::FailureKind::ParentRefused:
+      // The parent's refusal, or of sluice's credentials for it: a matter of sluice's routes.
+      return ProxyError::ProxyConfigurationError;
+    case upstream::FailureKind::EgressBind:
+      // The configured source address is not one this host can send from.
+      return ProxyError::ProxyConfigurationError;
     case upstream::FailureKind::Local:
     case upstream::FailureKind::None:
       break;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "source/common/common/logger.h"
+#include "source/common/network/egress.h"
 
 namespace sluice {
 namespace network {
@@ -46,13 +47,24 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
       file_event_(dispatcher, fd, [this](uint32_t events) { onFileEvent(events); }) {}
 
 std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher, const Address& to,
-                                                  int max_fd) {
+                                                  int max_fd, const Address* source,
+                                                  bool* bind_failed) {
+  if (bind_failed != nullptr) *bind_failed = false;
   int fd = ::socket(to.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return nullptr;
   if (fd >= max_fd) {
     ::close(fd);
     errno = EMFILE;
     return nullptr;
+  }
+  if (source != nullptr) {
+    const int bind_error = bindSource(fd, *source, /*defer_port=*/true);
+    if (bind_error != 0) {
+      ::close(fd);
+      if (bind_failed != nullptr) *bind_failed = true;
+      errno = bind_error;
+      return nullptr;
+    }
   }
   setNoDelay(fd);
   int rc = ::connect(fd, to.sockaddr_ptr(), to.length());

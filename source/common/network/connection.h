@@ -81,9 +81,13 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   Connection(event::Dispatcher& dispatcher, int fd, const Address& peer,
              Blocking blocking = Blocking::Unknown);
   // Starts an outbound connect; Connected or RemoteClose follows. Null with errno set when no
-  // socket could be made, or (EMFILE) when its descriptor number is `max_fd` or above.
+  // socket could be made, or (EMFILE) when its descriptor number is `max_fd` or above. With
+  // `source` (an egress address), the socket is bound to it first and the port is chosen by
+  // the connect; a bind that fails gives null with errno set and `*bind_failed` true.
   static std::unique_ptr<Connection> connectTo(event::Dispatcher& dispatcher, const Address& to,
-                                               int max_fd = 1 << 30);
+                                               int max_fd = 1 << 30,
+                                               const Address* source = nullptr,
+                                               bool* bind_failed = nullptr);
   ~Connection() override;
 
   void setCallbacks(ConnectionCallbacks* callbacks) { callbacks_ = callbacks; }

@@ -26,6 +26,11 @@ const Group* Policy::find(std::string_view name) const {
   return nullptr;
 }
 
+const network::Egress& egressOf(const Group* group) {
+  static const network::Egress none;
+  return group != nullptr ? group->egress.addresses : none;
+}
+
 PolicySharedPtr Policy::empty() {
   static const PolicySharedPtr* policy = [] {
     auto built = buildPolicy(config::v1::Policy());
@@ -63,8 +68,7 @@ absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
     // Parts of a group this build does not enforce yet are refused, never silently ignored.
     for (const auto& [set, field] : {std::pair<bool, const char*>{in.rules_size() > 0, "rules"},
                                      {!in.default_action().empty(), "default_action"},
-                                     {in.report_only(), "report_only"},
-                                     {in.has_egress(), "egress"}}) {
+                                     {in.report_only(), "report_only"}}) {
       if (set) {
         return absl::InvalidArgumentError(
             absl::StrFormat("%s.%s: not supported by this build of sluice", path, field));
@@ -75,6 +79,11 @@ absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
     auto limiters = GroupLimiters::build(in.name(), in, path, running_limiters(in.name()));
     if (!limiters.ok()) return limiters.status();
     group->limiters = std::move(*limiters);
+    if (in.has_egress()) {
+      auto egress = buildGroupEgress(in.egress(), path + ".egress", group->name);
+      if (!egress.ok()) return egress.status();
+      group->egress = *egress;
+    }
     policy->groups_.push_back(std::move(group));
   }
   if (policy->find(kDefaultGroup) == nullptr) {

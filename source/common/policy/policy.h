@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 
 #include "api/sluice/config/v1/bootstrap.pb.h"
+#include "source/common/policy/egress.h"
 #include "source/common/policy/limits.h"
 
 namespace sluice {
@@ -24,8 +25,13 @@ struct Group {
   std::string name;
   // Its rate and concurrency limits and those of each of its keys (policy/limits.h).
   std::unique_ptr<GroupLimiters> limiters;
+  // The source addresses its requests leave from (docs/policy-egress.md).
+  GroupEgress egress;
 };
 using GroupSharedPtr = std::shared_ptr<const Group>;
+
+// The egress of a request's group; empty without a group.
+const network::Egress& egressOf(const Group* group);
 
 // Every group of one config version. A key's group is looked up once, when its filter config is
 // built; requests carry a pointer to it, kept alive by the config that holds the Policy.

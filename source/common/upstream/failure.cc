@@ -45,6 +45,10 @@ const char* failureName(FailureKind kind) {
       return "protocol_error";
     case FailureKind::Local:
       return "local";
+    case FailureKind::ParentRefused:
+      return "parent_refused";
+    case FailureKind::EgressBind:
+      return "egress_bind";
   }
   return "none";
 }
