@@ -30,6 +30,22 @@ def echo_server():
     s.stop()
 
 
+class Origin:
+    """sluice-origin (a process of this module's own, so the counts of the session's shared
+    Python origin are left alone): small GETs."""
+
+    def __init__(self, o):
+        self.port = o.port
+
+    def url(self, path="/bytes/16"):
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@pytest.fixture(scope="module")
+def origin(sluice_origin):
+    return Origin(sluice_origin)
+
+
 @pytest.fixture
 def ws_origin():
     origin = WsOrigin().start()
@@ -153,12 +169,12 @@ def hammer(s, key, url, seconds, threads=2):
     return counts, time.monotonic() - start
 
 
-def test_rate_is_held_within_ten_percent_over_ten_seconds(start_sluice, py_origin):
+def test_rate_is_held_within_ten_percent_over_ten_seconds(start_sluice, origin):
     # 20 requests per second, a bucket of 20: a client asking far faster gets the bucket, then
     # 20 a second.
     s = start_limited(start_sluice, [{"name": "team", "limits": {"requests_per_second": 20}}],
                       {"a": "team"})
-    counts, elapsed = hammer(s, s.keys["a"], py_origin.url("/hello"), 10)
+    counts, elapsed = hammer(s, s.keys["a"], origin.url(), 10)
     expected = 20 + 20 * elapsed
     print(f"admitted {counts.get(200)} and refused {counts.get(429)} in {elapsed:.2f}s "
           f"(expected {expected:.1f})")
@@ -171,7 +187,7 @@ def test_rate_is_held_within_ten_percent_over_ten_seconds(start_sluice, py_origi
     assert s.stat("policy.group.team.key_rate_limited") == 0
 
 
-def test_workers_share_one_bucket(start_sluice, py_origin):
+def test_workers_share_one_bucket(start_sluice, origin):
     # Two workers, connections spread between them by SO_REUSEPORT: 10 tokens in all.
     s = start_limited(start_sluice,
                       [{"name": "g", "limits": {"requests_per_second": 0.01, "burst": 10,
@@ -181,7 +197,7 @@ def test_workers_share_one_bucket(start_sluice, py_origin):
     conns = [RawConnection(s.proxy_addr) for _ in range(16)]
     for _ in range(2):
         for c in conns:
-            statuses.append(get(c, s.keys["a"], py_origin.url("/hello")).status)
+            statuses.append(get(c, s.keys["a"], origin.url()).status)
     for c in conns:
         c.close()
     assert statuses.count(200) == 10, statuses
@@ -189,45 +205,45 @@ def test_workers_share_one_bucket(start_sluice, py_origin):
     wait_gauge(s, "policy.group.g.concurrent", 0)
 
 
-def test_an_http1_request_over_the_rate_gets_429_with_retry_after(start_sluice, py_origin):
+def test_an_http1_request_over_the_rate_gets_429_with_retry_after(start_sluice, origin):
     s = start_limited(start_sluice, [{"name": "slow", "limits": {"requests_per_second": 0.2}}],
                       {"a": "slow"})
     key = s.keys["a"]
     with RawConnection(s.proxy_addr) as c:
-        assert get(c, key, py_origin.url("/hello")).status == 200
+        assert get(c, key, origin.url()).status == 200
         # A token every 5 s: the next one in (just under) 5.
-        assert_limited(get(c, key, py_origin.url("/hello")), "request rate limit of group slow",
+        assert_limited(get(c, key, origin.url()), "request rate limit of group slow",
                        retry_after=5)
         # The connection stays open for the next request.
-        assert_limited(get(c, key, py_origin.url("/hello")), "request rate limit of group slow")
+        assert_limited(get(c, key, origin.url()), "request rate limit of group slow")
     # A CONNECT counts the same.
-    c, resp = connect_tunnel(s, key, f"127.0.0.1:{py_origin.port}")
+    c, resp = connect_tunnel(s, key, f"127.0.0.1:{origin.port}")
     assert_limited(resp, "request rate limit of group slow")
     c.close()
     assert s.stat("policy.group.slow.rate_limited") == 3
     assert s.stat("http1.http.rs_4xx") == 3
 
 
-def test_fractional_rate_refills_a_token_at_a_time(start_sluice, py_origin):
+def test_fractional_rate_refills_a_token_at_a_time(start_sluice, origin):
     s = start_limited(start_sluice,
                       [{"name": "g", "limits": {"requests_per_second": 2, "burst": 1}}],
                       {"a": "g"})
     key = s.keys["a"]
     with RawConnection(s.proxy_addr) as c:
-        assert get(c, key, py_origin.url("/hello")).status == 200
-        assert get(c, key, py_origin.url("/hello")).status == 429
+        assert get(c, key, origin.url()).status == 200
+        assert get(c, key, origin.url()).status == 429
         time.sleep(0.55)
-        assert get(c, key, py_origin.url("/hello")).status == 200
-        assert get(c, key, py_origin.url("/hello")).status == 429
+        assert get(c, key, origin.url()).status == 200
+        assert get(c, key, origin.url()).status == 429
 
 
-def test_http2_streams_over_the_rate_get_429_on_the_stream(start_sluice, py_origin):
+def test_http2_streams_over_the_rate_get_429_on_the_stream(start_sluice, origin):
     s = start_limited(start_sluice,
                       [{"name": "g", "limits": {"requests_per_second": 0.01, "burst": 3}}],
                       {"a": "g"}, http2=True)
     c = H2Client(s)
     c.key = s.keys["a"]
-    sids = [c.open("GET", f"127.0.0.1:{py_origin.port}", "/hello") for _ in range(5)]
+    sids = [c.open("GET", f"127.0.0.1:{origin.port}", "/bytes/16") for _ in range(5)]
     statuses = []
     for sid in sids:
         st = c.response(sid)
@@ -240,21 +256,21 @@ def test_http2_streams_over_the_rate_get_429_on_the_stream(start_sluice, py_orig
             assert bytes(st.body) == b"429 Too Many Requests: request rate limit of group g\n"
     assert sorted(statuses) == [200, 200, 200, 429, 429], statuses
     # The connection carries on: no GOAWAY, and a CONNECT stream is refused the same way.
-    sid = c.open("CONNECT", f"127.0.0.1:{py_origin.port}", end=False)
+    sid = c.open("CONNECT", f"127.0.0.1:{origin.port}", end=False)
     assert c.response(sid).status == 429
     assert c.goaway is None and not c.closed
     assert s.stat("policy.group.g.rate_limited") == 3
     c.close()
 
 
-def test_socks5_commands_over_the_rate_get_reply_0x02(start_sluice, py_origin):
+def test_socks5_commands_over_the_rate_get_reply_0x02(start_sluice, origin):
     s = start_limited(start_sluice,
                       [{"name": "g", "limits": {"requests_per_second": 0.01, "burst": 3}}],
                       {"a": "g"}, socks5=True)
     key = s.keys["a"]
     clients = []
     # CONNECT, UDP ASSOCIATE and BIND each take a token.
-    commands = ((CONNECT, py_origin.port), (UDP_ASSOCIATE, 0), (BIND, 40000))
+    commands = ((CONNECT, origin.port), (UDP_ASSOCIATE, 0), (BIND, 40000))
     for cmd, port in commands:
         c = Socks5Client(s.socks_addr)
         c.login(key)
@@ -305,7 +321,7 @@ def test_max_concurrent_tunnels_the_next_is_refused_until_one_closes(start_sluic
 
 
 def test_every_kind_of_tunnel_holds_a_place_for_its_life(start_sluice, certs, echo_server,
-                                                         ws_origin, py_origin):
+                                                         ws_origin, origin):
     """An HTTP CONNECT, a WebSocket, an HTTP/2 CONNECT stream, SOCKS5 CONNECT, BIND and UDP
     ASSOCIATE hold a place each for as long as they last; a keep-alive request holds one only
     while it is in flight; a full group refuses every kind; each gives its place back when it
@@ -339,7 +355,7 @@ def test_every_kind_of_tunnel_holds_a_place_for_its_life(start_sluice, certs, ec
     # A keep-alive request takes the seventh place only while it is in flight.
     with RawConnection(s.proxy_addr) as idle:
         for _ in range(3):
-            assert get(idle, key, py_origin.url("/hello")).status == 200
+            assert get(idle, key, origin.url()).status == 200
             wait_gauge(s, "policy.group.g.concurrent", 6)
         c, resp = connect_tunnel(s, key, echo_server.authority)
         assert resp.status == 200
@@ -347,11 +363,11 @@ def test_every_kind_of_tunnel_holds_a_place_for_its_life(start_sluice, certs, ec
         wait_gauge(s, "policy.group.g.concurrent", 7)
         # Full: a request on the idle keep-alive connection, a new tunnel, an HTTP/2 stream, a
         # SOCKS5 command are all refused.
-        assert_limited(get(idle, key, py_origin.url("/hello")), "concurrency limit of group g")
+        assert_limited(get(idle, key, origin.url()), "concurrency limit of group g")
     c, resp = connect_tunnel(s, key, echo_server.authority)
     assert resp.status == 429
     c.close()
-    refused = h2.open("GET", f"127.0.0.1:{py_origin.port}", "/hello")
+    refused = h2.open("GET", f"127.0.0.1:{origin.port}", "/bytes/16")
     assert h2.response(refused).status == 429
     with Socks5Client(s.socks_addr) as sc:
         sc.login(key)
@@ -366,7 +382,7 @@ def test_every_kind_of_tunnel_holds_a_place_for_its_life(start_sluice, certs, ec
         wait_gauge(s, "policy.group.g.concurrent", len(held) - i - 1)
 
 
-def test_http2_streams_each_hold_a_place(start_sluice, echo_server, py_origin):
+def test_http2_streams_each_hold_a_place(start_sluice, echo_server, origin):
     s = start_limited(start_sluice, [{"name": "g", "limits": {"max_concurrent": 2}}],
                       {"a": "g"}, http2=True)
     c = H2Client(s)
@@ -375,7 +391,7 @@ def test_http2_streams_each_hold_a_place(start_sluice, echo_server, py_origin):
     t2 = c.open("CONNECT", echo_server.authority, end=False)
     assert c.wait(lambda: c.streams[t1].status == 200 and c.streams[t2].status == 200)
     wait_gauge(s, "policy.group.g.concurrent", 2)
-    refused = c.open("GET", f"127.0.0.1:{py_origin.port}", "/hello")
+    refused = c.open("GET", f"127.0.0.1:{origin.port}", "/bytes/16")
     st = c.response(refused)
     assert st.status == 429 and st.headers["retry-after"] == "1", st.headers
     assert st.headers["proxy-status"] == \
@@ -384,21 +400,21 @@ def test_http2_streams_each_hold_a_place(start_sluice, echo_server, py_origin):
     c.conn.reset_stream(t1)
     c.send()
     wait_gauge(s, "policy.group.g.concurrent", 1)
-    ok = c.open("GET", f"127.0.0.1:{py_origin.port}", "/hello")
+    ok = c.open("GET", f"127.0.0.1:{origin.port}", "/bytes/16")
     assert c.response(ok).status == 200
     wait_gauge(s, "policy.group.g.concurrent", 1)
     c.close()
     wait_gauge(s, "policy.group.g.concurrent", 0)
 
 
-def test_a_place_is_given_back_however_the_request_ends(start_sluice, py_origin):
+def test_a_place_is_given_back_however_the_request_ends(start_sluice, origin, py_origin):
     """Served, refused by a later filter, the destination refusing the connect, the client
     leaving while the origin takes its time, and a tunnel of a key a reload revokes."""
     s = start_limited(start_sluice, [{"name": "g", "limits": {"max_concurrent": 1}}],
                       {"a": "g", "b": "g"})
     key = s.keys["a"]
     with RawConnection(s.proxy_addr) as c:
-        assert get(c, key, py_origin.url("/hello")).status == 200
+        assert get(c, key, origin.url()).status == 200
         # Port 25 is refused by the destination guard, after admission.
         assert get(c, key, "http://127.0.0.1:25/").status == 403
         closed = socket.socket()
@@ -409,11 +425,12 @@ def test_a_place_is_given_back_however_the_request_ends(start_sluice, py_origin)
     wait_gauge(s, "policy.group.g.concurrent", 0)
     # The client leaves while the origin takes its time.
     gone = RawConnection(s.proxy_addr)
-    gone.send(f"GET {py_origin.url('/slow?s=3')} HTTP/1.1\r\nHost: 127.0.0.1:{py_origin.port}\r\n"
+    gone.send(f"GET {py_origin.url('/slow?s=3')} HTTP/1.1\r\n"
+              f"Host: 127.0.0.1:{py_origin.port}\r\n"
               f"Proxy-Authorization: {basic_auth(key)}\r\n\r\n".encode())
     wait_gauge(s, "policy.group.g.concurrent", 1)
     with RawConnection(s.proxy_addr) as other:
-        assert get(other, s.keys["b"], py_origin.url("/hello")).status == 429
+        assert get(other, s.keys["b"], origin.url()).status == 429
     gone.close()
     wait_gauge(s, "policy.group.g.concurrent", 0)
     # A tunnel of a key a reload takes away.
@@ -429,17 +446,17 @@ def test_a_place_is_given_back_however_the_request_ends(start_sluice, py_origin)
     c.close()
     wait_gauge(s, "policy.group.g.concurrent", 0)
     with RawConnection(s.proxy_addr) as other:
-        assert get(other, s.keys["b"], py_origin.url("/hello")).status == 200
+        assert get(other, s.keys["b"], origin.url()).status == 200
 
 
-def test_a_keep_alive_connection_between_requests_holds_no_place(start_sluice, py_origin):
+def test_a_keep_alive_connection_between_requests_holds_no_place(start_sluice, origin):
     s = start_limited(start_sluice, [{"name": "g", "limits": {"max_concurrent": 1}}],
                       {"a": "g"})
     key = s.keys["a"]
     conns = [RawConnection(s.proxy_addr) for _ in range(5)]
     for _ in range(3):
         for c in conns:
-            assert get(c, key, py_origin.url("/hello")).status == 200
+            assert get(c, key, origin.url()).status == 200
     for c in conns:
         c.close()
     assert s.stat("policy.group.g.concurrency_limited") == 0
@@ -450,7 +467,7 @@ def test_a_keep_alive_connection_between_requests_holds_no_place(start_sluice, p
 
 
 def test_keys_of_a_group_share_its_limits_and_key_limits_are_each_keys_own(start_sluice,
-                                                                           py_origin):
+                                                                           origin):
     groups = [{"name": "team",
                "limits": {"requests_per_second": 0.01, "burst": 4},
                "key_limits": {"requests_per_second": 0.01, "burst": 3}}]
@@ -460,7 +477,7 @@ def test_keys_of_a_group_share_its_limits_and_key_limits_are_each_keys_own(start
         ok = 0
         with RawConnection(s.proxy_addr) as c:
             for _ in range(n):
-                resp = get(c, s.keys[name], py_origin.url("/hello"))
+                resp = get(c, s.keys[name], origin.url())
                 ok += resp.status == 200
                 last = resp
         return ok, last
@@ -495,14 +512,14 @@ def test_key_limits_alone_leave_each_key_its_own_share(start_sluice, echo_server
     wait_gauge(s, "policy.key.a.concurrent", 0)
 
 
-def test_groups_are_separate_and_unlimited_groups_are_untouched(start_sluice, py_origin):
+def test_groups_are_separate_and_unlimited_groups_are_untouched(start_sluice, origin):
     groups = [{"name": "tight", "limits": {"requests_per_second": 0.01, "burst": 1}},
               {"name": "free"}]
     s = start_limited(start_sluice, groups, {"a": "tight", "b": "free"})
     with RawConnection(s.proxy_addr) as c:
-        statuses = [get(c, s.keys["a"], py_origin.url("/hello")).status for _ in range(3)]
+        statuses = [get(c, s.keys["a"], origin.url()).status for _ in range(3)]
         assert statuses == [200, 429, 429]
-        statuses = [get(c, s.keys["b"], py_origin.url("/hello")).status for _ in range(20)]
+        statuses = [get(c, s.keys["b"], origin.url()).status for _ in range(20)]
         assert statuses == [200] * 20
     assert "policy.group.free.rate_limited" not in s.stats()
 
@@ -545,12 +562,12 @@ def test_a_reload_carries_the_places_held_and_applies_a_new_maximum(start_sluice
 
 
 def test_a_reload_keeps_the_tokens_and_reaches_connections_opened_before(start_sluice,
-                                                                         py_origin):
+                                                                         origin):
     s = start_limited(start_sluice,
                       [{"name": "g", "limits": {"requests_per_second": 0.01, "burst": 5}}],
                       {"a": "g"})
     key = s.keys["a"]
-    url = py_origin.url("/hello")
+    url = origin.url()
     before = RawConnection(s.proxy_addr)
     assert [get(before, key, url).status for _ in range(3)] == [200] * 3
     # A new rate and burst: the 2 tokens left stay 2 (not a fresh bucket of 10).
@@ -575,7 +592,7 @@ def test_a_reload_keeps_the_tokens_and_reaches_connections_opened_before(start_s
     old.close()
 
 
-def test_a_refused_reload_changes_no_limit(start_sluice, py_origin):
+def test_a_refused_reload_changes_no_limit(start_sluice, origin):
     s = start_limited(start_sluice,
                       [{"name": "g", "limits": {"requests_per_second": 0.01, "burst": 2}}],
                       {"a": "g"})
@@ -584,7 +601,7 @@ def test_a_refused_reload_changes_no_limit(start_sluice, py_origin):
     assert bad.status != 200
     assert "policy.groups[0].limits.download_bytes_per_second: not supported" in bad.text
     with RawConnection(s.proxy_addr) as c:
-        statuses = [get(c, s.keys["a"], py_origin.url("/hello")).status for _ in range(3)]
+        statuses = [get(c, s.keys["a"], origin.url()).status for _ in range(3)]
     assert statuses == [200, 200, 429]
 
 
