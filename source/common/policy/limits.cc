@@ -334,8 +334,8 @@ void GroupLimiters::configureKey(KeyLimiter& key, int64_t now) const {
   key.active_.store(own || group_spec_.any(), std::memory_order_relaxed);
 }
 
-std::shared_ptr<KeyLimiter> GroupLimiters::claim(std::string_view key_name,
-                                                 uint32_t stats_reserve) const {
+std::shared_ptr<KeyLimiter> GroupLimiters::forKey(std::string_view key_name,
+                                                  uint32_t stats_reserve) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = keys_.find(key_name); it != keys_.end()) return it->second;
   std::shared_ptr<KeyLimiter> key;
@@ -352,12 +352,7 @@ std::shared_ptr<KeyLimiter> GroupLimiters::claim(std::string_view key_name,
   return key;
 }
 
-std::shared_ptr<KeyLimiter> GroupLimiters::forKey(std::string_view key_name,
-                                                  uint32_t stats_reserve) const {
-  return claim(key_name, stats_reserve);
-}
-
-std::shared_ptr<KeyLimiter> GroupLimiters::keyless() const { return claim({}, 0); }
+std::shared_ptr<KeyLimiter> GroupLimiters::keyless() const { return forKey({}, 0); }
 
 void GroupLimiters::apply(int64_t now) const {
   if (!group_is_new_) group_->state_.configure(group_spec_, now);

@@ -263,7 +263,6 @@ class GroupLimiters {
 
  private:
   GroupLimiters() = default;
-  std::shared_ptr<KeyLimiter> claim(std::string_view key_name, uint32_t stats_reserve) const;
   void configureKey(KeyLimiter& key, int64_t now) const;
 
   LimitSpec group_spec_;
