@@ -250,3 +250,32 @@ def test_http2_streams_through_squid(start_sluice, squid, py_origin):
         assert f"http://127.0.0.1:{py_origin.port}/hello" in log, log
     finally:
         echo.stop()
+
+
+def test_kept_alive_connections_to_parents(start_sluice, squid, dante, py_origin, sluice_origin):
+    s = start_sluice(extra_short=parents_yaml(
+        [squid_parent(squid),
+         {"name": "dante", "address": f"127.0.0.1:{dante.port}", "protocol": "socks5",
+          "username": DANTE_USER, "password": DANTE_PASSWORD}],
+        [{"ports": f'["{py_origin.port}"]', "parents": '["squid"]'},
+         {"ports": f'["{sluice_origin.port}"]', "parents": '["dante"]'}]))
+    # Through the HTTP parent, one connection serves request after request.
+    for _ in range(3):
+        r = get(s, py_origin.url("/hello"))
+        assert r.stdout.endswith(b"\n200"), r.describe()
+    assert s.stat("upstream.pool_reuse") == 2
+    assert s.stat("upstream.cx_connect_total") == 1
+    # Through the SOCKS5 parent, its tunnel to this origin is kept for the next request to it.
+    for _ in range(2):
+        r = get(s, sluice_origin.url + "/bytes/10")
+        assert r.stdout.endswith(b"\n200"), r.describe()
+    assert s.stat("upstream.pool_reuse") == 3
+    assert s.stat("upstream.cx_connect_total") == 2
+    # A direct request never gets a connection made through a parent.
+    s2 = start_sluice(extra_short=parents_yaml(
+        [squid_parent(squid)], [{"ports": f'["{py_origin.port}"]', "parents": '["squid"]'}]))
+    r = get(s2, py_origin.url("/hello"))
+    assert r.stdout.endswith(b"\n200"), r.describe()
+    r = get(s2, f"http://127.0.0.1:{squid.port}/")  # Squid itself, as an origin: direct
+    assert s2.stat("upstream.pool_reuse") == 0
+    assert s2.stat("upstream.cx_connect_total") == 2

@@ -182,8 +182,9 @@ void RouterFilter::ready(network::ConnectionPtr connection, network::ConnectionS
   info.source = source != nullptr ? *source : network::Address();
   upstream::Pool* pool = &callbacks_->worker().pool();
   if (parent_ != nullptr) {
-    // Connections through a parent are not pooled with direct ones (nor yet among themselves).
-    pool = nullptr;
+    // Kept apart from direct connections, under the parent (dialParent looks there).
+    info.via = parent_->health->id();
+    if (parent_->protocol == upstream::ParentProtocol::Socks5) info.pool_destination = target_;
     if (parent_->protocol == upstream::ParentProtocol::Http &&
         request_->kind == proxy::RequestKind::Forward) {
       info.via_http_parent = true;
@@ -278,6 +279,26 @@ void RouterFilter::onParentResolved(const absl::Status& status,
 }
 
 void RouterFilter::dialParent() {
+  if (request_->kind == proxy::RequestKind::Forward && !request_->fresh_connection) {
+    // A kept-alive connection through this parent: to it (an HTTP parent takes requests for
+    // any destination), or a SOCKS5 parent's tunnel to this very destination.
+    const network::Egress& egress = policy::egressOf(request_->group);
+    const uint64_t via = parent_->health->id();
+    for (uint32_t i = 0; i < dial_count_; ++i) {
+      const network::Address* source = egress.sourceFor(dial_[i].family());
+      const network::Address& key =
+          parent_->protocol == upstream::ParentProtocol::Socks5 ? target_ : dial_[i];
+      network::ConnectionPtr pooled = callbacks_->worker().pool().acquire(
+          key, source != nullptr ? *source : network::Address(), via);
+      if (pooled) {
+        config_->stats.pool_reuse.inc();
+        timer_->disable();
+        request_->upstream_address = pooled->peer();
+        ready(std::move(pooled), std::move(attempts_[0].slot), true);
+        return;
+      }
+    }
+  }
   next_address_ = 0;
   connectNext();
 }

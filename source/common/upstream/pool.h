@@ -26,12 +26,17 @@ class Pool {
        std::chrono::milliseconds idle_timeout);
   ~Pool();
 
-  // An idle connection to `to` made from `source`, or nullptr.
+  // An idle connection to `to` made from `source` (through parent `via`, 0: direct), or nullptr.
   network::ConnectionPtr acquire(const network::Address& to,
-                                 const network::Address& source = network::Address());
+                                 const network::Address& source = network::Address(),
+                                 uint64_t via = 0);
   // Takes back a connection (made from `source`) whose last exchange ended cleanly; closes it
-  // when the pool for its source and destination is full.
-  void release(network::ConnectionPtr conn, const network::Address& source = network::Address());
+  // when the pool for its source and destination is full. A connection through a parent proxy
+  // (`via`, the parent's ParentHealth::id()) is kept apart from direct ones: under the parent's
+  // address for an HTTP parent, which takes requests for any destination, under `destination`
+  // (the one its tunnel reaches) for a SOCKS5 parent. `destination` invalid: the peer.
+  void release(network::ConnectionPtr conn, const network::Address& source = network::Address(),
+               uint64_t via = 0, const network::Address& destination = network::Address());
   size_t idleCount() const { return idle_count_; }
   // Closes every idle connection.
   void closeAll();
@@ -44,14 +49,15 @@ class Pool {
   struct Key {
     network::Address source;  // invalid: the system's choice
     network::Address destination;
+    uint64_t via = 0;  // the parent proxy it goes through; 0: direct
     bool operator==(const Key& other) const {
-      return source == other.source && destination == other.destination;
+      return source == other.source && destination == other.destination && via == other.via;
     }
     template <typename H>
     friend H AbslHashValue(H h, const Key& key) {
       // An invalid address holds no initialised bytes: only its validity is hashed.
       if (key.source.valid()) h = H::combine(std::move(h), key.source);
-      return H::combine(std::move(h), key.source.valid(), key.destination);
+      return H::combine(std::move(h), key.source.valid(), key.destination, key.via);
     }
   };
   void remove(Idle* idle);

@@ -126,6 +126,12 @@ absl::StatusOr<std::unique_ptr<Parent>> buildParent(const config::v1::Parent& in
 
 }  // namespace
 
+ParentHealth::ParentHealth()
+    : id_([] {
+        static std::atomic<uint64_t> next{1};
+        return next.fetch_add(1, std::memory_order_relaxed);
+      }()) {}
+
 bool ParentHealth::recordFailure(event::MonotonicTime now, uint32_t max_failures,
                                  std::chrono::milliseconds skip_for) {
   const uint32_t failures = failures_.fetch_add(1, std::memory_order_relaxed) + 1;

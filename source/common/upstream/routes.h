@@ -28,6 +28,10 @@ namespace upstream {
 // late.
 class ParentHealth {
  public:
+  ParentHealth();
+  // Unique in the process, for as long as the health is kept: what the pool keeps the parent's
+  // connections under.
+  uint64_t id() const { return id_; }
   bool healthy(event::MonotonicTime now) const {
     return now.time_since_epoch().count() >= unhealthy_until_.load(std::memory_order_relaxed);
   }
@@ -37,6 +41,7 @@ class ParentHealth {
                      std::chrono::milliseconds skip_for);
 
  private:
+  const uint64_t id_;
   std::atomic<uint32_t> failures_{0};
   std::atomic<int64_t> unhealthy_until_{0};  // steady_clock ticks
 };

@@ -28,6 +28,10 @@ struct UpstreamInfo {
   // The egress address the connection was made from (invalid: the system's choice): with its
   // peer, where the pool keeps it.
   network::Address source;
+  // Through a parent proxy: the parent (ParentHealth::id(); 0: direct), and for a SOCKS5 parent
+  // the destination its tunnel reaches (the pool keeps it there, not under the parent).
+  uint64_t via = 0;
+  network::Address pool_destination;
 };
 
 // An origin connection as the router hands it over: the connection, where it came from, and

@@ -139,6 +139,36 @@ TEST_F(PoolTest, ConnectionsFromOneSourceAreNeverHandedToAnother) {
   again_default->close(network::CloseType::NoFlush);
 }
 
+TEST_F(PoolTest, ConnectionsThroughAParentAreKeptApartAndUnderTheirDestination) {
+  makePool(4);
+  const network::Address elsewhere = *network::Address::parseHostPort("192.0.2.1:443");
+  Upstream direct = connect(listener_a_);
+  Upstream via_http = connect(listener_a_);
+  Upstream via_socks = connect(listener_a_);
+  Connection* raw_direct = direct.conn.get();
+  Connection* raw_http = via_http.conn.get();
+  Connection* raw_socks = via_socks.conn.get();
+  pool_->release(std::move(direct.conn));
+  // An HTTP parent's connection: under the parent's address, tagged with the parent.
+  pool_->release(std::move(via_http.conn), network::Address(), 7);
+  // A SOCKS5 parent's tunnel: under the destination it reaches.
+  pool_->release(std::move(via_socks.conn), network::Address(), 8, elsewhere);
+  EXPECT_EQ(3u, pool_->idleCount());
+  EXPECT_EQ(nullptr, pool_->acquire(listener_a_.address(), network::Address(), 8));
+  EXPECT_EQ(nullptr, pool_->acquire(elsewhere, network::Address(), 7));
+  EXPECT_EQ(nullptr, pool_->acquire(elsewhere));
+  ConnectionPtr got_socks = pool_->acquire(elsewhere, network::Address(), 8);
+  EXPECT_EQ(raw_socks, got_socks.get());
+  ConnectionPtr got_http = pool_->acquire(listener_a_.address(), network::Address(), 7);
+  EXPECT_EQ(raw_http, got_http.get());
+  ConnectionPtr got_direct = pool_->acquire(listener_a_.address());
+  EXPECT_EQ(raw_direct, got_direct.get());
+  EXPECT_EQ(nullptr, pool_->acquire(listener_a_.address()));
+  for (ConnectionPtr* c : {&got_socks, &got_http, &got_direct}) {
+    (*c)->close(network::CloseType::NoFlush);
+  }
+}
+
 TEST_F(PoolTest, AnIdleConnectionClosedByTheOriginLeavesItsSourcesList) {
   makePool(4);
   const network::Address two = *network::Address::parseIp("127.0.0.2", 0);
