@@ -485,6 +485,8 @@ Server::ReloadResult Server::reload() {
   for (const ListenerConfigSharedPtr& listener : next->listeners) {
     listener->limiter->setLimits(listener->max_connections, listener->max_connections_per_client);
   }
+  // Limiters carried from the running version (tokens, requests in flight) take the new limits.
+  next->policy->applyLimits();
   if (next->bans != nullptr && config_->bans != nullptr && next->bans != config_->bans) {
     const size_t moved = next->bans->adoptBans(*config_->bans);
     if (moved > 0) SLUICE_LOG(Info, "reload: %d bans in force carried to the new options", moved);

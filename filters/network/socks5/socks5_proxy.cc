@@ -10,6 +10,7 @@
 #include "source/common/common/logger.h"
 #include "source/common/network/egress.h"
 #include "source/common/network/ip_literal.h"
+#include "source/common/policy/limits.h"
 #include "source/common/proxy/worker_context.h"
 
 namespace sluice {
@@ -89,6 +90,7 @@ Reply replyForDenial(proxy::Denial denial, const proxy::ProxyRequest& request) {
   switch (denial) {
     case proxy::Denial::Unauthorized:
     case proxy::Denial::Forbidden:
+    case proxy::Denial::TooManyRequests:
       return Reply::NotAllowed;
     case proxy::Denial::GatewayTimeout:
       return Reply::TtlExpired;
@@ -787,7 +789,7 @@ bool Socks5Filter::processRequest(buffer::Buffer& data) {
     case static_cast<uint8_t>(Command::Connect):
       command_ = Command::Connect;
       config_->stats.rq_connect.inc();
-      startConnect();
+      if (admitCommand()) startConnect();
       break;
     case static_cast<uint8_t>(Command::Bind):
       command_ = Command::Bind;
@@ -796,7 +798,7 @@ bool Socks5Filter::processRequest(buffer::Buffer& data) {
         sendReply(Reply::CommandNotSupported, network::Address());
         break;
       }
-      startBind();
+      if (admitCommand()) startBind();
       break;
     case static_cast<uint8_t>(Command::UdpAssociate):
       command_ = Command::UdpAssociate;
@@ -805,12 +807,23 @@ bool Socks5Filter::processRequest(buffer::Buffer& data) {
         sendReply(Reply::CommandNotSupported, network::Address());
         break;
       }
-      startUdpAssociate();
+      if (admitCommand()) startUdpAssociate();
       break;
     default:
       sendReply(Reply::CommandNotSupported, network::Address());
       break;
   }
+  return false;
+}
+
+bool Socks5Filter::admitCommand() {
+  policy::KeyLimiter* limiter = hs_->request.limiter;
+  if (limiter == nullptr) return true;
+  policy::LimitRefusal refusal;
+  if (limiter->admit(*trace_.limitSlot(), refusal)) return true;
+  trace_.routed(hs_->request);
+  trace_.fail(refusal.reason);
+  sendReply(replyForDenial(proxy::Denial::TooManyRequests, hs_->request), network::Address());
   return false;
 }
 
@@ -1047,12 +1060,15 @@ void Socks5Filter::onEvent(network::ConnectionEvent event) {
 }
 
 void Socks5Filter::onPeerEndWhileReadDisabled() {
-  // The client left while its command waited for the filters (a lookup, a connect): the reply
-  // has no reader, so they are cancelled now instead of running to their timeouts.
-  if (state_ != State::Authorizing && state_ != State::Filtering) return;
+  // The client left while its command waited for the filters (a lookup, a connect), or while
+  // its BIND waited for the peer: the reply has no reader, so the wait ends now instead of
+  // running to its timeout (and the command's place under its limits goes back).
+  if (state_ != State::Authorizing && state_ != State::Filtering && state_ != State::BindWaiting) {
+    return;
+  }
   // A FIN behind the tunnel's first bytes is a half-close: the command goes on.
   if (downstream().hasUnreadBytes()) return;
-  config_->stats.rq_abandoned.inc();
+  if (state_ != State::BindWaiting) config_->stats.rq_abandoned.inc();
   downstream().close(network::CloseType::NoFlush);
 }
 

@@ -279,6 +279,11 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   void pauseReading(bool pause);
   void authorize();
   void onAuthorized();
+  // SOCKS5 authenticates once per connection, before its command is known: each command is
+  // admitted under the key's limits here, its place held in the command's trace for as long as
+  // it lasts (a tunnel, a BIND, a UDP association). False when a limit refused it: reply 0x02
+  // (not allowed) and close.
+  bool admitCommand();
   void fillRequestTarget();
   void startConnect();
   void startBind();

@@ -99,6 +99,7 @@ ProxyError denialError(proxy::Denial denial, proxy::DenialCause cause, upstream:
       return ProxyError::HttpRequestError;
     case proxy::Denial::Unauthorized:
     case proxy::Denial::Forbidden:
+    case proxy::Denial::TooManyRequests:
       return ProxyError::HttpRequestDenied;
     case proxy::Denial::BadGateway:
       return failureError(failure);

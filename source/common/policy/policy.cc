@@ -39,9 +39,19 @@ PolicySharedPtr Policy::empty() {
   return *policy;
 }
 
+void Policy::applyLimits() const {
+  const int64_t now = monotonicNanos();
+  for (const GroupSharedPtr& group : groups_) group->limiters->apply(now);
+}
+
 absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
                                             const Policy* running) {
-  (void)running;
+  // The running version's limiters of a group that stays carry on (tokens, requests in
+  // flight).
+  auto running_limiters = [running](std::string_view name) -> const GroupLimiters* {
+    const Group* group = running != nullptr ? running->find(name) : nullptr;
+    return group != nullptr ? group->limiters.get() : nullptr;
+  };
   auto policy = std::make_shared<Policy>();
   for (int i = 0; i < proto.groups_size(); ++i) {
     const config::v1::Group& in = proto.groups(i);
@@ -58,9 +68,7 @@ absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
     // Parts of a group this build does not enforce yet are refused, never silently ignored.
     for (const auto& [set, field] : {std::pair<bool, const char*>{in.rules_size() > 0, "rules"},
                                      {!in.default_action().empty(), "default_action"},
-                                     {in.report_only(), "report_only"},
-                                     {in.has_limits(), "limits"},
-                                     {in.has_key_limits(), "key_limits"}}) {
+                                     {in.report_only(), "report_only"}}) {
       if (set) {
         return absl::InvalidArgumentError(
             absl::StrFormat("%s.%s: not supported by this build of sluice", path, field));
@@ -68,6 +76,9 @@ absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
     }
     auto group = std::make_shared<Group>();
     group->name = in.name();
+    auto limiters = GroupLimiters::build(in.name(), in, path, running_limiters(in.name()));
+    if (!limiters.ok()) return limiters.status();
+    group->limiters = std::move(*limiters);
     if (in.has_egress()) {
       auto egress = buildGroupEgress(in.egress(), path + ".egress", group->name);
       if (!egress.ok()) return egress.status();
@@ -78,6 +89,10 @@ absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
   if (policy->find(kDefaultGroup) == nullptr) {
     auto group = std::make_shared<Group>();
     group->name = std::string(kDefaultGroup);
+    auto limiters = GroupLimiters::build(kDefaultGroup, config::v1::Group(), "policy",
+                                         running_limiters(kDefaultGroup));
+    if (!limiters.ok()) return limiters.status();
+    group->limiters = std::move(*limiters);
     policy->groups_.push_back(std::move(group));
   }
   policy->default_ = policy->find(kDefaultGroup);

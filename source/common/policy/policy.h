@@ -9,6 +9,7 @@
 
 #include "api/sluice/config/v1/bootstrap.pb.h"
 #include "source/common/policy/egress.h"
+#include "source/common/policy/limits.h"
 
 namespace sluice {
 namespace policy {
@@ -22,6 +23,8 @@ inline constexpr size_t kMaxGroupNameLength = 64;
 // read-only on the workers afterwards.
 struct Group {
   std::string name;
+  // Its rate and concurrency limits and those of each of its keys (policy/limits.h).
+  std::unique_ptr<GroupLimiters> limiters;
   // The source addresses its requests leave from (docs/policy-egress.md).
   GroupEgress egress;
 };
@@ -40,6 +43,9 @@ class Policy {
   // allows and limits nothing.
   const Group& defaultGroup() const { return *default_; }
   const std::vector<GroupSharedPtr>& groups() const { return groups_; }
+  // Main thread, once this version runs (a reload's swap): the limiters carried from the
+  // running version take this version's values.
+  void applyLimits() const;
 
   // A policy without configured groups (filters built outside a server config: tests, tools).
   static std::shared_ptr<const Policy> empty();

@@ -23,6 +23,8 @@ TEST(DenialError, PolicyRefusalsAreDenials) {
   EXPECT_EQ(denied(Denial::Unauthorized), "http_request_denied");  // 407, no or a wrong key
   EXPECT_EQ(denied(Denial::Forbidden), "http_request_denied");     // a ban, a port
   EXPECT_EQ(denied(Denial::BadRequest), "http_request_error");
+  // 429: a rate or concurrency limit of the key's policy group.
+  EXPECT_EQ(denied(Denial::TooManyRequests), "http_request_denied");
 }
 
 TEST(DenialError, TheDestinationGuardsAddressRefusalsNameTheAddress) {
