@@ -648,11 +648,12 @@ bool Socks5Filter::processGreeting(buffer::Buffer& data) {
   } else if (greeting.offers_user_pass) {
     method = kMethodUserPass;
   }
+  // Counted before the answer leaves: a client that reads it may ask for the stats at once.
+  if (method == kMethodNoneAcceptable) config_->stats.no_acceptable_method.inc();
   const uint8_t answer[2] = {kVersion, method};
   writeToClient(answer, sizeof(answer));
   if (state_ == State::Closed) return false;
   if (method == kMethodNoneAcceptable) {
-    config_->stats.no_acceptable_method.inc();
     closeAll();
     return false;
   }
