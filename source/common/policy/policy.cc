@@ -64,6 +64,8 @@ absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
     }
     auto group = std::make_shared<Group>();
     group->name = in.name();
+    absl::Status rules = buildRuleSet(in, path, group->rules);
+    if (!rules.ok()) return rules;
     policy->groups_.push_back(std::move(group));
   }
   if (policy->find(kDefaultGroup) == nullptr) {

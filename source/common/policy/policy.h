@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 
 #include "api/sluice/config/v1/bootstrap.pb.h"
+#include "source/common/policy/rules.h"
 
 namespace sluice {
 namespace policy {
@@ -21,6 +22,8 @@ inline constexpr size_t kMaxGroupNameLength = 64;
 // read-only on the workers afterwards.
 struct Group {
   std::string name;
+  // What the group's keys may reach: its rules, default_action and report_only.
+  RuleSet rules;
 };
 using GroupSharedPtr = std::shared_ptr<const Group>;
 
