@@ -135,11 +135,12 @@ Stage::~Stage() { chain_.end(); }
 
 UdpRelay::UdpRelay(Socks5Filter& parent, proxy::WorkerContext& worker,
                    Socks5ProxyConfigSharedPtr config, const network::Address& client,
-                   uint16_t client_port)
+                   uint16_t client_port, const policy::Group* group)
     : parent_(parent),
       worker_(worker),
       config_(std::move(config)),
       control_peer_(client),
+      group_(group),
       client_(client),
       client_port_known_(client_port != 0),
       idle_timer_(worker.dispatcher(), [this] { onIdle(); }) {
@@ -351,6 +352,7 @@ void UdpRelay::runPending() {
     check_request_.host = check_host_;
     check_request_.port = front.port;
     check_request_.client = control_peer_;
+    check_request_.group = group_;
     if (!check_) {
       // The Authorize phase only: destinations are checked (and resolved, by the destination
       // guard) but nothing connects.
@@ -377,6 +379,7 @@ void UdpRelay::onStagePassed(Stage&) {
       found = toFamily(literal, bound_.family(), chosen);
     }
   }
+  parent_.onDestinationRule(check_request_.policy_rule, check_request_.policy_report_only);
   finishCheck(found, chosen);
 }
 
@@ -387,6 +390,7 @@ void UdpRelay::onStageUpstream(Stage&, upstream::UpstreamHandle upstream) {
 }
 
 void UdpRelay::onStageDenied(Stage&, proxy::Denial, std::string_view) {
+  parent_.onDestinationRule(check_request_.policy_rule, check_request_.policy_report_only);
   finishCheck(false, network::Address());
 }
 
@@ -763,14 +767,11 @@ void Socks5Filter::startBind() {
   hs_->request.kind = proxy::RequestKind::Bind;
   setState(State::Filtering);
   pauseReading(true);
-  if (target_.type != AddressType::Domain && target_.unspecified()) {
-    // "Any peer": nothing to check, nothing to filter the inbound connection by.
-    hs_->request.pinned_count = 0;
-    onBindChecked();
-    return;
-  }
   // The peer the client expects is checked as a destination would be (address and port), and
-  // its checked addresses are the only ones the inbound connection may come from.
+  // its checked addresses are the only ones the inbound connection may come from. A BIND for
+  // any peer (0.0.0.0 or ::) has nothing to check or pin, but passes the filters too: the
+  // policy's rules on socks5-bind apply to it (and, when they need an address, to the peer
+  // that connects).
   fillRequestTarget();
   request_stage_ =
       std::make_unique<Stage>(*this, callbacks_->worker(), *config_, proxy::RequestPhase::Authorize,
@@ -842,7 +843,7 @@ void Socks5Filter::onBindAccept() {
     }
     const network::Address peer =
         network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len);
-    bool allowed = hs_->request.pinned_count == 0;
+    bool allowed = hs_->request.pinned_count == 0 && admitAnyPeer(peer);
     for (uint32_t i = 0; i < hs_->request.pinned_count && !allowed; ++i) {
       network::Address expected;
       allowed = toFamily(hs_->request.pinned[i], peer.family(), expected) && sameIp(expected, peer);
@@ -868,12 +869,34 @@ void Socks5Filter::onBindAccept() {
   }
 }
 
+bool Socks5Filter::admitAnyPeer(const network::Address& peer) {
+  const policy::Group* group = hs_->request.group;
+  if (group == nullptr || group->rules.inactive()) return true;
+  const policy::RuleSet& rules = group->rules;
+  const policy::Destination bind{{}, hs_->request.port, policy::Kind::Socks5Bind};
+  const policy::NameCheck check = rules.checkName(bind);
+  // Decided without an address: the request filters enforced (and counted) it already.
+  if (!check.needsAddresses()) return true;
+  const policy::Decision decision = rules.checkAddress(bind, check, peer);
+  if (decision.allows()) {
+    rules.stats().allowed.inc();
+    return true;
+  }
+  if (rules.reportOnly()) {
+    rules.stats().report_only.inc();
+    trace_.setPolicyRule(decision.rule->name, true);
+    return true;
+  }
+  rules.stats().denied.inc();
+  return false;
+}
+
 void Socks5Filter::startUdpAssociate() {
   const network::Address local = localAddress();
   // The client's datagrams must come from the control connection's IP; DST.PORT, when given,
   // is the port they come from (DST.ADDR is ignored: behind NAT it is not what arrives).
   udp_ = std::make_unique<UdpRelay>(*this, callbacks_->worker(), config_, downstream().peer(),
-                                    target_.port);
+                                    target_.port, hs_->request.group);
   // The relay socket is one upstream socket of the client's budget.
   if (!upstream::UpstreamBudget::get().admit(downstream().peer(), udp_slot_)) {
     releaseUdp();

@@ -13,6 +13,7 @@
 #include "source/common/network/connection_limiter.h"
 #include "source/common/network/filter.h"
 #include "source/common/network/local_host.h"
+#include "source/common/policy/policy.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/request_record.h"
@@ -132,8 +133,10 @@ class Stage : public proxy::RequestSink, public event::DeferredDeletable {
 // connection; tells its owner when it idles out.
 class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
  public:
+  // `group`: the policy group of the key the client authenticated with (its rules apply to
+  // every destination).
   UdpRelay(Socks5Filter& parent, proxy::WorkerContext& worker, Socks5ProxyConfigSharedPtr config,
-           const network::Address& client, uint16_t client_port);
+           const network::Address& client, uint16_t client_port, const policy::Group* group);
   ~UdpRelay() override;
 
   // Stops everything now (socket, timer, checks in flight); the object may be deleted later.
@@ -179,8 +182,9 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   Socks5Filter& parent_;
   proxy::WorkerContext& worker_;
   Socks5ProxyConfigSharedPtr config_;
-  // The control connection's peer (for the request filters).
+  // The control connection's peer and its key's group (for the request filters).
   network::Address control_peer_;
+  const policy::Group* group_ = nullptr;
   network::Address client_;  // its IP from the control connection; its port once known
   bool client_port_known_ = false;
   uint64_t bytes_to_destinations_ = 0;
@@ -229,6 +233,11 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
 
   // The UDP relay idled out: the association (and this connection) ends.
   void onUdpIdle();
+  // A policy rule refused (or, report-only, would have refused) one of the association's
+  // destinations: the association's record names the first such rule.
+  void onDestinationRule(std::string_view rule, bool report_only) {
+    trace_.setPolicyRule(rule, report_only);
+  }
 
  private:
   enum class State : uint8_t {
@@ -258,6 +267,9 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   void startBind();
   void startUdpAssociate();
   void onBindAccept();
+  // A BIND for any peer: whether the policy's rules that need the peer's address admit the one
+  // that connected (counted; in a report-only group recorded and admitted).
+  bool admitAnyPeer(const network::Address& peer);
   void onBindChecked();
   void startTunnel(upstream::UpstreamHandle upstream);
   // upstream::TunnelOwner

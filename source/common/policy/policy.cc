@@ -51,10 +51,7 @@ absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
           absl::StrFormat("%s.name: \"%s\" is used twice", path, in.name()));
     }
     // Parts of a group this build does not enforce yet are refused, never silently ignored.
-    for (const auto& [set, field] : {std::pair<bool, const char*>{in.rules_size() > 0, "rules"},
-                                     {!in.default_action().empty(), "default_action"},
-                                     {in.report_only(), "report_only"},
-                                     {in.has_limits(), "limits"},
+    for (const auto& [set, field] : {std::pair<bool, const char*>{in.has_limits(), "limits"},
                                      {in.has_key_limits(), "key_limits"},
                                      {in.has_egress(), "egress"}}) {
       if (set) {

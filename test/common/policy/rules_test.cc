@@ -448,6 +448,40 @@ TEST(RuleSetTest, ErrorsNameTheField) {
   }
 }
 
+TEST(RuleSetTest, BuildPolicyReportsRuleErrorsWithTheGroupsPath) {
+  config::v1::Policy proto;
+  proto.add_groups()->set_name("staff");
+  config::v1::Group* ci = proto.add_groups();
+  ci->set_name("ci");
+  ci->add_rules()->set_action("allow");
+  ci->add_rules()->set_action("deny");
+  ci->mutable_rules(1)->add_hosts("*.example.com");
+  ci->mutable_rules(1)->add_hosts("b\xC3\xBC");
+  auto policy = buildPolicy(proto);
+  ASSERT_FALSE(policy.ok());
+  EXPECT_EQ(policy.status().message().substr(0, 36), "policy.groups[1].rules[1].hosts[1]: ");
+  EXPECT_NE(policy.status().message().find("punycode"), std::string::npos);
+}
+
+TEST(RuleSetTest, BuildPolicyGivesRulesTheirGroupsNames) {
+  config::v1::Policy proto;
+  config::v1::Group* staff = proto.add_groups();
+  staff->set_name("staff");
+  staff->set_report_only(true);
+  staff->add_rules()->set_action("allow");
+  staff->add_rules()->set_action("deny");
+  auto policy = buildPolicy(proto);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  const Group* group = (*policy)->find("staff");
+  ASSERT_NE(group, nullptr);
+  ASSERT_EQ(group->rules.rules().size(), 2u);
+  EXPECT_EQ(group->rules.rules()[1].name, "staff.rules[1]");
+  EXPECT_EQ(group->rules.rules()[1].reason, "policy rule staff.rules[1]");
+  EXPECT_EQ(group->rules.defaultRule().name, "staff.default");
+  EXPECT_TRUE(group->rules.reportOnly());
+  EXPECT_TRUE((*policy)->defaultGroup().rules.inactive());
+}
+
 }  // namespace
 }  // namespace policy
 }  // namespace sluice
