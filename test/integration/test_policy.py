@@ -608,3 +608,90 @@ def test_a_keys_file_gives_keys_their_groups(start_sluice, dns_server, py_origin
     assert r.returncode == 1
     assert f"{keys_file}:1: group: \"nope\" is not a group of policy.groups" in r.stderr, r.stderr
     assert filed not in r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# sluice policy explain
+
+
+def test_policy_explain(start_sluice, dns_server):
+    dns = dns_server({"registry.test": ["127.0.0.1"], "inside.example.test":
+                      ["127.0.0.1", "127.0.0.2"], "mirror.test": ["127.0.0.9"]})
+    groups = [CI_GROUP,
+              {"name": "staff", "default_action": "deny", "rules": [
+                  {"name": "no-internal", "action": "deny", "cidrs": ["127.0.0.2/32"]},
+                  {"name": "loopback", "action": "allow", "cidrs": ["127.0.0.0/8"]}]},
+              {"name": "trial", "report_only": True,
+               "rules": [{"name": "no-registry", "action": "deny", "hosts": ["registry.test"]}]}]
+    s = start_policy(start_sluice, groups, {"ci": "ci", "alice": "staff", "t": "trial",
+                                            "dev": None}, dns=dns, allow_private=False)
+
+    def explain(*args):
+        r = run_cli("policy", "explain", "-c", s.config_path, *args)
+        return r.returncode, r.stdout, r.stderr
+
+    code, out, _ = explain("ci", "registry.test:443")
+    assert "key:         ci (group ci)\n" in out
+    assert "listener:    http\n" in out
+    assert "destination: registry.test port 443, kind connect\n" in out
+    assert "rules:       registry (allow) decides for every address, before any lookup\n" in out
+    assert "addresses:   1, from the name servers of dns.resolvers\n" in out
+    # The group's rule allows by name, which opens nothing: the listener's guard still refuses
+    # loopback.
+    assert "  127.0.0.1: rule registry (allow); guard: destination is a private address\n" in out
+    assert code == 1 and out.endswith("decision:    refused: destination is a private address "
+                                      "(HTTP 403, SOCKS5 reply 0x02)\n"), out
+
+    code, out, _ = explain("ci", "elsewhere.test:443", "--kind", "http")
+    assert code == 1, out
+    assert "rules:       ci.default (deny) decides for every address, before any lookup\n" in out
+    assert "addresses:" not in out  # refused before any lookup
+    assert out.endswith("decision:    refused: policy rule ci.default (HTTP 403, SOCKS5 reply "
+                        "0x02)\n"), out
+
+    code, out, _ = explain("alice", "inside.example.test:8080", "--kind", "socks5-connect")
+    assert code == 1, out
+    assert "rules:       no-internal (deny) has cidrs: each address decides\n" in out
+    assert "addresses:   2, from the name servers of dns.resolvers\n" in out
+    assert ("  127.0.0.1: rule loopback (allow) by cidr, which opens internal ranges for it; "
+            "guard: allowed\n") in out, out
+    assert "  127.0.0.2: rule no-internal (deny) by cidr; guard: destination is a private " \
+           "address\n" in out, out
+    assert out.endswith("decision:    refused: policy rule no-internal (HTTP 403, SOCKS5 reply "
+                        "0x02)\n"), out
+
+    code, out, _ = explain("alice", "127.0.0.1:8080")
+    assert code == 0, out
+    assert "destination: 127.0.0.1 port 8080, kind connect (an IP address: host patterns do not " \
+           "match it)\n" in out
+    assert out.endswith("decision:    allowed\n"), out
+
+    code, out, _ = explain("t", "registry.test:443", "--listener", "socks5")
+    assert "key:         t (group trial, report-only)\n" in out
+    assert "listener:    socks5\n" in out
+    # Report-only: the rule's refusal is not enforced, the guard's still is.
+    assert "  127.0.0.1: rule no-registry (deny); guard: destination is a private address\n" \
+        in out, out
+    assert code == 1 and out.endswith("decision:    refused: destination is a private address "
+                                      "(HTTP 403, SOCKS5 reply 0x02)\n"), out
+
+    code, out, _ = explain("dev", "mirror.test:443")
+    assert "key:         dev (group default, no rules)\n" in out
+    assert "rules:       none: group default allows what the guard allows\n" in out
+    assert "  127.0.0.9: guard: destination is a private address\n" in out, out
+    assert code == 1
+
+    code, out, _ = explain("alice", "127.0.0.1:25")
+    assert code == 1
+    assert "port:        25 refused by the guard: destination port not allowed\n" in out
+
+    # Usage and config errors: 2.
+    assert explain("nobody", "registry.test:443")[0] == 2
+    assert explain("ci", "registry.test")[0] == 2
+    assert explain("ci", "registry.test:443", "--kind", "udp")[0] == 2
+    assert explain("ci", "registry.test:443", "--listener", "nope")[0] == 2
+    assert run_cli("policy", "explain", "-c", s.workdir / "missing.yaml", "ci",
+                   "registry.test:443").returncode == 2
+    r = run_cli("policy", "explain", "-c", s.config_path, "ci", "registry.test:443", "--kind",
+                "udp")
+    assert "--kind \"udp\": one of http, connect" in r.stderr, r.stderr
