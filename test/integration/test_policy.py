@@ -7,14 +7,17 @@ Names resolve through a loopback name server (dns.resolvers) that answers chosen
 every origin is on 127.0.0.0/8."""
 
 import json
+import re
 import secrets
+import shutil
 import socket
 import struct
+import subprocess
 import time
 
 import pytest
 
-from helpers import RawConnection, basic_auth, free_port, raw_request
+from helpers import CLEAN_ENV, RawConnection, basic_auth, free_port, raw_request
 from sluice_proc import find_typed_configs, run_cli
 from test_http2 import H2Client, Stream, use_http2
 from test_socks5 import (BIND, CONNECT, NOT_ALLOWED, SUCCEEDED, UDP_ASSOCIATE, SlowDns,
@@ -221,6 +224,8 @@ def test_host_patterns_and_their_edge_cases(start_sluice, dns_server, py_origin)
     assert policy_stat(s, "staff", "allowed") == len(allowed)
     assert policy_stat(s, "staff", "denied") == 5
     assert s.stat("dest_guard.blocked_policy") == 5
+    prometheus = s.admin("/stats/prometheus").text
+    assert 'sluice_policy_group_denied_total{group="staff"} 5\n' in prometheus, prometheus
     # A key of a group without rules: only the destination guard decides.
     r = get(s, "bob", "other.test", port)
     assert r.status == 200 and r.body == HELLO, str(r)
@@ -490,6 +495,13 @@ def test_squid_log_lines_carry_the_rule(start_sluice, dns_server, py_origin, tmp
         served
     assert " TCP_DENIED/403 " in refused and refused.endswith(" - policy_rule=strict.rules[0]"), \
         refused
+    # The rule comes after Squid's ten fields, where the tools written for them do not look.
+    if shutil.which("calamaris") is None:
+        pytest.skip("calamaris is not installed (tools/deps.sh --test installs it)")
+    report = subprocess.run(["calamaris", "-a"], input="\n".join(lines) + "\n", text=True,
+                            capture_output=True, env=CLEAN_ENV, check=True).stdout
+    assert re.search(r"lines parsed:\s+lines\s+2\b", report), report
+    assert re.search(r"invalid lines:\s+lines\s+0\b", report), report
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,6 +552,35 @@ def test_an_allow_cidr_rule_opens_loopback_for_one_group(start_sluice, dns_serve
             c.close()
             u.close()
     assert [d for d, _ in udp_echo.received] == [b"ops"]
+
+
+# ---------------------------------------------------------------------------------------------
+# reload
+
+
+def test_a_reload_takes_the_new_rules(start_sluice, dns_server, py_origin):
+    import yaml
+
+    dns = dns_server({"site.test": ["127.0.0.1"]})
+    groups = [{"name": "staff", "rules": [{"action": "allow", "hosts": ["site.test"]}],
+               "default_action": "deny"}]
+    s = start_policy(start_sluice, groups, {"alice": "staff"}, dns=dns)
+    assert get(s, "alice", "site.test", py_origin.port).status == 200
+    full = yaml.safe_load(s.config_path.read_text())
+    full["policy"]["groups"][0]["rules"][0]["action"] = "deny"
+    s.config_path.write_text(yaml.safe_dump(full))
+    r = s.admin("/reload", method="POST", data=b"")
+    assert r.status == 200, r
+    assert refused_by(get(s, "alice", "site.test", py_origin.port), "staff.rules[0]")
+    # A broken rule is refused by the reload, and the running rules stay.
+    full["policy"]["groups"][0]["rules"][0]["hosts"] = ["site.*"]
+    s.config_path.write_text(yaml.safe_dump(full))
+    r = s.admin("/reload", method="POST", data=b"")
+    assert r.status != 200 and b"policy.groups[0].rules[0].hosts[0]" in r.body, r
+    assert refused_by(get(s, "alice", "site.test", py_origin.port), "staff.rules[0]")
+    # The counters carry on across versions.
+    assert policy_stat(s, "staff", "allowed") == 1
+    assert policy_stat(s, "staff", "denied") == 2
 
 
 # ---------------------------------------------------------------------------------------------
