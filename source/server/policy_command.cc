@@ -251,12 +251,14 @@ int explainPolicy(const ServerConfig& config, const PolicyExplainRequest& reques
     bool opened = false;
     if (rules != nullptr) {
       const policy::Decision& d = decisions[i];
+      // A report-only group's rules open nothing.
       opened = d.opens() && !rules->reportOnly();
       line += absl::StrFormat(" rule %s%s%s;", ruleText(*d.rule), d.by_cidr ? " by cidr" : "",
-                              opened ? ", which opens internal ranges for it" : "");
+                              opened ? ", opening its cidrs" : "");
     }
     if (guard != nullptr) {
-      const std::string_view why = guard->addressRefusal(a, datagram, opened);
+      const std::string_view why =
+          guard->addressRefusal(a, datagram, opened ? &decisions[i].rule->cidrs : nullptr);
       line += absl::StrFormat(" guard: %s", why.empty() ? std::string_view("allowed") : why);
       // A rule's refusal (set above) comes first, whatever the guard says.
       if (!why.empty() && refused.empty()) refused = std::string(why);

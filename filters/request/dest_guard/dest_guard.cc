@@ -130,13 +130,19 @@ bool DestGuardConfig::isSelf(const network::Address& a,
   return hasPort(self_wildcard_ports, port) && isLocal(a);
 }
 
-Verdict DestGuardConfig::rangeVerdict(const network::Address& address, bool opened) const {
+Verdict DestGuardConfig::rangeVerdict(const network::Address& address,
+                                      const std::vector<network::CidrRange>* opening) const {
   for (const network::CidrRange& range : deny) {
     if (range.contains(address)) return Verdict::Denied;
   }
-  if (allow_private || opened) return Verdict::Allowed;
+  if (allow_private) return Verdict::Allowed;
   for (const network::CidrRange& range : allow) {
     if (range.contains(address)) return Verdict::Allowed;
+  }
+  if (opening != nullptr) {
+    for (const network::CidrRange& range : *opening) {
+      if (range.contains(address)) return Verdict::Allowed;
+    }
   }
   for (const network::CidrRange& range : internalRanges()) {
     if (range.contains(address)) return Verdict::Private;
@@ -147,18 +153,19 @@ Verdict DestGuardConfig::rangeVerdict(const network::Address& address, bool open
 }
 
 Verdict DestGuardConfig::check(const network::Address& address,
-                               network::OwnPorts::Transport transport, bool opened) const {
+                               network::OwnPorts::Transport transport,
+                               const std::vector<network::CidrRange>* opening) const {
   const network::Address a = unmapped(address);
   // Whatever opens other ranges, a request must not loop back into sluice.
   if (isSelf(a, transport)) return Verdict::Self;
   // The ranges see the address as the client wrote it: ::ffff:0:0/96 is internal itself.
-  const Verdict verdict = rangeVerdict(address, opened);
+  const Verdict verdict = rangeVerdict(address, opening);
   if (verdict != Verdict::Allowed) return verdict;
   // An address a translator or tunnel turns into IPv4 is judged as that IPv4 address too.
   network::Address embedded[network::kMaxEmbeddedIpv4];
   const size_t count = network::embeddedIpv4(a, embedded);
   for (size_t i = 0; i < count; ++i) {
-    const Verdict v = rangeVerdict(embedded[i], opened);
+    const Verdict v = rangeVerdict(embedded[i], opening);
     if (v != Verdict::Allowed) return v;
   }
   return Verdict::Allowed;
@@ -168,11 +175,12 @@ std::string_view DestGuardConfig::portRefusal(uint16_t port) const {
   return portAllowed(port) ? std::string_view() : kReasonPort;
 }
 
-std::string_view DestGuardConfig::addressRefusal(const network::Address& address, bool datagram,
-                                                 bool opened) const {
+std::string_view DestGuardConfig::addressRefusal(
+    const network::Address& address, bool datagram,
+    const std::vector<network::CidrRange>* opening) const {
   return verdictReason(check(
       address, datagram ? network::OwnPorts::Transport::Udp : network::OwnPorts::Transport::Tcp,
-      opened));
+      opening));
 }
 
 std::string_view verdictReason(Verdict verdict) {
@@ -267,7 +275,6 @@ proxy::RequestFilterStatus DestGuardFilter::onRequest(proxy::ProxyRequest& reque
   request.pinned_count = 0;
   request.policy_rule = {};
   request.policy_report_only = false;
-  opened_ = 0;
   if (request.group == nullptr) request.group = &config_->policy->defaultGroup();
   rules_ = request.group->rules.inactive() ? nullptr : &request.group->rules;
 
@@ -305,12 +312,8 @@ proxy::RequestFilterStatus DestGuardFilter::onRequest(proxy::ProxyRequest& reque
   if (is_literal) {
     literal.setPort(request.port);
     // A refused address gets its own reason, whatever its zone says.
-    bool opened = false;
-    if (!zone.empty() && rules_ != nullptr && name_check_.needsAddresses()) {
-      opened =
-          !rules_->reportOnly() && rules_->checkAddress(destination_, name_check_, literal).opens();
-    }
-    if (!zone.empty() && config_->check(literal, transport(), opened) == Verdict::Allowed &&
+    if (!zone.empty() &&
+        config_->check(literal, transport(), opening(literal)) == Verdict::Allowed &&
         !applyZone(zone, literal)) {
       return proxy::RequestFilterStatus::StopIteration;
     }
@@ -355,6 +358,14 @@ void DestGuardFilter::onResolved(const absl::Status& status,
   if (admitted) callbacks_->continueRequest();
 }
 
+const std::vector<network::CidrRange>* DestGuardFilter::opening(
+    const network::Address& address) const {
+  // A report-only group changes nothing about what is served: its rules open nothing.
+  if (rules_ == nullptr || !name_check_.needsAddresses() || rules_->reportOnly()) return nullptr;
+  const policy::Decision d = rules_->checkAddress(destination_, name_check_, address);
+  return d.opens() ? &d.rule->cidrs : nullptr;
+}
+
 bool DestGuardFilter::enforce(const policy::Decision& decision) {
   const policy::RuleStats& stats = rules_->stats();
   if (decision.allows()) {
@@ -386,16 +397,13 @@ bool DestGuardFilter::admit(const network::Address* addresses, size_t count) {
         continue;
       }
       if (verdict.rule == nullptr) verdict = d;
-      // A report-only group changes nothing about what is served: its rules open nothing.
-      if (d.opens() && !rules_->reportOnly() && i < 64) opened_ |= uint64_t{1} << i;
     }
     if (verdict.rule != nullptr && !enforce(verdict)) return false;
   }
   for (size_t i = 0; i < count; ++i) {
     network::Address address = addresses[i];
     address.setPort(request_->port);
-    const bool opened = i < 64 && (opened_ >> i & 1) != 0;
-    switch (config_->check(address, transport(), opened)) {
+    switch (config_->check(address, transport(), opening(address))) {
       case Verdict::Allowed:
         continue;
       case Verdict::Private:

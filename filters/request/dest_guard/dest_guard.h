@@ -65,25 +65,25 @@ struct DestGuardConfig : public policy::DestinationGuard {
 
   bool portAllowed(uint16_t port) const;
   // `address` carries the destination port (it matters for the self check); `transport` is
-  // how it will be reached (UDP for a SOCKS5 relay's datagrams). `opened`: an allow rule of the
-  // request's policy group matched the address by its cidrs, which lifts the refusal of
-  // internal ranges and of this host's addresses for it, as allow_private would (never a deny
-  // range, never sluice itself).
+  // how it will be reached (UDP for a SOCKS5 relay's datagrams). `opening`: the cidrs of an
+  // allow rule of the request's policy group that matched the address; they open what they
+  // hold as `allow` ranges do, for this request only (never a deny range, never sluice itself).
   Verdict check(const network::Address& address,
                 network::OwnPorts::Transport transport = network::OwnPorts::Transport::Tcp,
-                bool opened = false) const;
+                const std::vector<network::CidrRange>* opening = nullptr) const;
 
   // policy::DestinationGuard
   std::string_view portRefusal(uint16_t port) const override;
   std::string_view addressRefusal(const network::Address& address, bool datagram,
-                                  bool opened) const override;
+                                  const std::vector<network::CidrRange>* opening) const override;
 
  private:
   // Whether the address reaches this host: loopback, unspecified, or one of its interfaces.
   bool isLocal(const network::Address& address) const;
   bool isSelf(const network::Address& address, network::OwnPorts::Transport transport) const;
   // The ranges' verdict on one address, as it is (no embedded IPv4 considered).
-  Verdict rangeVerdict(const network::Address& address, bool opened) const;
+  Verdict rangeVerdict(const network::Address& address,
+                       const std::vector<network::CidrRange>* opening) const;
 };
 
 // The reason a verdict gives a client (empty for Allowed).
@@ -124,6 +124,9 @@ class DestGuardFilter : public proxy::RequestFilter {
   // Checks every address (the rules, then the built-in checks); pins them and returns true, or
   // denies and returns false.
   bool admit(const network::Address* addresses, size_t count);
+  // The cidrs of the allow rule that matched `address` by them (null when none, or when the
+  // group is report-only: its rules open nothing).
+  const std::vector<network::CidrRange>* opening(const network::Address& address) const;
   // Applies the rules' decision for the whole request: counts it; a refusal denies the request
   // (false) unless the group is report-only, which records the rule and goes on (true).
   bool enforce(const policy::Decision& decision);
@@ -141,8 +144,6 @@ class DestGuardFilter : public proxy::RequestFilter {
   const policy::RuleSet* rules_ = nullptr;
   policy::Destination destination_;
   policy::NameCheck name_check_;
-  // Bit i: an allow rule opened the request's address i (see DestGuardConfig::check).
-  uint64_t opened_ = 0;
   dns::Resolver::Query* query_ = nullptr;
   // An answer that arrives while onRequest is still on the stack is returned from it instead of
   // resuming the chain.

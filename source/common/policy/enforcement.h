@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "source/common/network/address.h"
+#include "source/common/network/cidr.h"
 #include "source/common/policy/policy.h"
 
 namespace sluice {
@@ -19,10 +20,11 @@ class DestinationGuard {
   // Why the port is refused; empty when it is allowed.
   virtual std::string_view portRefusal(uint16_t port) const = 0;
   // Why the address (port set) is refused; empty when it is allowed. `datagram`: it is a SOCKS5
-  // UDP destination. `opened`: an allow rule matched it by its cidrs, which lifts the refusal of
-  // internal ranges (never a deny range, never sluice itself).
+  // UDP destination. `opening`: the cidrs of an allow rule that matched the address by them,
+  // which open what they hold as the guard's own `allow` ranges do (never a deny range, never
+  // sluice itself); null when none.
   virtual std::string_view addressRefusal(const network::Address& address, bool datagram,
-                                          bool opened) const = 0;
+                                          const std::vector<network::CidrRange>* opening) const = 0;
 };
 
 // One API key as a filter list admits it.

@@ -86,8 +86,9 @@ struct Decision {
   const Rule* rule = nullptr;  // the rule that decided; the group's default when none matched
   bool by_cidr = false;        // the rule matched the address by one of its cidrs
   bool allows() const { return rule->action == Action::Allow; }
-  // An allow rule matched the address by its cidrs: the destination guard's refusal of internal
-  // ranges is lifted for that address (never its deny ranges, never sluice's own sockets).
+  // An allow rule matched the address by its cidrs: they open what they hold to the destination
+  // guard as its own `allow` ranges do, for this request (never its deny ranges, never sluice's
+  // own sockets).
   bool opens() const { return by_cidr && allows(); }
 };
 
