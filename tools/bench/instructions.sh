@@ -8,6 +8,8 @@
 # after the count go to sluice-load (--new-conn: a new client connection per request). It runs the
 # load twice (requests/3 and requests) and prints (Ir(n) - Ir(n/3)) / (2n/3): startup and
 # shutdown cancel out. Needs valgrind and built sluice, sluice-origin and sluice-load.
+# SLUICE_EXTRA_CONFIG: a file of YAML appended to the config (e.g. a policy for the key's group,
+# "default").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 MODE=${1:-off}
@@ -34,6 +36,7 @@ admin:
 destinations:
   allow: ["127.0.0.1/32"]
 YAML
+  if [ -n "${SLUICE_EXTRA_CONFIG:-}" ]; then cat "$SLUICE_EXTRA_CONFIG" >>"$dir/s.yaml"; fi
   if [ "$MODE" != off ]; then
     printf 'access_log:\n  mode: all\n  format: %s\n  path: %s/access.log\n' "$MODE" "$dir" \
       >>"$dir/s.yaml"

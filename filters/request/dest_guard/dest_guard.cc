@@ -219,6 +219,7 @@ absl::StatusOr<DestGuardConfigSharedPtr> buildConfig(
   auto config = std::make_shared<DestGuardConfig>();
   config->host_addresses = &host;
   if (policy != nullptr) config->policy = std::move(policy);
+  config->default_group = &config->policy->defaultGroup();
   config->allow_private = proto.allow_private();
   absl::Status status =
       parseRanges(proto.allow(), absl::StrFormat("%s.typed_config.allow", path), config->allow);
@@ -275,7 +276,7 @@ proxy::RequestFilterStatus DestGuardFilter::onRequest(proxy::ProxyRequest& reque
   request.pinned_count = 0;
   request.policy_rule = {};
   request.policy_report_only = false;
-  if (request.group == nullptr) request.group = &config_->policy->defaultGroup();
+  if (request.group == nullptr) request.group = config_->default_group;
   rules_ = request.group->rules.inactive() ? nullptr : &request.group->rules;
 
   network::Address literal;
@@ -387,11 +388,18 @@ bool DestGuardFilter::enforce(const policy::Decision& decision) {
 }
 
 bool DestGuardFilter::admit(const network::Address* addresses, size_t count) {
+  // The cidrs that open each address (a resolver answers at most kMaxAddresses; past them, an
+  // address is looked up again).
+  // Filled (and read) only when the rules need the addresses: a request of a group without
+  // rules pays nothing for it.
+  const std::vector<network::CidrRange>* opens[dns::Resolver::kMaxAddresses];
+  const bool may_open = rules_ != nullptr && name_check_.needsAddresses() && !rules_->reportOnly();
   if (rules_ != nullptr && name_check_.needsAddresses()) {
     // Every address on its own: the request is refused if a rule refuses any of them.
     policy::Decision verdict;
     for (size_t i = 0; i < count; ++i) {
       const policy::Decision d = rules_->checkAddress(destination_, name_check_, addresses[i]);
+      if (i < dns::Resolver::kMaxAddresses) opens[i] = d.opens() ? &d.rule->cidrs : nullptr;
       if (!d.allows()) {
         if (verdict.rule == nullptr || verdict.allows()) verdict = d;
         continue;
@@ -403,7 +411,11 @@ bool DestGuardFilter::admit(const network::Address* addresses, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     network::Address address = addresses[i];
     address.setPort(request_->port);
-    switch (config_->check(address, transport(), opening(address))) {
+    const std::vector<network::CidrRange>* opening_ranges = !may_open ? nullptr
+                                                            : i < dns::Resolver::kMaxAddresses
+                                                                ? opens[i]
+                                                                : opening(address);
+    switch (config_->check(address, transport(), opening_ranges)) {
       case Verdict::Allowed:
         continue;
       case Verdict::Private:

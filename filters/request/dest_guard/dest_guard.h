@@ -62,6 +62,7 @@ struct DestGuardConfig : public policy::DestinationGuard {
   // The groups of keys: a request without one (no Authenticate filter ran) is in the default
   // group, whose rules apply to it.
   policy::PolicySharedPtr policy = policy::Policy::empty();
+  const policy::Group* default_group = &policy->defaultGroup();
 
   bool portAllowed(uint16_t port) const;
   // `address` carries the destination port (it matters for the self check); `transport` is

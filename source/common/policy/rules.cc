@@ -176,8 +176,10 @@ bool Rule::matchesAddress(const network::Address& address) const {
   for (const network::CidrRange& range : cidrs) {
     if (range.contains(address)) return true;
   }
+  // Only an IPv6 address carries another (IPv4-mapped ones matched above).
+  if (cidrs.empty() || address.family() != AF_INET6) return false;
   network::Address embedded[network::kMaxEmbeddedIpv4];
-  const size_t count = cidrs.empty() ? 0 : network::embeddedIpv4(address, embedded);
+  const size_t count = network::embeddedIpv4(address, embedded);
   for (size_t i = 0; i < count; ++i) {
     for (const network::CidrRange& range : cidrs) {
       if (range.contains(embedded[i])) return true;
