@@ -99,7 +99,7 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(
     const config::v1::Listener& proto, int index,
     const std::vector<network::Address>& local_addresses,
     const std::shared_ptr<ban::BanTable>& bans, const policy::PolicySharedPtr& policy,
-    const ListenerConfig* running) {
+    const upstream::RoutesSharedPtr& routes, const ListenerConfig* running) {
   std::string path = absl::StrFormat("listeners[%d]", index);
   auto config = std::make_shared<ListenerConfig>();
   config->name = proto.name();
@@ -123,6 +123,7 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(
   context.bans = bans;
   context.policy = policy;
   context.filter_lists = &config->filter_lists;
+  context.routes = routes;
   context.grants = &config->grants;
   context.running_grants = running != nullptr ? &running->grants : nullptr;
   for (int i = 0; i < proto.listener_filters_size(); ++i) {
@@ -276,6 +277,10 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
       policy::buildPolicy(bootstrap.policy(), running != nullptr ? running->policy.get() : nullptr);
   if (!policy.ok()) return policy.status();
   config->policy = std::move(*policy);
+  auto routes =
+      upstream::buildRoutes(bootstrap, running != nullptr ? running->routes.get() : nullptr);
+  if (!routes.ok()) return routes.status();
+  config->routes = std::move(*routes);
   // Every address sluice itself listens on, for filters that refuse to loop back into it
   // (sluice.dest_guard). A malformed one is reported by buildListener.
   std::vector<network::Address> local_addresses;
@@ -298,7 +303,7 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
       }
     }
     auto listener = buildListener(bootstrap.listeners(i), i, local_addresses, config->bans,
-                                  config->policy, running_listener);
+                                  config->policy, config->routes, running_listener);
     if (!listener.ok()) return listener.status();
     config->listeners.push_back(std::move(*listener));
   }

@@ -17,6 +17,7 @@
 #include "source/common/proxy/grants.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/access_log.h"
+#include "source/common/upstream/routes.h"
 
 namespace sluice {
 namespace server {
@@ -102,6 +103,8 @@ struct ServerConfig {
   std::string pid_file;
   // The groups of keys (Bootstrap.policy) every listener's filters refer to.
   policy::PolicySharedPtr policy;
+  // Parent proxies and the routes through them; a reload keeps a parent's health.
+  upstream::RoutesSharedPtr routes;
 };
 using ServerConfigSharedPtr = std::shared_ptr<const ServerConfig>;
 

@@ -37,6 +37,8 @@ absl::StatusOr<int> createListenSocket(const network::Address& address, uint32_t
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
   if (address.family() == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  // Accepted sockets inherit TCP_NODELAY from the listening one: no setsockopt per connection.
+  network::setNoDelay(fd);
   if (::bind(fd, address.sockaddr_ptr(), address.length()) != 0 ||
       ::listen(fd, static_cast<int>(backlog)) != 0) {
     int err = errno;
@@ -146,6 +148,8 @@ absl::Status Server::bindListeners(std::vector<std::vector<int>>& fds) {
       }
     } else {
       address = localAddress(handed[0]);
+      // An older binary may have left it off: its accepted sockets must get it too.
+      for (int fd : handed) network::setNoDelay(fd);
     }
     for (uint32_t w = 0; w < n; ++w) {
       if (w < handed.size()) {
@@ -481,6 +485,8 @@ Server::ReloadResult Server::reload() {
   for (const ListenerConfigSharedPtr& listener : next->listeners) {
     listener->limiter->setLimits(listener->max_connections, listener->max_connections_per_client);
   }
+  // Limiters carried from the running version (tokens, requests in flight) take the new limits.
+  next->policy->applyLimits();
   if (next->bans != nullptr && config_->bans != nullptr && next->bans != config_->bans) {
     const size_t moved = next->bans->adoptBans(*config_->bans);
     if (moved > 0) SLUICE_LOG(Info, "reload: %d bans in force carried to the new options", moved);

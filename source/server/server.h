@@ -134,7 +134,8 @@ class Server {
       "server.memory_released", "Trims that handed free heap memory back to the system.");
 };
 
-// A listening TCP socket with SO_REUSEPORT (several per address: one per worker).
+// A listening TCP socket with SO_REUSEPORT (several per address: one per worker) and TCP_NODELAY,
+// which the sockets it accepts inherit.
 absl::StatusOr<int> createListenSocket(const network::Address& address, uint32_t backlog);
 
 }  // namespace server

@@ -331,7 +331,7 @@ ActiveConnection* ActiveListener::newConnection(int fd, const network::Address& 
     ::close(fd);
     return nullptr;
   }
-  network::setNoDelay(fd);
+  // TCP_NODELAY comes from the listening socket (createListenSocket), as Linux copies it.
   auto conn = std::make_unique<network::Connection>(worker_.dispatcher(), fd, peer,
                                                     network::Connection::Blocking::NonBlocking);
   if (chain->transport_socket != nullptr) {
@@ -368,6 +368,7 @@ Worker::~Worker() {
   retired_listeners_.clear();
   connections_.clear();
   pool_.reset();
+  egress_resolvers_.clear();
   resolver_.reset();
   for (int fd : listen_fds_) {
     if (fd >= 0) ::close(fd);
@@ -429,6 +430,7 @@ void Worker::run() {
   retired_listeners_.clear();
   connections_.clear();
   pool_->closeAll();
+  egress_resolvers_.clear();
   // The records of the connections just closed go out with the last batch.
   access_log_.reset();
   stats::Store::bindThreadShard(nullptr);
@@ -485,6 +487,7 @@ void Worker::swapConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> 
   }
   pruneRetiredListeners();
   config_ = std::move(next);
+  pruneEgressResolvers();
   if (upstream::AccessLog::get().enabled() && !access_log_) {
     access_log_.emplace(dispatcher_);
     access_log_->install();
@@ -500,6 +503,25 @@ void Worker::swapConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> 
     if (!revoke_timer_) revoke_timer_.emplace(dispatcher_, [this] { closeRevoked(); });
     revoke_timer_->enable(config_->revoke_grace);
   }
+}
+
+dns::Resolver& Worker::resolver(const network::Egress& egress) {
+  if (egress.empty()) return *resolver_;
+  std::unique_ptr<dns::Resolver>& resolver = egress_resolvers_[egress];
+  if (resolver == nullptr) resolver = std::make_unique<dns::Resolver>(*resolver_, egress);
+  return *resolver;
+}
+
+void Worker::pruneEgressResolvers() {
+  // An egress no group has any more, with no lookup in flight (so no query handle is held):
+  // a connection of an older config that still resolves from it makes it again.
+  absl::erase_if(egress_resolvers_, [this](const auto& entry) {
+    if (entry.second->lookupsInFlight() > 0) return false;
+    for (const policy::GroupSharedPtr& group : config_->policy->groups()) {
+      if (group->egress.addresses == entry.first) return false;
+    }
+    return true;
+  });
 }
 
 bool Worker::stillAdmitted(const ActiveConnection& conn) const {

@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "source/common/dns/resolver.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/connection.h"
@@ -187,6 +189,7 @@ class Worker : public proxy::WorkerContext {
   // proxy::WorkerContext
   event::Dispatcher& dispatcher() override { return dispatcher_; }
   dns::Resolver& resolver() override { return *resolver_; }
+  dns::Resolver& resolver(const network::Egress& egress) override;
   upstream::Pool& pool() override { return *pool_; }
   uint32_t index() const override { return index_; }
   bool draining() const override { return draining_; }
@@ -205,6 +208,8 @@ class Worker : public proxy::WorkerContext {
                   bool keys_revoked);
   // reload.revoke_grace after a swap: closes what the reload revoked.
   void closeRevoked();
+  // Drops the egress resolvers of addresses the running config's groups no longer have.
+  void pruneEgressResolvers();
   // Whether a listener of the running config named like the connection's admits its client.
   bool stillAdmitted(const ActiveConnection& conn) const;
 
@@ -214,6 +219,8 @@ class Worker : public proxy::WorkerContext {
   std::function<void(uint32_t)> on_exit_;
   event::Dispatcher dispatcher_;
   std::unique_ptr<dns::Resolver> resolver_;
+  // One per egress address pair the groups' requests resolved from, made on first use.
+  absl::flat_hash_map<network::Egress, std::unique_ptr<dns::Resolver>> egress_resolvers_;
   std::unique_ptr<upstream::Pool> pool_;
   std::vector<std::unique_ptr<ActiveListener>> listeners_;
   // Listeners a reload removed, until the sockets in their listener filters are done.

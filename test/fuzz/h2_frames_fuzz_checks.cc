@@ -55,6 +55,7 @@ class Worker : public proxy::WorkerContext {
   Worker() : pool_(dispatcher_, 4, std::chrono::milliseconds(60000)) {}
   event::Dispatcher& dispatcher() override { return dispatcher_; }
   dns::Resolver& resolver() override { abort(); }
+  dns::Resolver& resolver(const network::Egress&) override { abort(); }
   upstream::Pool& pool() override { return pool_; }
   uint32_t index() const override { return 0; }
   bool draining() const override { return false; }

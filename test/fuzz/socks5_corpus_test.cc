@@ -10,7 +10,7 @@
 #include "test/fuzz/corpus_mutator.h"
 #include "test/fuzz/socks5_fuzz_checks.h"
 
-namespace sluice::filters::socks5::fuzz {
+namespace sluice::socks5::fuzz {
 namespace {
 
 constexpr char kCorpusDir[] = "test/fuzz/corpus/socks5";
@@ -36,4 +36,4 @@ TEST(Socks5CorpusTest, SeededMutations) {
 }
 
 }  // namespace
-}  // namespace sluice::filters::socks5::fuzz
+}  // namespace sluice::socks5::fuzz

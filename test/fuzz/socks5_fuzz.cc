@@ -6,6 +6,6 @@
 #include "test/fuzz/socks5_fuzz_checks.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  sluice::filters::socks5::fuzz::checkSocks5(data, size);
+  sluice::socks5::fuzz::checkSocks5(data, size);
   return 0;
 }

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <string_view>
 
-#include "filters/network/socks5/socks5_codec.h"
+#include "source/common/socks5/wire.h"
 
-namespace sluice::filters::socks5::fuzz {
+namespace sluice::socks5::fuzz {
 namespace {
 
 void require(bool ok, const char* what) {
@@ -117,4 +117,4 @@ void checkSocks5(const uint8_t* data, size_t size) {
   });
 }
 
-}  // namespace sluice::filters::socks5::fuzz
+}  // namespace sluice::socks5::fuzz

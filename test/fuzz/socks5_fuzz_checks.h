@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace sluice::filters::socks5::fuzz {
+namespace sluice::socks5::fuzz {
 
 // Runs every SOCKS5 parser over `data` as a byte stream (greeting, then authentication, then
 // request, each from where the previous one ended) and as one UDP datagram, and checks their
@@ -12,4 +12,4 @@ namespace sluice::filters::socks5::fuzz {
 // violation.
 void checkSocks5(const uint8_t* data, size_t size);
 
-}  // namespace sluice::filters::socks5::fuzz
+}  // namespace sluice::socks5::fuzz

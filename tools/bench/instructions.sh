@@ -8,8 +8,11 @@
 # after the count go to sluice-load (--new-conn: a new client connection per request). It runs the
 # load twice (requests/3 and requests) and prints (Ir(n) - Ir(n/3)) / (2n/3): startup and
 # shutdown cancel out. Needs valgrind and built sluice, sluice-origin and sluice-load.
+#
+# GROUP_LIMITS and KEY_LIMITS (YAML flow maps, e.g. GROUP_LIMITS='{requests_per_second: 1e6}')
+# put the key in a policy group "bench" with those limits and key_limits.
 # SLUICE_EXTRA_CONFIG: a file of YAML appended to the config (e.g. a policy for the key's group,
-# "default").
+# "default"; not with GROUP_LIMITS or KEY_LIMITS, which write a policy of their own).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 MODE=${1:-off}
@@ -29,13 +32,19 @@ count() {  # requests -> total Ir of sluice serving them
 server:
   listen: 127.0.0.1:18312
   workers: 1
-auth:
-  api_keys: ["kkkkkkkkkkkkkkkk"]
 admin:
   listen: 127.0.0.1:18313
 destinations:
   allow: ["127.0.0.1/32"]
 YAML
+  if [ -n "${GROUP_LIMITS:-}${KEY_LIMITS:-}" ]; then
+    printf 'auth:\n  api_keys: [{name: bench, key: "kkkkkkkkkkkkkkkk", group: bench}]\n' >>"$dir/s.yaml"
+    printf 'policy:\n  groups:\n    - name: bench\n' >>"$dir/s.yaml"
+    if [ -n "${GROUP_LIMITS:-}" ]; then printf '      limits: %s\n' "$GROUP_LIMITS" >>"$dir/s.yaml"; fi
+    if [ -n "${KEY_LIMITS:-}" ]; then printf '      key_limits: %s\n' "$KEY_LIMITS" >>"$dir/s.yaml"; fi
+  else
+    printf 'auth:\n  api_keys: ["kkkkkkkkkkkkkkkk"]\n' >>"$dir/s.yaml"
+  fi
   if [ -n "${SLUICE_EXTRA_CONFIG:-}" ]; then cat "$SLUICE_EXTRA_CONFIG" >>"$dir/s.yaml"; fi
   if [ "$MODE" != off ]; then
     printf 'access_log:\n  mode: all\n  format: %s\n  path: %s/access.log\n' "$MODE" "$dir" \
@@ -55,5 +64,6 @@ YAML
 
 small=$(count $((N / 3)))
 large=$(count "$N")
-echo "access log $MODE${LOAD_OPTS[*]+ ${LOAD_OPTS[*]}}: $(( (large - small) / (N - N / 3) ))" \
+LIMITS="${GROUP_LIMITS:+, group limits $GROUP_LIMITS}${KEY_LIMITS:+, key limits $KEY_LIMITS}"
+echo "access log $MODE${LOAD_OPTS[*]+ ${LOAD_OPTS[*]}}$LIMITS: $(( (large - small) / (N - N / 3) ))" \
   "instructions per request (logs: $WORK)"

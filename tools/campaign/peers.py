@@ -297,7 +297,8 @@ class Nginx(Peer):
         "guide), `worker_rlimit_nofile` at the hard limit, `access_log off`.",
         "Upstream keep-alive: `keepalive 256`, `proxy_http_version 1.1`, `Connection \"\"` "
         "(the documentation of ngx_http_upstream_module).",
-        "TLS: `ssl_session_cache shared:SSL:10m` and session tickets; HTTP/2 on the TLS port "
+        "TLS: `ssl_protocols TLSv1.2 TLSv1.3` (1.22's default leaves 1.3 out; sluice negotiates "
+        "1.3), `ssl_session_cache shared:SSL:10m` and session tickets; HTTP/2 on the TLS port "
         "(`listen ... ssl http2`); WebSocket upgrades passed on /ws.",
     ]
 

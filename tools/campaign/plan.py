@@ -85,7 +85,8 @@ def http_tests(group, quick_ids, mem_levels):
              SMALL, keepalive=True),
         Test(f"{g}.10k", g, "load", "GET of 10 KiB, keep-alive",
              ["--dst", origin + "/bytes/10240"], SMALL, keepalive=True),
-        Test(f"{g}.new", g, "load", "GET of 1 KiB, a new client connection per request",
+        Test(f"{g}.new", g, "load", "GET of 1 KiB, a new client connection per request" +
+             (" (TLS, one HTTP/2 stream, GOAWAY, close)" if g == "h2" else ""),
              ["--dst", origin + "/bytes/1024", "--new-conn"], SMALL, new_conn=True),
         Test(f"{g}.1m", g, "load", "GET of 1 MiB, keep-alive",
              ["--dst", origin + "/bytes/1048576"], LARGE_1M, keepalive=True),
@@ -97,9 +98,6 @@ def http_tests(group, quick_ids, mem_levels):
         Test(f"{g}.mem", g, "memory", "idle CONNECT tunnels to the origin's sink, held open",
              levels=mem_levels),
     ]
-    if g == "h2":
-        tests[2].na = ("sluice-load has no new-connection mode for HTTP/2 (the streams of a "
-                       "thread share its connections)")
     for t in tests:
         t.quick = t.id in quick_ids
     t = {x.id.split(".")[1]: x for x in tests}
@@ -198,7 +196,7 @@ def workers_tests(cores):
     return tests, rows
 
 
-QUICK = {"plain.1k", "plain.bulk", "plain.mem", "https.1k", "https-full.new", "h2.1k",
+QUICK = {"plain.1k", "plain.bulk", "plain.mem", "https.1k", "https-full.new", "h2.1k", "h2.new",
          "ws.64", "wss.64", "socks5.ka", "socks5.udp"}
 
 

@@ -82,6 +82,9 @@ void Conn::closeSocket(bool graceful) {
       h2_->cancel(id, !stream_closed_);
     }
   }
+  // A session of its own (--new-conn): the connection ends with the request. (Closed: nothing
+  // open, and the session may be gone, as when the worker has ended.)
+  if (h2_ != nullptr && w_.shared().h2_new_conn && state_ != State::Closed) h2_->close(graceful);
   if (dst_ssl_ != nullptr) SSL_free(dst_ssl_);
   if (proxy_ssl_ != nullptr) SSL_free(proxy_ssl_);
   dst_ssl_ = proxy_ssl_ = nullptr;

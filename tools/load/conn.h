@@ -2,7 +2,8 @@
 // -> [SOCKS5 | CONNECT] -> [TLS to the destination] -> [WebSocket upgrade] -> requests, and
 // then, one at a time, sends a request built once at start-up and reads its response (parsed in
 // place, never stored). With HTTP/2 to the proxy the same connection is a stream at a time on a
-// shared H2Session instead of a socket (conn_h2.cc).
+// shared H2Session instead of a socket (conn_h2.cc), or, with --new-conn and plain requests, one
+// stream on a session of its own that it closes after each response.
 #pragma once
 
 #include <algorithm>

@@ -1,7 +1,9 @@
 // The HTTP/2 side of a Conn: with HTTP/2 to the proxy, a connection is one stream at a time on
 // a shared H2Session, either a plain request (its own stream, response counted in place) or a
-// CONNECT stream whose bytes feed the same state machine through in-memory pipes. The session's
-// callbacks only record what happened and mark the connection pending; progress is in drive().
+// CONNECT stream whose bytes feed the same state machine through in-memory pipes. With
+// --new-conn, plain requests each have a session of their own, closed after the response. The
+// session's callbacks only record what happened and mark the connection pending; progress is in
+// drive().
 
 #include <algorithm>
 #include <cstdio>
@@ -59,7 +61,9 @@ Conn::Step Conn::stepAwaitingH2() {
   stream_ = -1;
   h2_->cancel(done, false);
   if (stream_error_ == NGHTTP2_REFUSED_STREAM) {
-    // Not processed (the proxy is going away, or at its stream limit): send it again.
+    // Not processed (the proxy is going away, or at its stream limit): send it again (with
+    // --new-conn, on a new connection).
+    if (w_.shared().h2_new_conn) h2_->close(true);
     state_ = State::Closed;
     return Step::Continue;
   }
@@ -67,7 +71,7 @@ Conn::Step Conn::stepAwaitingH2() {
   Results& r = w_.results();
   r.body_rx += h2_body_;
   r.body_tx += w_.opts().body_bytes;
-  return finish(h2_status_, false);
+  return finish(h2_status_, w_.shared().h2_new_conn);
 }
 
 void Conn::markPending() {

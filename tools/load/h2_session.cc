@@ -83,6 +83,17 @@ ssize_t H2Session::rawWrite(const char* buf, size_t len) {
   return socketWrite(fd_, buf, len, w_.results().wire_tx, want_write_);
 }
 
+void H2Session::storeSession(SSL*, SSL_SESSION* session) {
+  if (session_ != nullptr) SSL_SESSION_free(session_);
+  session_ = session;
+}
+
+void H2Session::wantFlush() {
+  if (flush_queued) return;
+  flush_queued = true;
+  w_.addFlush(this);
+}
+
 void H2Session::ensure() {
   if (state_ != State::Idle) return;
   const Shared& s = w_.shared();
@@ -110,7 +121,7 @@ void H2Session::onEvent(uint32_t) {
     if (!w_.shared().h2_tls) return becomeReady();
     const Options& o = w_.opts();
     ssl_ = newClientSsl(w_.shared().proxy_ctx, o.proxy.url.host, !o.proxy_ca.empty(),
-                        o.no_resume ? nullptr : session_, newRawBio(this), nullptr);
+                        o.no_resume ? nullptr : session_, newRawBio(this), this);
     state_ = State::Tls;
   }
   if (state_ == State::Tls) {
@@ -127,8 +138,6 @@ void H2Session::onEvent(uint32_t) {
     SSL_get0_alpn_selected(ssl_, &alpn, &alpn_len);
     if (alpn_len != 2 || memcmp(alpn, "h2", 2) != 0) return lost(ErrorKind::ProxyTls);
     countHandshake(ssl_, r);
-    if (session_ != nullptr) SSL_SESSION_free(session_);
-    session_ = SSL_get1_session(ssl_);
     return becomeReady();
   }
   if (state_ != State::Ready) return;
@@ -145,6 +154,7 @@ void H2Session::onEvent(uint32_t) {
     }
     if (ssl_ == nullptr && static_cast<size_t>(n) < w_.scratchSize()) break;
   }
+  wantFlush();  // SETTINGS and PING acknowledgements, window updates, what the socket held back
   updateEvents();
 }
 
@@ -162,6 +172,7 @@ void H2Session::becomeReady() {
     w_.results().proxy_handshake.record(nowNs() - phase_start_);
   }
   for (Conn* c : conns_) c->h2SessionReady();
+  wantFlush();
   updateEvents();
 }
 
@@ -170,6 +181,7 @@ int32_t H2Session::submit(Conn* c, const std::vector<nghttp2_nv>& nv, bool with_
   nghttp2_data_provider provider;
   provider.source.ptr = c;
   provider.read_callback = readData;
+  wantFlush();
   return nghttp2_submit_request(ngh_, nullptr, nv.data(), nv.size(),
                                 with_data ? &provider : nullptr, c);
 }
@@ -177,7 +189,9 @@ int32_t H2Session::submit(Conn* c, const std::vector<nghttp2_nv>& nv, bool with_
 void H2Session::cancel(int32_t id, bool reset_stream) {
   if (ngh_ == nullptr) return;
   nghttp2_session_set_stream_user_data(ngh_, id, nullptr);
-  if (reset_stream) nghttp2_submit_rst_stream(ngh_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+  if (!reset_stream) return;
+  nghttp2_submit_rst_stream(ngh_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+  wantFlush();
 }
 
 bool H2Session::writeOut() {
@@ -204,7 +218,8 @@ bool H2Session::writeOut() {
 
 void H2Session::flush() {
   if (state_ != State::Ready) return;
-  for (int round = 0; round < 64; ++round) {
+  bool more = true;  // still frames to send after the last round
+  for (int round = 0; round < 64 && more; ++round) {
     // Frame up to 256 KiB, write it, repeat while the socket takes everything.
     while (out_.size() - out_off_ < 256 * 1024) {
       const uint8_t* data = nullptr;
@@ -213,15 +228,40 @@ void H2Session::flush() {
       if (n == 0) break;
       out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
     }
-    if (out_.size() == out_off_) break;
+    if (out_.size() == out_off_) {
+      more = false;
+      break;
+    }
     if (!writeOut()) return;
-    if (out_off_ != 0 || !out_.empty()) break;  // the socket is full
+    if (out_off_ != 0 || !out_.empty()) {
+      more = false;  // the socket is full: writable again, onEvent() asks for the rest
+      break;
+    }
   }
+  if (more) wantFlush();  // 16 MiB this time; the rest on the next pass of the event loop
   if (nghttp2_session_want_read(ngh_) == 0 && nghttp2_session_want_write(ngh_) == 0 &&
       out_.empty()) {
     return lost(ErrorKind::Closed);  // GOAWAY and nothing left
   }
   updateEvents();
+}
+
+void H2Session::close(bool graceful) {
+  if (graceful && state_ == State::Ready) {
+    nghttp2_session_terminate_session(ngh_, NGHTTP2_NO_ERROR);
+    const uint8_t* data = nullptr;
+    for (ssize_t n; (n = nghttp2_session_mem_send(ngh_, &data)) > 0;)
+      out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+    bool ignored = false;
+    while (out_off_ < out_.size()) {
+      const char* p = out_.data() + out_off_;
+      const size_t len = out_.size() - out_off_;
+      const ssize_t n = ssl_ != nullptr ? tlsWrite(ssl_, p, len, ignored) : rawWrite(p, len);
+      if (n <= 0) break;
+      out_off_ += static_cast<size_t>(n);
+    }
+  }
+  reset();
 }
 
 void H2Session::reset() {

@@ -149,8 +149,9 @@ bool buildTls(const Options& o, Shared& s, std::string& error) {
   if (s.dst_tls && !(s.dst_ctx = makeCtx(o.ca, o.crt, o.key, cache, error))) return false;
   if (s.proxy_tls && !(s.proxy_ctx = makeCtx(o.proxy_ca, "", "", cache, error))) return false;
   if (s.h2_tls) {
+    // Sessions to resume with go to the H2Session (with TLS 1.3 they come after the handshake).
     if (s.proxy_ctx != nullptr) SSL_CTX_free(s.proxy_ctx);
-    if (!(s.proxy_ctx = makeCtx(o.proxy_ca, "", "", false, error))) return false;
+    if (!(s.proxy_ctx = makeCtx(o.proxy_ca, "", "", true, error))) return false;
     static const char kH2[] = "\x02h2";
     SSL_CTX_set_alpn_protos(s.proxy_ctx, reinterpret_cast<const uint8_t*>(kH2), sizeof(kH2) - 1);
   }
@@ -173,6 +174,10 @@ bool buildShared(const Options& o, Shared& s, std::string& error) {
   // WebSocket goes inside a CONNECT tunnel.
   s.tunnel = s.socks || (via_proxy && (o.force_connect || s.dst_tls || raw ||
                                        (s.h2 && o.workload == Workload::WebSocket)));
+  s.h2_new_conn = s.h2 && o.new_conn && !s.tunnel;
+  if (s.h2_new_conn && o.h2_conns > 0) {
+    return error = "--h2-conns shares connections among requests: not with --new-conn", false;
+  }
   const Url& first_hop = via_proxy ? o.proxy.url : o.dst;
   if (!resolve(first_hop.host, first_hop.port, s.connect_addr, s.connect_len, error)) return false;
 

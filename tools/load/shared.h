@@ -46,6 +46,9 @@ struct Shared {
   // HTTP/2 to the proxy: the request's (or CONNECT's) header block, built once.
   bool h2 = false;
   bool h2_tls = false;
+  // --new-conn with plain requests over HTTP/2: each request on a new connection of its own
+  // (TCP, TLS, one stream, GOAWAY, close). CONNECT streams share connections either way.
+  bool h2_new_conn = false;
   std::vector<std::pair<std::string, std::string>> h2_fields;
   std::vector<nghttp2_nv> h2_request_nv, h2_connect_nv;
   std::string body;  // the request body alone (HTTP/2 sends it in DATA frames)

@@ -41,7 +41,7 @@ void Worker::run() {
       if ((stopping_ || quota_done) && (!any_busy || (stopping_ && now >= drain_deadline))) break;
     }
     // Wait at most until the next timer, and at most 50 ms (timeouts, stop checks).
-    uint64_t wait_ns = 50000000;
+    uint64_t wait_ns = hasWork() ? 0 : 50000000;
     if (!timers_.empty()) {
       const uint64_t at = timers_.top().first;
       wait_ns = at > now ? std::min<uint64_t>(wait_ns, at - now) : 0;
@@ -64,10 +64,11 @@ void Worker::run() {
       last_scan = now;
       for (auto& c : conns_) c->checkTimeout(now);
     }
-    if (!pending_.empty() || !sessions_.empty()) runPending();
+    if (hasWork()) runPending();
   }
   results_.end_ns = nowNs();
   for (auto& c : conns_) c->abandon();
+  flush_.clear();
   sessions_.clear();
   onDone();
   ::close(ep_);

@@ -28,10 +28,15 @@ class Worker {
       : shared_(shared), index_(index), quota_(quota) {
     const Options& o = *shared.opts;
     if (shared.h2) {
-      // Held tunnels: proxies commonly allow 100 concurrent streams per connection.
+      // Held tunnels: proxies commonly allow 100 concurrent streams per connection. A new
+      // connection per request: each Conn has a session of its own.
       const int fallback = o.workload == Workload::Hold ? (conns + 99) / 100 : 1;
-      const int sessions = std::max(1, std::min(o.h2_conns > 0 ? o.h2_conns : fallback, conns));
+      const int sessions =
+          shared.h2_new_conn ? conns
+                             : std::max(1, std::min(o.h2_conns > 0 ? o.h2_conns : fallback, conns));
       for (int i = 0; i < sessions; ++i) sessions_.push_back(std::make_unique<H2Session>(*this));
+      flush_.reserve(sessions_.size());
+      flushing_.reserve(sessions_.size());
     }
     pending_.reserve(static_cast<size_t>(conns));
     draining_.reserve(static_cast<size_t>(conns));
@@ -78,7 +83,12 @@ class Worker {
   }
   void onDone() { completed_.store(results_.ok + results_.failed, std::memory_order_relaxed); }
   void addPending(Conn* c) { pending_.push_back(c); }
-  // Drives the connections HTTP/2 events woke, then writes what the sessions framed.
+  // A session has frames to send (H2Session::wantFlush).
+  void addFlush(H2Session* h) { flush_.push_back(h); }
+  bool hasWork() const { return !pending_.empty() || !flush_.empty(); }
+  // Drives the connections HTTP/2 events woke, then writes what the sessions that asked framed
+  // (only those: with a session per connection, a pass over all of them would cost more than
+  // the requests).
   void runPending() {
     for (int round = 0; round < 8 && !pending_.empty(); ++round) {
       // Two lists swapped back and forth: driving may queue more, and nothing is allocated.
@@ -89,7 +99,13 @@ class Worker {
       }
       draining_.clear();
     }
-    for (auto& h : sessions_) h->flush();
+    // The same for sessions: one that asks again while flushing is flushed on the next pass.
+    flushing_.swap(flush_);
+    for (H2Session* h : flushing_) {
+      h->flush_queued = false;
+      h->flush();
+    }
+    flushing_.clear();
   }
 
   std::atomic<uint64_t> completed_{0};
@@ -109,6 +125,8 @@ class Worker {
   std::vector<std::unique_ptr<Conn>> conns_;
   std::vector<Conn*> pending_;
   std::vector<Conn*> draining_;
+  std::vector<H2Session*> flush_;
+  std::vector<H2Session*> flushing_;
   std::vector<char> scratch_;
   TimerQueue timers_;
   Results results_;

@@ -286,6 +286,9 @@ void Http1ProxyFilter::startRequest() {
     pending_->request.credential_form = proxy::CredentialForm::ProxyAuthorization;
     pending_->request.credential = head.headers[head.proxy_authorization].value;
   }
+  // The request's place under its key's limits lives in its trace: a tunnel keeps it, the
+  // record's end gives it back.
+  pending_->request.limit_slot = trace_.limitSlot();
   setState(State::Filtering);
   downstream().readDisable(true);
   chain_->start(pending_->request);
@@ -301,7 +304,8 @@ void Http1ProxyFilter::onDenied(proxy::Denial denial, std::string_view reason) {
   chain_->end();
   sendLocalReply(
       status, http::denialError(denial, pending_->request.denial_cause, pending_->request.failure),
-      reason, close, denial == proxy::Denial::Unauthorized);
+      reason, close, denial == proxy::Denial::Unauthorized,
+      denial == proxy::Denial::TooManyRequests ? pending_->request.retry_after : 0);
   if (close) return;
   if (head_in_buffer_) {
     downstream().readBuffer().drain(head_size_);
@@ -674,7 +678,8 @@ void Http1ProxyFilter::onTimer() {
 }
 
 void Http1ProxyFilter::sendLocalReply(uint16_t status, http::ProxyError error,
-                                      std::string_view detail, bool close, bool auth_challenge) {
+                                      std::string_view detail, bool close, bool auth_challenge,
+                                      uint32_t retry_after) {
   std::string body = http::localReplyBody(status, detail);
   std::string head = absl::StrFormat(
       "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n", status,
@@ -683,6 +688,7 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, http::ProxyError error,
     head +=
         absl::StrFormat("Proxy-Authenticate: Basic realm=\"%s\"\r\n", pending_->request.auth_realm);
   }
+  if (retry_after != 0) head += absl::StrFormat("Retry-After: %d\r\n", retry_after);
   head += "Proxy-Status: ";
   head += http::proxyStatusValue(error, detail);
   head += close ? "\r\nConnection: close\r\n\r\n" : "\r\n\r\n";

@@ -139,9 +139,9 @@ class Http1ProxyFilter : public network::ReadFilter,
   void onTimer();
   void armHeadTimer();
   // A reply made by the proxy itself, its Proxy-Status naming `error`; closes the connection
-  // after it when close is set.
+  // after it when close is set. retry_after: seconds for a Retry-After field (0: none).
   void sendLocalReply(uint16_t status, http::ProxyError error, std::string_view detail, bool close,
-                      bool auth_challenge = false);
+                      bool auth_challenge = false, uint32_t retry_after = 0);
   void releaseUpstream();
   void closeAll();
   void releaseHead();

@@ -141,6 +141,9 @@ void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
   } else {
     config().stats.rq_connect.inc();
   }
+  // The stream's place under its key's limits lives in its trace: a tunnel keeps it, the
+  // record's end (the stream closing) gives it back.
+  request_.limit_slot = trace_.limitSlot();
   state_ = State::Filtering;
   chain_.start(request_);
 }
@@ -304,9 +307,12 @@ void Http2ProxyFilter::Stream::onDenied(proxy::Denial denial, std::string_view r
   trace_.fail(reason, request_.failure.kind);
   // The refusal goes out first, then the GOAWAY (onResponseSent).
   drain_after_reply_ = request_.close_connection;
+  // Over a limit the stream gets a 429 with Retry-After, like an HTTP/1.1 request, rather than
+  // RST_STREAM(REFUSED_STREAM), which tells the client it may retry at once (RFC 9113 8.7).
   localReply(http::denialStatus(denial),
              http::denialError(denial, request_.denial_cause, request_.failure), reason,
-             denial == proxy::Denial::Unauthorized);
+             denial == proxy::Denial::Unauthorized,
+             denial == proxy::Denial::TooManyRequests ? request_.retry_after : 0);
 }
 
 std::string_view Http2ProxyFilter::Stream::get(std::string_view name) const {
@@ -690,7 +696,8 @@ void Http2ProxyFilter::Stream::onTimer() {
 }
 
 void Http2ProxyFilter::Stream::localReply(uint16_t status, http::ProxyError error,
-                                          std::string_view detail, bool auth_challenge) {
+                                          std::string_view detail, bool auth_challenge,
+                                          uint32_t retry_after) {
   timer_.disable();
   releaseUpstream();
   if (response_started_) {
@@ -703,14 +710,20 @@ void Http2ProxyFilter::Stream::localReply(uint16_t status, http::ProxyError erro
   std::string length = absl::StrFormat("%d", body.size());
   std::string proxy_status = http::proxyStatusValue(error, detail);
   std::string challenge;
-  http2::ResponseHeader headers[4] = {{"content-type", "text/plain; charset=utf-8"},
+  std::string retry;
+  http2::ResponseHeader headers[5] = {{"content-type", "text/plain; charset=utf-8"},
                                       {"content-length", length},
                                       {"proxy-status", proxy_status},
+                                      {},
                                       {}};
   size_t count = 3;
   if (auth_challenge) {
     challenge = absl::StrFormat("Basic realm=\"%s\"", request_.auth_realm);
     headers[count++] = {"proxy-authenticate", challenge};
+  }
+  if (retry_after != 0) {
+    retry = absl::StrFormat("%d", retry_after);
+    headers[count++] = {"retry-after", retry};
   }
   const bool head = info_.method == http1::Method::Head;
   if (!head) queueOutput(body);

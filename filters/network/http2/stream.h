@@ -144,8 +144,9 @@ class Http2ProxyFilter::Stream : public proxy::RequestSink,
   void onTimer();
 
   // A reply made by the proxy itself, on this stream only, its proxy-status naming `error`.
+  // retry_after: seconds for a retry-after field (0: none).
   void localReply(uint16_t status, http::ProxyError error, std::string_view detail,
-                  bool auth_challenge = false);
+                  bool auth_challenge = false, uint32_t retry_after = 0);
   void reset(http2::ErrorCode code);
 
   void releaseUpstream();

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include "source/common/common/logger.h"
+#include "source/common/network/egress.h"
 #include "source/common/network/ip_literal.h"
+#include "source/common/policy/limits.h"
 #include "source/common/proxy/worker_context.h"
 
 namespace sluice {
@@ -88,6 +90,7 @@ Reply replyForDenial(proxy::Denial denial, const proxy::ProxyRequest& request) {
   switch (denial) {
     case proxy::Denial::Unauthorized:
     case proxy::Denial::Forbidden:
+    case proxy::Denial::TooManyRequests:
       return Reply::NotAllowed;
     case proxy::Denial::GatewayTimeout:
       return Reply::TtlExpired;
@@ -103,6 +106,8 @@ Reply replyForDenial(proxy::Denial denial, const proxy::ProxyRequest& request) {
                      : Reply::HostUnreachable;
         case upstream::FailureKind::Timeout:
           return Reply::TtlExpired;
+        case upstream::FailureKind::ParentRefused:
+          return Reply::NotAllowed;
         default:
           return Reply::GeneralFailure;
       }
@@ -140,9 +145,9 @@ UdpRelay::UdpRelay(Socks5Filter& parent, proxy::WorkerContext& worker,
       worker_(worker),
       config_(std::move(config)),
       control_peer_(client),
-      group_(group),
       client_(client),
       client_port_known_(client_port != 0),
+      group_(group),
       idle_timer_(worker.dispatcher(), [this] { onIdle(); }) {
   // Datagrams come from the control connection's IP; from the port the request named, if any.
   client_.setPort(client_port);
@@ -161,6 +166,14 @@ void UdpRelay::shutdown() {
     fd_ = -1;
   }
   own_port_.release();
+  for (EgressSocket& socket : egress_) {
+    if (socket.event) socket.event->remove();
+    if (socket.fd >= 0) {
+      ::close(socket.fd);
+      socket.fd = -1;
+    }
+    socket.own_port.release();
+  }
 }
 
 int UdpRelay::open(const network::Address& local, int max_fd) {
@@ -189,8 +202,59 @@ int UdpRelay::open(const network::Address& local, int max_fd) {
   file_event_.emplace(worker_.dispatcher(), fd_, [this](uint32_t events) {
     if (events & event::FileEvent::kRead) onReadable();
   });
+  const network::Egress& egress = policy::egressOf(group_);
+  for (const network::Address* from : {&egress.ipv4, &egress.ipv6}) {
+    if (!from->valid()) continue;
+    EgressSocket& socket = egress_[from == &egress.ipv4 ? 0 : 1];
+    socket.fd = ::socket(from->family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (socket.fd < 0) return errno;
+    if (socket.fd >= max_fd) {
+      upstream::UpstreamBudget::get().countReserveRefusal();
+      return EMFILE;
+    }
+    const int err = network::bindSource(socket.fd, *from, /*defer_port=*/false);
+    if (err != 0) {
+      egress_bind_failed_ = true;
+      group_->egress.bind_failed.inc();
+      SLUICE_LOG(Warn, "socks5: UDP ASSOCIATE: cannot bind the egress address %s of group %s: %s",
+                 from->ipString(), group_->name, strerror(err));
+      return err;
+    }
+    socket.own_port.hold(network::OwnPorts::Transport::Udp, socketName(socket.fd).port());
+    socket.event.emplace(worker_.dispatcher(), socket.fd, [this, &socket](uint32_t events) {
+      if (events & event::FileEvent::kRead) onEgressReadable(socket);
+    });
+  }
   idle_timer_.enable(config_->udp_idle_timeout);
   return 0;
+}
+
+int UdpRelay::socketToward(const network::Address& to) const {
+  const EgressSocket& socket = egress_[to.family() == AF_INET ? 0 : 1];
+  return socket.fd >= 0 ? socket.fd : fd_;
+}
+
+void UdpRelay::onEgressReadable(EgressSocket& socket) {
+  for (int i = 0; i < kMaxDatagramsPerEvent; ++i) {
+    if (socket.fd < 0) return;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    const ssize_t n = ::recvfrom(socket.fd, t_udp_buffer, sizeof(t_udp_buffer), MSG_TRUNC,
+                                 reinterpret_cast<sockaddr*>(&ss), &len);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      continue;  // an ICMP error of an earlier send
+    }
+    if (static_cast<size_t>(n) > config_->max_udp_datagram_bytes ||
+        static_cast<size_t>(n) > sizeof(t_udp_buffer)) {
+      config_->stats.udp_dropped_too_large.inc();
+      continue;
+    }
+    // Only destinations write here: the client was told the other socket.
+    onPeerDatagram(network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len),
+                   std::string_view(t_udp_buffer, static_cast<size_t>(n)));
+  }
+  if (socket.fd >= 0) socket.event->activate(event::FileEvent::kRead);
 }
 
 void UdpRelay::onReadable() {
@@ -224,8 +288,11 @@ void UdpRelay::onReadable() {
         client_port_known_ = true;
       }
       onClientDatagram(datagram);
-    } else {
+    } else if (policy::egressOf(group_).empty()) {
       onPeerDatagram(from, datagram);
+    } else {
+      // Destinations answer the egress sockets they were written from.
+      config_->stats.udp_dropped_source.inc();
     }
   }
   // More may be waiting: continue on the next loop iteration (edge-triggered).
@@ -316,7 +383,7 @@ UdpRelay::Destination* UdpRelay::findDestination(std::string_view host, uint16_t
 
 void UdpRelay::sendTo(const Destination& to, std::string_view payload) {
   const Socks5Stats& stats = config_->stats;
-  const ssize_t n = ::sendto(fd_, payload.data(), payload.size(), MSG_NOSIGNAL,
+  const ssize_t n = ::sendto(socketToward(to.address), payload.data(), payload.size(), MSG_NOSIGNAL,
                              to.address.sockaddr_ptr(), to.address.length());
   if (n < 0) {
     stats.udp_send_error.inc();
@@ -365,10 +432,19 @@ void UdpRelay::runPending() {
 }
 
 void UdpRelay::onStagePassed(Stage&) {
+  const network::Egress& egress = policy::egressOf(group_);
+  // Through the client's socket, a destination must be expressible in its family; through the
+  // egress sockets, it must be of a family the egress has.
+  auto usable = [&](const network::Address& a, network::Address& out) {
+    if (egress.empty()) return toFamily(a, bound_.family(), out);
+    if (!egress.reaches(a.family())) return false;
+    out = a;
+    return true;
+  };
   network::Address chosen;
   bool found = false;
   for (uint32_t i = 0; i < check_request_.pinned_count && !found; ++i) {
-    found = toFamily(check_request_.pinned[i], bound_.family(), chosen);
+    found = usable(check_request_.pinned[i], chosen);
   }
   if (!found && check_request_.pinned_count == 0) {
     // No filter pinned addresses (no destination guard): a literal is taken as it is; a name
@@ -376,7 +452,7 @@ void UdpRelay::onStagePassed(Stage&) {
     network::Address literal;
     if (network::parseIpLiteral(check_request_.host, literal)) {
       literal.setPort(check_request_.port);
-      found = toFamily(literal, bound_.family(), chosen);
+      found = usable(literal, chosen);
     }
   }
   parent_.onDestinationRule(check_request_.policy_rule, check_request_.policy_report_only);
@@ -715,7 +791,7 @@ bool Socks5Filter::processRequest(buffer::Buffer& data) {
     case static_cast<uint8_t>(Command::Connect):
       command_ = Command::Connect;
       config_->stats.rq_connect.inc();
-      startConnect();
+      if (admitCommand()) startConnect();
       break;
     case static_cast<uint8_t>(Command::Bind):
       command_ = Command::Bind;
@@ -724,7 +800,7 @@ bool Socks5Filter::processRequest(buffer::Buffer& data) {
         sendReply(Reply::CommandNotSupported, network::Address());
         break;
       }
-      startBind();
+      if (admitCommand()) startBind();
       break;
     case static_cast<uint8_t>(Command::UdpAssociate):
       command_ = Command::UdpAssociate;
@@ -733,12 +809,23 @@ bool Socks5Filter::processRequest(buffer::Buffer& data) {
         sendReply(Reply::CommandNotSupported, network::Address());
         break;
       }
-      startUdpAssociate();
+      if (admitCommand()) startUdpAssociate();
       break;
     default:
       sendReply(Reply::CommandNotSupported, network::Address());
       break;
   }
+  return false;
+}
+
+bool Socks5Filter::admitCommand() {
+  policy::KeyLimiter* limiter = hs_->request.limiter;
+  if (limiter == nullptr) return true;
+  policy::LimitRefusal refusal;
+  if (limiter->admit(*trace_.limitSlot(), refusal)) return true;
+  trace_.routed(hs_->request);
+  trace_.fail(refusal.reason);
+  sendReply(replyForDenial(proxy::Denial::TooManyRequests, hs_->request), network::Address());
   return false;
 }
 
@@ -793,7 +880,31 @@ void Socks5Filter::onBindChecked() {
     hs_->request.pinned[0] = literal;
     hs_->request.pinned_count = 1;
   }
-  const network::Address local = localAddress();
+  // The peer connects to the address the client is told; with an egress it is the group's
+  // (the one destinations see it from: an FTP server wants the data connection from there).
+  const network::Egress& egress = policy::egressOf(hs_->request.group);
+  network::Address local;
+  if (egress.empty()) {
+    local = localAddress();
+  } else {
+    // The family of the first expected peer address the egress has one for; any peer: the
+    // request's family first.
+    const network::Address* from = nullptr;
+    for (uint32_t i = 0; i < hs_->request.pinned_count && from == nullptr; ++i) {
+      from = egress.sourceFor(hs_->request.pinned[i].family());
+    }
+    if (hs_->request.pinned_count == 0) {
+      const bool v6 = target_.type == AddressType::IPv6;
+      from = egress.sourceFor(v6 ? AF_INET6 : AF_INET);
+      if (from == nullptr) from = egress.sourceFor(v6 ? AF_INET : AF_INET6);
+    }
+    if (from == nullptr) {
+      // Like a connect: the group reaches only the families its egress has.
+      sendReply(Reply::HostUnreachable, network::Address());
+      return;
+    }
+    local = *from;
+  }
   if (!local.valid()) {
     sendReply(Reply::GeneralFailure, network::Address());
     return;
@@ -813,9 +924,19 @@ void Socks5Filter::onBindChecked() {
   }
   network::Address at = local;
   at.setPort(0);
-  if (bind_fd_ < 0 || ::bind(bind_fd_, at.sockaddr_ptr(), at.length()) != 0 ||
-      ::listen(bind_fd_, 1) != 0) {
-    SLUICE_LOG(Warn, "socks5: BIND: cannot listen on %s: %s", at.ipString(), strerror(errno));
+  const int bind_error =
+      bind_fd_ < 0 ? errno : network::bindSource(bind_fd_, at, /*defer_port=*/false);
+  if (bind_error != 0 && !egress.empty() && bind_fd_ >= 0) {
+    hs_->request.group->egress.bind_failed.inc();
+    SLUICE_LOG(Warn, "socks5: BIND: cannot bind the egress address %s of group %s: %s",
+               at.ipString(), hs_->request.group->name, strerror(bind_error));
+    closeBindListener();
+    sendReply(Reply::GeneralFailure, network::Address());
+    return;
+  }
+  if (bind_error != 0 || ::listen(bind_fd_, 1) != 0) {
+    SLUICE_LOG(Warn, "socks5: BIND: cannot listen on %s: %s", at.ipString(),
+               strerror(bind_error != 0 ? bind_error : errno));
     closeBindListener();
     sendReply(Reply::GeneralFailure, network::Address());
     return;
@@ -905,8 +1026,10 @@ void Socks5Filter::startUdpAssociate() {
   }
   const int err = udp_->open(local, upstream::UpstreamBudget::get().descriptorCeiling());
   if (err != 0) {
-    SLUICE_LOG(Warn, "socks5: UDP ASSOCIATE: cannot bind a relay socket on %s: %s",
-               local.valid() ? local.ipString() : std::string("?"), strerror(err));
+    if (!udp_->egressBindFailed()) {
+      SLUICE_LOG(Warn, "socks5: UDP ASSOCIATE: cannot bind a relay socket on %s: %s",
+                 local.valid() ? local.ipString() : std::string("?"), strerror(err));
+    }
     releaseUdp();
     sendReply(Reply::GeneralFailure, network::Address());
     return;
@@ -958,12 +1081,15 @@ void Socks5Filter::onEvent(network::ConnectionEvent event) {
 }
 
 void Socks5Filter::onPeerEndWhileReadDisabled() {
-  // The client left while its command waited for the filters (a lookup, a connect): the reply
-  // has no reader, so they are cancelled now instead of running to their timeouts.
-  if (state_ != State::Authorizing && state_ != State::Filtering) return;
+  // The client left while its command waited for the filters (a lookup, a connect), or while
+  // its BIND waited for the peer: the reply has no reader, so the wait ends now instead of
+  // running to its timeout (and the command's place under its limits goes back).
+  if (state_ != State::Authorizing && state_ != State::Filtering && state_ != State::BindWaiting) {
+    return;
+  }
   // A FIN behind the tunnel's first bytes is a half-close: the command goes on.
   if (downstream().hasUnreadBytes()) return;
-  config_->stats.rq_abandoned.inc();
+  if (state_ != State::BindWaiting) config_->stats.rq_abandoned.inc();
   downstream().close(network::CloseType::NoFlush);
 }
 

@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "filters/network/socks5/socks5_codec.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/connection_limiter.h"
 #include "source/common/network/filter.h"
 #include "source/common/network/local_host.h"
 #include "source/common/policy/policy.h"
 #include "source/common/proxy/request_filter.h"
+#include "source/common/socks5/wire.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/request_record.h"
 #include "source/common/upstream/tunnel_relay.h"
@@ -23,6 +23,9 @@
 namespace sluice {
 namespace filters {
 namespace socks5 {
+
+// The wire format's names, unqualified, in the codec.
+using namespace ::sluice::socks5;  // NOLINT
 
 // The reply_* stat of each reply code, in code order (Reply::Succeeded is 0).
 inline constexpr size_t kReplyCodes = 9;
@@ -129,23 +132,29 @@ class Stage : public proxy::RequestSink, public event::DeferredDeletable {
 };
 
 // A UDP ASSOCIATE relay: one UDP socket, datagrams from the client (checked, unwrapped, sent on)
-// and from the destinations it wrote to (wrapped, sent back). Lives as long as the control
+// and from the destinations it wrote to (wrapped, sent back). For a group with an egress, the
+// datagrams to and from destinations go through a socket of their own per egress address (the
+// client's socket stays on the address it reached sluice at: the one it is told), and only
+// destinations of the families the egress has are reached. Lives as long as the control
 // connection; tells its owner when it idles out.
 class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
  public:
-  // `group`: the policy group of the key the client authenticated with (its rules apply to
-  // every destination).
+  // `group`: the association's policy group (its destinations are checked in it, and reached
+  // from its egress); null without one.
   UdpRelay(Socks5Filter& parent, proxy::WorkerContext& worker, Socks5ProxyConfigSharedPtr config,
-           const network::Address& client, uint16_t client_port, const policy::Group* group);
+           const network::Address& client, uint16_t client_port,
+           const policy::Group* group = nullptr);
   ~UdpRelay() override;
 
   // Stops everything now (socket, timer, checks in flight); the object may be deleted later.
   void shutdown();
 
-  // Binds the relay socket on `local`'s IP (port 0). errno on failure.
-  // `max_fd`: a socket numbered there or above is refused (EMFILE): the upstream budget's
-  // descriptor reserve.
+  // Binds the relay socket on `local`'s IP (port 0), and the group's egress sockets. errno on
+  // failure (egressBindFailed() says whether an egress address was what failed, counted and
+  // logged). `max_fd`: a socket numbered there or above is refused (EMFILE): the upstream
+  // budget's descriptor reserve.
   int open(const network::Address& local, int max_fd);
+  bool egressBindFailed() const { return egress_bind_failed_; }
   const network::Address& bound() const { return bound_; }
   // Payload bytes sent to destinations and received from them, for the record.
   uint64_t bytesToDestinations() const { return bytes_to_destinations_; }
@@ -170,7 +179,18 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
     std::string payload;
   };
 
+  // A socket toward destinations bound to one egress address.
+  struct EgressSocket {
+    int fd = -1;
+    std::optional<event::FileEvent> event;
+    network::OwnPort own_port;  // sluice itself for the destination guard, like bound_'s
+  };
+
   void onReadable();
+  // Reads what destinations sent to an egress socket.
+  void onEgressReadable(EgressSocket& socket);
+  // The socket datagrams to `to` leave from: its family's egress socket, or the client's.
+  int socketToward(const network::Address& to) const;
   void onClientDatagram(std::string_view datagram);
   void onPeerDatagram(const network::Address& from, std::string_view payload);
   Destination* findDestination(std::string_view host, uint16_t port);
@@ -182,9 +202,8 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   Socks5Filter& parent_;
   proxy::WorkerContext& worker_;
   Socks5ProxyConfigSharedPtr config_;
-  // The control connection's peer and its key's group (for the request filters).
+  // The control connection's peer (for the request filters).
   network::Address control_peer_;
-  const policy::Group* group_ = nullptr;
   network::Address client_;  // its IP from the control connection; its port once known
   bool client_port_known_ = false;
   uint64_t bytes_to_destinations_ = 0;
@@ -193,6 +212,9 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   network::OwnPort own_port_;  // bound_'s port: sluice itself for the destination guard
   int fd_ = -1;
   std::optional<event::FileEvent> file_event_;
+  const policy::Group* group_;
+  EgressSocket egress_[2];  // IPv4, IPv6: open for the families the group's egress has
+  bool egress_bind_failed_ = false;
   event::Timer idle_timer_;
   std::vector<Destination> destinations_;  // oldest first
   std::deque<Pending> pending_;
@@ -262,6 +284,11 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   void pauseReading(bool pause);
   void authorize();
   void onAuthorized();
+  // SOCKS5 authenticates once per connection, before its command is known: each command is
+  // admitted under the key's limits here, its place held in the command's trace for as long as
+  // it lasts (a tunnel, a BIND, a UDP association). False when a limit refused it: reply 0x02
+  // (not allowed) and close.
+  bool admitCommand();
   void fillRequestTarget();
   void startConnect();
   void startBind();

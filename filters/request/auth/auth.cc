@@ -4,6 +4,7 @@
 
 #include <openssl/crypto.h>
 
+#include "source/common/policy/limits.h"
 #include "source/common/proxy/credential.h"
 
 #ifndef OPENSSL_IS_BORINGSSL
@@ -59,6 +60,9 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   if (config_->keys.empty()) {
     config_->open_relay.inc();
     request.group = &config_->policy->defaultGroup();
+    if (!admit(request, config_->keyless_limiter.get())) {
+      return proxy::RequestFilterStatus::StopIteration;
+    }
     return proxy::RequestFilterStatus::Continue;
   }
   if (request.credential_form == proxy::CredentialForm::None) {
@@ -100,7 +104,19 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   request.principal_tunnel_stats = &matched.tunnel_stats;
   config_->allowed.inc();
   matched.allowed.inc();
+  if (!admit(request, matched.limiter.get())) return proxy::RequestFilterStatus::StopIteration;
   return proxy::RequestFilterStatus::Continue;
+}
+
+bool AuthFilter::admit(proxy::ProxyRequest& request, policy::KeyLimiter* limiter) {
+  request.limiter = limiter;
+  // A key without limits (nor its group) pays this relaxed load.
+  if (limiter == nullptr || request.limit_slot == nullptr || !limiter->active()) return true;
+  policy::LimitRefusal refusal;
+  if (limiter->admit(*request.limit_slot, refusal)) return true;
+  request.retry_after = refusal.retry_after;
+  callbacks_->deny(proxy::Denial::TooManyRequests, refusal.reason);
+  return false;
 }
 
 }  // namespace auth

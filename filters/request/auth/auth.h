@@ -26,6 +26,8 @@ struct ApiKey {
   proxy::KeyGrantSharedPtr grant;
   // The key's policy group (AuthConfig::policy owns it).
   const policy::Group* group = nullptr;
+  // The limits the key's requests are held to (its own and its group's), from the group.
+  std::shared_ptr<policy::KeyLimiter> limiter;
   stats::Counter allowed;
   upstream::TunnelStats tunnel_stats;  // tunnel.key.<name>.*
 };
@@ -45,6 +47,8 @@ struct AuthConfig {
   std::shared_ptr<ban::BanTable> bans;
   // The groups the keys belong to; without keys, every request is in the default group.
   policy::PolicySharedPtr policy = policy::Policy::empty();
+  // Without keys: the default group's limits, for every request together.
+  std::shared_ptr<policy::KeyLimiter> keyless_limiter;
 };
 using AuthConfigSharedPtr = std::shared_ptr<const AuthConfig>;
 
@@ -97,6 +101,13 @@ static_assert(CredentialMemo::kCapacity <= 255, "length_ is one byte");
 // than one per connection: one stream after another reuses the same object, concurrent streams
 // warm one each (several users multiplexed on one connection keep theirs), and no filter
 // instance shares state with another.
+//
+// Once it knows the key (or, without keys, that the request is in the default group) it also
+// admits the request under the key's and its group's rate and concurrency limits, into the
+// slot the codec gave (ProxyRequest::limit_slot): here, before any other filter, so a refused
+// request costs no lookup and no connect, and in the one filter every protocol's requests pass,
+// so a full-form config cannot leave limits out of a chain that has keys. Over a limit: 429
+// (TooManyRequests) with ProxyRequest::retry_after.
 class AuthFilter : public proxy::RequestFilter {
  public:
   explicit AuthFilter(AuthConfigSharedPtr config) : config_(std::move(config)) {}
@@ -104,6 +115,10 @@ class AuthFilter : public proxy::RequestFilter {
   const CredentialMemo& memo() const { return memo_; }  // for tests
 
  private:
+  // Admits the request under `limiter` when the codec gave a slot; false when a limit refused
+  // it (the chain is denied).
+  bool admit(proxy::ProxyRequest& request, policy::KeyLimiter* limiter);
+
   AuthConfigSharedPtr config_;
   CredentialMemo memo_;
 };

@@ -78,6 +78,8 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
       entry.name = std::move(name);
       entry.digest = *digest;
       entry.group = key_group;
+      // The key's limiter: the running version's when the key stays in its group.
+      entry.limiter = key_group->limiters->forKey(entry.name, kStatsReserve);
       // The running listener's grant when a reload keeps the key, so that revoking it later
       // reaches the connections of every config version that accepted it.
       if (context.running_grants != nullptr) {
@@ -158,6 +160,7 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
         "recognised without decoding or hashing it again (still checked for bans and revocation).");
     config->bans = context.bans;
     if (config->keys.empty()) {
+      config->keyless_limiter = config->policy->defaultGroup().limiters->keyless();
       // Beyond loopback a keyless listener serves anyone who finds it: only when said in words.
       const network::Address& where = context.listener_address;
       if (where.valid() && !isLoopback(where) && !proto.open_relay()) {

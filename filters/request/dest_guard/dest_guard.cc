@@ -10,6 +10,7 @@
 
 #include "source/common/common/logger.h"
 #include "source/common/network/ip_literal.h"
+#include "source/common/policy/policy.h"
 
 namespace sluice {
 namespace filters {
@@ -325,11 +326,14 @@ proxy::RequestFilterStatus DestGuardFilter::onRequest(proxy::ProxyRequest& reque
   in_on_request_ = true;
   answered_ = false;
   lookup_started_ = callbacks_->worker().dispatcher().now();
-  query_ = callbacks_->worker().resolver().resolve(
-      request.host, [this](const absl::Status& status, const std::vector<network::Address>& a) {
-        query_ = nullptr;
-        onResolved(status, a);
-      });
+  // The group's lookups leave from its egress address, as its connects will.
+  query_ = callbacks_->worker()
+               .resolver(policy::egressOf(request.group))
+               .resolve(request.host,
+                        [this](const absl::Status& status, const std::vector<network::Address>& a) {
+                          query_ = nullptr;
+                          onResolved(status, a);
+                        });
   in_on_request_ = false;
   if (answered_ && admitted_) return proxy::RequestFilterStatus::Continue;
   return proxy::RequestFilterStatus::StopIteration;

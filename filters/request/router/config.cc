@@ -60,6 +60,7 @@ class RouterFactory : public extensions::FactoryBase<extensions::RequestFilterFa
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s.typed_config.only: '%s' is not ipv4 or ipv6", context.path, proto.only()));
     }
+    if (context.routes != nullptr) config->routes = context.routes;
     config->upstream.splice = !proto.disable_splice();
     config::setIfNonZero(proto.max_splice_pipes(), config->upstream.max_splice_pipes);
     stats::Store& store = stats::Store::get();

@@ -7,6 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
+#include "source/common/common/logger.h"
+#include "source/common/policy/policy.h"
 #include "source/common/upstream/pool.h"
 
 namespace sluice {
@@ -20,17 +22,20 @@ RouterFilter::~RouterFilter() { onRequestEnd(); }
 proxy::RequestFilterStatus RouterFilter::onRequest(proxy::ProxyRequest& request) {
   request_ = &request;
   next_address_ = 0;
+  unbindable_families_ = 0;
   // Addresses an earlier filter checked (or an earlier attempt resolved) are dialled as they are.
   if (request.pinned_count > 0) {
     route();
     return proxy::RequestFilterStatus::StopIteration;
   }
   started_ = callbacks_->worker().dispatcher().now();
-  query_ = callbacks_->worker().resolver().resolve(
-      request.host, [this](const absl::Status& status, const std::vector<network::Address>& a) {
-        query_ = nullptr;
-        onResolved(status, a);
-      });
+  query_ = callbacks_->worker()
+               .resolver(policy::egressOf(request.group))
+               .resolve(request.host,
+                        [this](const absl::Status& status, const std::vector<network::Address>& a) {
+                          query_ = nullptr;
+                          onResolved(status, a);
+                        });
   return proxy::RequestFilterStatus::StopIteration;
 }
 
@@ -82,6 +87,14 @@ uint32_t orderAddresses(network::Address* addresses, uint32_t count, FamilyPrefe
   return n;
 }
 
+uint32_t keepReachable(network::Address* addresses, uint32_t count, const network::Egress& egress) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    if (egress.reaches(addresses[i].family())) addresses[n++] = addresses[i];
+  }
+  return n;
+}
+
 void RouterFilter::route() {
   const uint32_t before = request_->pinned_count;
   request_->pinned_count = orderAddresses(request_->pinned, request_->pinned_count, config_->prefer,
@@ -100,22 +113,42 @@ void RouterFilter::route() {
     callbacks_->deny(proxy::Denial::ServiceUnavailable, kClientUpstreamsFull);
     return;
   }
-  if (request_->kind == proxy::RequestKind::Forward && !request_->fresh_connection) {
+  uint32_t at = 0;
+  route_ = config_->routes->empty() ? nullptr : config_->routes->match(*request_, at);
+  if (route_ != nullptr && route_->parents.empty()) route_ = nullptr;  // direct
+  const network::Egress& egress = policy::egressOf(request_->group);
+  if (route_ == nullptr) {
+    // Direct: only destinations of the families the group's egress has (through a parent, it
+    // is the parent's addresses that must be).
+    const uint32_t of_family = request_->pinned_count;
+    request_->pinned_count = keepReachable(request_->pinned, request_->pinned_count, egress);
+    if (request_->pinned_count == 0) {
+      request_->failure = upstream::dnsFailure(false);
+      error_ = absl::StrFormat("%s: no IPv%d address (of %d), the family of group %s's egress",
+                               request_->host, egress.ipv4.valid() ? 4 : 6, of_family,
+                               request_->group->name);
+      callbacks_->deny(proxy::Denial::BadGateway, error_);
+      return;
+    }
+  }
+  if (route_ == nullptr && request_->kind == proxy::RequestKind::Forward &&
+      !request_->fresh_connection) {
     for (uint32_t i = 0; i < request_->pinned_count; ++i) {
-      network::ConnectionPtr pooled = callbacks_->worker().pool().acquire(request_->pinned[i]);
+      // Only a connection made from the source this request would dial from: a group never
+      // gets one another group's egress opened.
+      const network::Address* source = egress.sourceFor(request_->pinned[i].family());
+      network::ConnectionPtr pooled = callbacks_->worker().pool().acquire(
+          request_->pinned[i], source != nullptr ? *source : network::Address());
       if (pooled) {
         config_->stats.pool_reuse.inc();
-        proxy::UpstreamInfo info = config_->upstream;
-        info.reused = true;
         request_->upstream_address = request_->pinned[i];
-        callbacks_->upstreamReady(upstream::UpstreamHandle(
-            std::move(pooled), &callbacks_->worker().pool(), info, std::move(slot_)));
+        ready(std::move(pooled), std::move(slot_), true);
         return;
       }
     }
   }
   // The connect timer exists only while connecting: pooled requests and established tunnels
-  // (the long-lived, idle ones) do not carry it.
+  // (the long-lived, idle ones) do not carry it. Through parents it covers every parent tried.
   if (!timer_) {
     timer_ = std::make_unique<event::Timer>(callbacks_->worker().dispatcher(),
                                             [this] { onConnectTimeout(); });
@@ -123,18 +156,223 @@ void RouterFilter::route() {
   timer_->enable(config_->connect_timeout);
   started_ = callbacks_->worker().dispatcher().now();
   attempts_[0].slot = std::move(slot_);
+  if (route_ != nullptr) {
+    target_ = request_->pinned[at];
+    parents_tried_ = 0;
+    first_parent_ = route_->balance == upstream::Balance::RoundRobin
+                        ? route_->next.fetch_add(1, std::memory_order_relaxed) %
+                              static_cast<uint32_t>(route_->parents.size())
+                        : 0;
+    if (!nextParent()) callbacks_->deny(proxy::Denial::BadGateway, error_);
+    return;
+  }
+  dial_ = request_->pinned;
+  dial_count_ = request_->pinned_count;
+  next_address_ = 0;
   connectNext();
 }
 
+void RouterFilter::ready(network::ConnectionPtr connection, network::ConnectionSlot slot,
+                         bool reused) {
+  proxy::UpstreamInfo info = config_->upstream;
+  info.reused = reused;
+  // The pool keeps it under the source it was made from.
+  const network::Address* source =
+      policy::egressOf(request_->group).sourceFor(connection->peer().family());
+  info.source = source != nullptr ? *source : network::Address();
+  upstream::Pool* pool = &callbacks_->worker().pool();
+  if (parent_ != nullptr) {
+    // Kept apart from direct connections, under the parent (dialParent looks there).
+    info.via = parent_->health->id();
+    if (parent_->protocol == upstream::ParentProtocol::Socks5) info.pool_destination = target_;
+    if (parent_->protocol == upstream::ParentProtocol::Http &&
+        request_->kind == proxy::RequestKind::Forward) {
+      info.via_http_parent = true;
+      info.parent_target = target_;
+      info.parent_authorization = parent_->auth.proxy_authorization;
+    }
+  }
+  callbacks_->upstreamReady(
+      upstream::UpstreamHandle(std::move(connection), pool, info, std::move(slot)));
+}
+
+bool RouterFilter::nextParent() {
+  const event::MonotonicTime now = callbacks_->worker().dispatcher().now();
+  const uint32_t count = static_cast<uint32_t>(route_->parents.size());
+  // The next healthy parent not tried yet; when every one left is unhealthy, the next one
+  // anyway: a route does not refuse a request only because its parents failed before.
+  const upstream::Parent* chosen = nullptr;
+  for (uint32_t i = parents_tried_; i < count && chosen == nullptr; ++i) {
+    const upstream::Parent* candidate = route_->parents[(first_parent_ + i) % count];
+    if (candidate->health->healthy(now)) {
+      chosen = candidate;
+      // The unhealthy ones passed over are not tried for this request.
+      for (uint32_t j = parents_tried_; j < i; ++j) {
+        route_->parents[(first_parent_ + j) % count]->stats.skipped.inc();
+      }
+      parents_tried_ = i + 1;
+    }
+  }
+  if (chosen == nullptr && parents_tried_ < count) {
+    chosen = route_->parents[(first_parent_ + parents_tried_) % count];
+    ++parents_tried_;
+  }
+  if (chosen == nullptr) return false;
+  parent_ = chosen;
+  const network::Egress& egress = policy::egressOf(request_->group);
+  if (parent_->literal.valid() && !egress.reaches(parent_->literal.family())) {
+    // Not the parent's fault: no health mark, the next parent is tried.
+    request_->failure = upstream::dnsFailure(false);
+    error_ = absl::StrFormat("parent proxy %s: %s is not IPv%d, the family of group %s's egress",
+                             parent_->name, parent_->literal.asString(),
+                             egress.ipv4.valid() ? 4 : 6, request_->group->name);
+    return nextParent();
+  }
+  parent_->stats.requests.inc();
+  if (parent_->literal.valid()) {
+    parent_addresses_[0] = parent_->literal;
+    dial_ = parent_addresses_;
+    dial_count_ = 1;
+    dialParent();
+    return true;
+  }
+  query_ = callbacks_->worker().resolver(egress).resolve(
+      parent_->host, [this](const absl::Status& status, const std::vector<network::Address>& a) {
+        query_ = nullptr;
+        onParentResolved(status, a);
+      });
+  return true;
+}
+
+void RouterFilter::onParentResolved(const absl::Status& status,
+                                    const std::vector<network::Address>& addresses) {
+  uint32_t n = 0;
+  for (const network::Address& a : addresses) {
+    if (n == proxy::ProxyRequest::kMaxPinned) break;
+    parent_addresses_[n] = a;
+    parent_addresses_[n++].setPort(parent_->port);
+  }
+  n = orderAddresses(parent_addresses_, n, config_->prefer, config_->only_family);
+  const uint32_t of_family = n;
+  const network::Egress& egress = policy::egressOf(request_->group);
+  n = keepReachable(parent_addresses_, n, egress);
+  if (status.ok() && of_family > 0 && n == 0) {
+    request_->failure = upstream::dnsFailure(false);
+    error_ = absl::StrFormat(
+        "parent proxy %s: %s has no IPv%d address, the family of group %s's "
+        "egress",
+        parent_->name, parent_->host, egress.ipv4.valid() ? 4 : 6, request_->group->name);
+    if (nextParent()) return;
+    timer_->disable();
+    callbacks_->deny(proxy::Denial::BadGateway, error_);
+    return;
+  }
+  if (!status.ok() || n == 0) {
+    request_->failure = upstream::dnsFailure(absl::IsDeadlineExceeded(status));
+    error_ = absl::StrFormat("parent proxy %s: %s does not resolve", parent_->name, parent_->host);
+    parentFailed();
+    return;
+  }
+  dial_ = parent_addresses_;
+  dial_count_ = n;
+  dialParent();
+}
+
+void RouterFilter::dialParent() {
+  if (request_->kind == proxy::RequestKind::Forward && !request_->fresh_connection) {
+    // A kept-alive connection through this parent: to it (an HTTP parent takes requests for
+    // any destination), or a SOCKS5 parent's tunnel to this very destination.
+    const network::Egress& egress = policy::egressOf(request_->group);
+    const uint64_t via = parent_->health->id();
+    for (uint32_t i = 0; i < dial_count_; ++i) {
+      const network::Address* source = egress.sourceFor(dial_[i].family());
+      const network::Address& key =
+          parent_->protocol == upstream::ParentProtocol::Socks5 ? target_ : dial_[i];
+      network::ConnectionPtr pooled = callbacks_->worker().pool().acquire(
+          key, source != nullptr ? *source : network::Address(), via);
+      if (pooled) {
+        config_->stats.pool_reuse.inc();
+        timer_->disable();
+        request_->upstream_address = pooled->peer();
+        ready(std::move(pooled), std::move(attempts_[0].slot), true);
+        return;
+      }
+    }
+  }
+  next_address_ = 0;
+  connectNext();
+}
+
+void RouterFilter::parentFailed() {
+  parent_->stats.failures.inc();
+  if (parent_->health->recordFailure(callbacks_->worker().dispatcher().now(), parent_->max_failures,
+                                     parent_->unhealthy_for)) {
+    parent_->stats.unhealthy.inc();
+  }
+  if (nextParent()) return;
+  timer_->disable();
+  if (race_timer_) race_timer_->disable();
+  callbacks_->deny(request_->failure.kind == upstream::FailureKind::Timeout
+                       ? proxy::Denial::GatewayTimeout
+                       : proxy::Denial::BadGateway,
+                   error_);
+}
+
+void RouterFilter::onParentReady() {
+  parent_->health->recordSuccess();
+  timer_.reset();
+  race_timer_.reset();
+  network::ConnectionPtr connection = std::move(handshaking_);
+  // What the destination sent right behind the parent's answer reaches the codec's side from
+  // the loop, once it holds the connection.
+  if (!connection->readBuffer().empty()) connection->scheduleRead();
+  ready(std::move(connection), std::move(handshake_slot_), false);
+}
+
+void RouterFilter::onParentFailed(upstream::Failure failure, std::string_view reason) {
+  request_->failure = failure;
+  error_ = absl::StrFormat("parent proxy %s: %s", parent_->name, reason);
+  handshaking_->close(network::CloseType::NoFlush);
+  callbacks_->worker().dispatcher().deferredDelete(std::move(handshaking_));
+  // The place in the budget goes to the next parent's attempt.
+  attempts_[0].slot = std::move(handshake_slot_);
+  parentFailed();
+}
+
 bool RouterFilter::startAttempt(Attempt& attempt) {
-  while (next_address_ < request_->pinned_count) {
-    const network::Address& to = request_->pinned[next_address_++];
+  const policy::GroupEgress* group_egress =
+      request_->group != nullptr ? &request_->group->egress : nullptr;
+  while (next_address_ < dial_count_) {
+    const network::Address& to = dial_[next_address_++];
+    const network::Address* source =
+        group_egress != nullptr ? group_egress->addresses.sourceFor(to.family()) : nullptr;
+    if (source != nullptr && (unbindable_families_ & familyBit(to.family())) != 0) continue;
     config_->stats.cx_connect_total.inc();
-    attempt.connection = network::Connection::connectTo(callbacks_->worker().dispatcher(), to,
-                                                        config_->budget->descriptorCeiling());
+    bool bind_failed = false;
+    attempt.connection =
+        network::Connection::connectTo(callbacks_->worker().dispatcher(), to,
+                                       config_->budget->descriptorCeiling(), source, &bind_failed);
     if (attempt.connection) {
+      if (source != nullptr) group_egress->cx.inc();
       attempt.connection->setCallbacks(&attempt);
+      // An https parent: TLS first, and Connected once its handshake is done.
+      if (parent_ != nullptr && parent_->transport != nullptr) {
+        attempt.connection->setTransportSocket(parent_->transport->createTransportSocket());
+      }
       return true;
+    }
+    if (bind_failed) {
+      // The address is not (or no longer) one of this host's: every connect from it fails
+      // alike, whatever the destination. An address of the other family may still go.
+      const int error = errno;
+      unbindable_families_ |= familyBit(to.family());
+      group_egress->bind_failed.inc();
+      config_->stats.cx_connect_fail.inc();
+      request_->failure = {upstream::FailureKind::EgressBind, error};
+      error_ = absl::StrFormat("cannot bind the egress address %s of group %s: %s",
+                               source->ipString(), request_->group->name, strerror(error));
+      SLUICE_LOG(Warn, "router: %s (connecting to %s)", error_, to.asString());
+      continue;
     }
     if (errno == EMFILE || errno == ENFILE) {
       // Out of descriptors (or into the reserve kept for accepts and the admin endpoint): no
@@ -158,7 +396,7 @@ void RouterFilter::connectNext() {
   }
   if (connecting()) {
     // Another address is left: it races this one if this one is slow.
-    if (next_address_ < request_->pinned_count && config_->happy_eyeballs_delay.count() > 0 &&
+    if (next_address_ < dial_count_ && config_->happy_eyeballs_delay.count() > 0 &&
         !(attempts_[0].connection && attempts_[1].connection)) {
       if (!race_timer_) {
         race_timer_ = std::make_unique<event::Timer>(callbacks_->worker().dispatcher(),
@@ -168,18 +406,25 @@ void RouterFilter::connectNext() {
     }
     return;
   }
-  timer_->disable();
-  if (race_timer_) race_timer_->disable();
   if (descriptors_low_) {
+    timer_->disable();
+    if (race_timer_) race_timer_->disable();
     request_->denial_cause = proxy::DenialCause::ConnectionLimit;
     callbacks_->deny(proxy::Denial::ServiceUnavailable, kDescriptorsLow);
     return;
   }
+  // A bind that failed is sluice's, not the parent's: no parent would fare better.
+  if (parent_ != nullptr && request_->failure.kind != upstream::FailureKind::EgressBind) {
+    parentFailed();
+    return;
+  }
+  timer_->disable();
+  if (race_timer_) race_timer_->disable();
   callbacks_->deny(proxy::Denial::BadGateway, error_);
 }
 
 void RouterFilter::onRaceTimer() {
-  if (next_address_ >= request_->pinned_count) return;
+  if (next_address_ >= dial_count_) return;
   Attempt& idle = attempts_[0].connection ? attempts_[1] : attempts_[0];
   if (idle.connection) return;
   // A second socket is a second place in the client's budget: without one, no race.
@@ -200,29 +445,69 @@ void RouterFilter::onAttemptEvent(Attempt& attempt, network::ConnectionEvent eve
     request_->connect_time = since(started_, callbacks_->worker().dispatcher().now());
     config_->stats.cx_connect_duration.record(request_->connect_time);
     request_->upstream_address = conn->peer();
-    proxy::UpstreamInfo info = config_->upstream;
-    info.reused = false;
-    callbacks_->upstreamReady(upstream::UpstreamHandle(
-        std::move(conn), &callbacks_->worker().pool(), info, std::move(attempt.slot)));
+    if (parent_ != nullptr && !(parent_->protocol == upstream::ParentProtocol::Http &&
+                                request_->kind == proxy::RequestKind::Forward)) {
+      // Connected to the parent: it is asked for the destination; the connect timer still runs.
+      if (!timer_) {
+        timer_ = std::make_unique<event::Timer>(callbacks_->worker().dispatcher(),
+                                                [this] { onConnectTimeout(); });
+        timer_->enable(config_->connect_timeout);
+      }
+      handshaking_ = std::move(conn);
+      handshake_slot_ = std::move(attempt.slot);
+      retireHandshake();
+      handshake_ =
+          std::make_unique<upstream::ParentHandshake>(parent_->protocol, parent_->auth, *this);
+      handshake_->start(*handshaking_, target_, request_->host, request_->port);
+      return;
+    }
+    if (parent_ != nullptr) parent_->health->recordSuccess();
+    ready(std::move(conn), std::move(attempt.slot), false);
     return;
   }
   if (event == network::ConnectionEvent::RemoteClose && attempt.connection) {
     config_->stats.cx_connect_fail.inc();
     int err = attempt.connection->connectError();
-    request_->failure = {
-        err != 0 ? upstream::kindForConnectError(err) : upstream::FailureKind::Reset, err};
-    error_ = absl::StrFormat("cannot connect to %s: %s", attempt.connection->peer().asString(),
-                             err != 0 ? strerror(err) : "connection closed");
+    const network::TransportFailure tls = attempt.connection->transportFailure();
+    if (tls.kind != network::TransportFailure::Kind::None) {
+      request_->failure = {tls.kind == network::TransportFailure::Kind::Certificate
+                               ? upstream::FailureKind::TlsCertificate
+                               : upstream::FailureKind::TlsProtocol,
+                           0};
+      error_ = absl::StrFormat("parent proxy %s: TLS to %s: %s", parent_->name,
+                               attempt.connection->peer().asString(), tls.reason);
+    } else {
+      request_->failure = {
+          err != 0 ? upstream::kindForConnectError(err) : upstream::FailureKind::Reset, err};
+      error_ = absl::StrFormat("cannot connect to %s: %s", attempt.connection->peer().asString(),
+                               err != 0 ? strerror(err) : "connection closed");
+    }
     drop(attempt);
     connectNext();
   }
 }
 
 void RouterFilter::onConnectTimeout() {
-  if (!connecting()) return;
+  if (!connecting() && !handshaking_ && query_ == nullptr) return;
   config_->stats.cx_connect_timeout.inc();
   request_->failure = {upstream::FailureKind::Timeout, 0};
   for (Attempt& attempt : attempts_) drop(attempt);
+  if (handshaking_) {
+    handshaking_->setCallbacks(nullptr);
+    handshaking_->close(network::CloseType::NoFlush);
+    callbacks_->worker().dispatcher().deferredDelete(std::move(handshaking_));
+  }
+  if (query_ != nullptr) {
+    query_->cancel();
+    query_ = nullptr;
+  }
+  if (parent_ != nullptr) {
+    parent_->stats.failures.inc();
+    if (parent_->health->recordFailure(callbacks_->worker().dispatcher().now(),
+                                       parent_->max_failures, parent_->unhealthy_for)) {
+      parent_->stats.unhealthy.inc();
+    }
+  }
   if (race_timer_) race_timer_->disable();
   error_ = absl::StrFormat("connect to %s:%d timed out", request_->host, request_->port);
   callbacks_->deny(proxy::Denial::GatewayTimeout, error_);
@@ -233,6 +518,11 @@ void RouterFilter::drop(Attempt& attempt) {
   attempt.connection->setCallbacks(nullptr);
   attempt.connection->close(network::CloseType::NoFlush);
   callbacks_->worker().dispatcher().deferredDelete(std::move(attempt.connection));
+}
+
+void RouterFilter::retireHandshake() {
+  // Deleted from the loop: its callback may be on the stack.
+  if (handshake_) callbacks_->worker().dispatcher().deferredDelete(std::move(handshake_));
 }
 
 void RouterFilter::onRequestEnd() {
@@ -246,8 +536,18 @@ void RouterFilter::onRequestEnd() {
     drop(attempt);
     attempt.slot.reset();
   }
+  if (handshaking_) {
+    handshaking_->setCallbacks(nullptr);
+    handshaking_->close(network::CloseType::NoFlush);
+    callbacks_->worker().dispatcher().deferredDelete(std::move(handshaking_));
+  }
+  retireHandshake();
+  handshake_slot_.reset();
   slot_.reset();
   descriptors_low_ = false;
+  unbindable_families_ = 0;
+  route_ = nullptr;
+  parent_ = nullptr;
   request_ = nullptr;
 }
 

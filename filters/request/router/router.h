@@ -10,8 +10,11 @@
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/connection.h"
 #include "source/common/network/connection_limiter.h"
+#include "source/common/network/egress.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/parent_handshake.h"
+#include "source/common/upstream/routes.h"
 #include "source/common/upstream/upstream_budget.h"
 
 namespace sluice {
@@ -48,6 +51,8 @@ struct RouterConfig {
   RouterStats stats;
   // Upstream sockets per client, and the descriptors kept back (the process's; a test's own).
   upstream::UpstreamBudget* budget = &upstream::UpstreamBudget::get();
+  // Parent proxies and the routes through them (Bootstrap.routes); none: everything direct.
+  upstream::RoutesSharedPtr routes = upstream::Routes::none();
 };
 using RouterConfigSharedPtr = std::shared_ptr<const RouterConfig>;
 
@@ -56,6 +61,9 @@ using RouterConfigSharedPtr = std::shared_ptr<const RouterConfig>;
 // drops the other family. Returns the count kept.
 uint32_t orderAddresses(network::Address* addresses, uint32_t count, FamilyPreference prefer,
                         int only_family);
+// Keeps, in order, the addresses of the families `egress` reaches (all of them without one).
+// Returns the count kept.
+uint32_t keepReachable(network::Address* addresses, uint32_t count, const network::Egress& egress);
 
 // The terminal request filter: finds the destination's addresses (those pinned by an earlier
 // filter, or resolved here), takes a pooled connection for relayed requests when one is idle,
@@ -64,7 +72,13 @@ uint32_t orderAddresses(network::Address* addresses, uint32_t count, FamilyPrefe
 // once, and one still pending after happy_eyeballs_delay gets a second attempt beside it; the
 // first to connect wins, within the connect timeout. At most two attempts at a time, each with
 // its own place in the client's upstream budget.
-class RouterFilter : public proxy::RequestFilter {
+//
+// A request a route sends through parents dials the parent instead (its addresses raced the
+// same way), and asks it for the destination: CONNECT or SOCKS5 for tunnels and through SOCKS5
+// parents, absolute-form requests through HTTP parents. A parent that fails (connect,
+// handshake) counts toward its health and the next one of the route is tried, within the same
+// connect timeout.
+class RouterFilter : public proxy::RequestFilter, public upstream::ParentHandshakeCallbacks {
  public:
   explicit RouterFilter(RouterConfigSharedPtr config);
   ~RouterFilter() override;
@@ -95,11 +109,41 @@ class RouterFilter : public proxy::RequestFilter {
   void drop(Attempt& attempt);
   bool connecting() const { return attempts_[0].connection || attempts_[1].connection; }
   void onConnectTimeout();
+  // Hands a connection (pooled or new) to the codec.
+  void ready(network::ConnectionPtr connection, network::ConnectionSlot slot, bool reused);
+
+  // Through parents: picks the next one to try (false when none is left), resolves it if it
+  // is a name, and dials it.
+  bool nextParent();
+  void onParentResolved(const absl::Status& status, const std::vector<network::Address>& addresses);
+  void dialParent();
+  // The parent could not be reached, or refused: counted in its health; the next one, or the
+  // refusal.
+  void parentFailed();
+  void retireHandshake();
+  // upstream::ParentHandshakeCallbacks
+  void onParentReady() override;
+  void onParentFailed(upstream::Failure failure, std::string_view reason) override;
 
   RouterConfigSharedPtr config_;
   proxy::ProxyRequest* request_ = nullptr;
   dns::Resolver::Query* query_ = nullptr;
-  uint32_t next_address_ = 0;  // into request_->pinned
+  // What the attempts dial: the destination's addresses (request_->pinned), or a parent's.
+  const network::Address* dial_ = nullptr;
+  uint32_t dial_count_ = 0;
+  uint32_t next_address_ = 0;  // into dial_
+  // Through parents: the route, the parent being tried and how many were, the destination
+  // address asked for, and the parent's own addresses when it is a name.
+  const upstream::Route* route_ = nullptr;
+  const upstream::Parent* parent_ = nullptr;
+  uint32_t parents_tried_ = 0;
+  uint32_t first_parent_ = 0;
+  network::Address target_;
+  network::Address parent_addresses_[proxy::ProxyRequest::kMaxPinned];
+  // The connection to the parent while it answers, and its place in the budget.
+  std::unique_ptr<upstream::ParentHandshake> handshake_;
+  network::ConnectionPtr handshaking_;
+  network::ConnectionSlot handshake_slot_;
   Attempt attempts_[2]{Attempt(*this), Attempt(*this)};
   // The client's place in the upstream budget for this request's connection; it goes with the
   // connection to the codec.
@@ -107,7 +151,11 @@ class RouterFilter : public proxy::RequestFilter {
   std::unique_ptr<event::Timer> timer_;
   std::unique_ptr<event::Timer> race_timer_;
   bool descriptors_low_ = false;  // an attempt found no descriptor: 503, not 502
-  std::string error_;             // detail of the last failure, for the refusal text
+  // Families whose egress address failed to bind in this request: their other addresses are
+  // not tried (the bind would fail alike).
+  uint8_t unbindable_families_ = 0;
+  static uint8_t familyBit(int family) { return family == AF_INET ? 1 : 2; }
+  std::string error_;  // detail of the last failure, for the refusal text
   // When the lookup or the connect began (the request's record takes their durations).
   event::MonotonicTime started_{};
 };

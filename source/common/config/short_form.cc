@@ -502,6 +502,8 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   *bootstrap.mutable_bans() = bans;
   // Checked where the full form's is (buildServerConfig): its errors read "policy...." either way.
   if (config.has_policy()) *bootstrap.mutable_policy() = config.policy();
+  *bootstrap.mutable_parents() = config.parents();
+  *bootstrap.mutable_routes() = config.routes();
   // Before everything: the filters after it, and the limits, see the client it names.
   if (config.proxy_protocol().trusted_cidrs_size() > 0) {
     filters::v1::ProxyProtocolConfig proxy;

@@ -6,6 +6,8 @@
 #include <mutex>
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
@@ -100,6 +102,24 @@ void addUnique(std::vector<network::Address>& out, const network::Address& addre
   if (std::find(out.begin(), out.end(), address) != out.end()) return;
   out.push_back(address);
 }
+
+// Name servers evdns asks from loopback whatever source it is told to bind (its own rule).
+bool isLoopback(const network::Address& a) {
+  if (a.family() == AF_INET) return (ntohl(a.v4().sin_addr.s_addr) >> 24) == 127;
+  return IN6_IS_ADDR_LOOPBACK(&a.v6().sin6_addr);
+}
+
+// Whether `source` can be bound for datagrams of its family: evdns only logs a failed bind.
+int probeBind(const network::Address& source) {
+  const int fd = ::socket(source.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  const int error = network::bindSource(fd, source, /*defer_port=*/false);
+  ::close(fd);
+  return error;
+}
+
+// A retry of the egress binds that failed, at most this often.
+constexpr std::chrono::seconds kBindRetry{1};
 
 bool validNameServer(const std::string& text) {
   network::Address ignored;
@@ -332,8 +352,97 @@ Resolver::Resolver(event::Dispatcher& dispatcher, const config::v1::Dns& config,
   evdns_ = evdns_base_new(dispatcher_.base(), EVDNS_BASE_DISABLE_WHEN_INACTIVE);
   SLUICE_ASSERT(evdns_ != nullptr, "evdns_base_new failed");
   configureNameServers(config, resolv_conf);
-  if (!config.ignore_hosts_file()) loadHostsFile(hosts_file);
+  if (config.ignore_hosts_file()) {
+    hosts_ = std::make_shared<const HostsTable>();
+  } else {
+    loadHostsFile(hosts_file);
+  }
   scratch_.reserve(1);
+}
+
+Resolver::Resolver(const Resolver& base, const network::Egress& source)
+    : dispatcher_(base.dispatcher_),
+      timeout_(base.timeout_),
+      max_cache_ttl_(base.max_cache_ttl_),
+      cache_size_(base.cache_size_),
+      resolv_conf_(base.resolv_conf_),
+      source_(source),
+      hosts_(base.hosts_),
+      published_(base.published_) {
+  SLUICE_ASSERT(!source_.empty(), "an egress resolver without an egress address");
+  evdns_ = evdns_base_new(dispatcher_.base(), EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+  SLUICE_ASSERT(evdns_ != nullptr, "evdns_base_new failed");
+  if (!resolv_conf_.empty()) {
+    // The search list and options only: the name servers are the base's, added below.
+    const int rc = evdns_base_resolv_conf_parse(evdns_, DNS_OPTION_SEARCH | DNS_OPTION_MISC,
+                                                resolv_conf_.c_str());
+    if (rc != 0) {
+      SLUICE_LOG(Debug, "dns: %s read for an egress resolver: evdns %d", resolv_conf_, rc);
+    }
+  }
+  for (int i = 0;; ++i) {
+    sockaddr_storage ss{};
+    const int n = evdns_base_get_nameserver_addr(base.evdns_, i, reinterpret_cast<sockaddr*>(&ss),
+                                                 sizeof(ss));
+    if (n < 0) break;
+    if (n > static_cast<int>(sizeof(ss))) continue;
+    const network::Address server =
+        network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), n);
+    // A group with an egress sends nothing from an address not chosen for it.
+    if (source_.sourceFor(server.family()) == nullptr) {
+      SLUICE_LOG(Debug,
+                 "dns: name server %s is not asked from egress %s/%s: no address of its family",
+                 server.asString(), source_.ipv4.valid() ? source_.ipv4.ipString() : "-",
+                 source_.ipv6.valid() ? source_.ipv6.ipString() : "-");
+      skipped_servers_ = true;
+      continue;
+    }
+    unbound_servers_.push_back(server);
+  }
+  addEgressNameServers();
+  if (!has_name_servers_ && unbound_servers_.empty() && skipped_servers_) {
+    SLUICE_LOG(Error,
+               "dns: no name server of the families of egress %s/%s; lookups from it will fail",
+               source_.ipv4.valid() ? source_.ipv4.ipString() : "-",
+               source_.ipv6.valid() ? source_.ipv6.ipString() : "-");
+  }
+  applyOptions();
+  scratch_.reserve(1);
+}
+
+void Resolver::addEgressNameServers() {
+  std::vector<network::Address> failed;
+  for (const network::Address& server : unbound_servers_) {
+    const network::Address& from = *source_.sourceFor(server.family());
+    int error = isLoopback(server) ? 0 : probeBind(from);
+    if (error == 0) {
+      // evdns binds each name server's socket to the "bind-to" address set when it is added.
+      const std::string bind_to =
+          server.family() == AF_INET6 ? absl::StrFormat("[%s]", from.ipString()) : from.ipString();
+      if (evdns_base_set_option(evdns_, "bind-to:", bind_to.c_str()) == 0 &&
+          evdns_base_nameserver_sockaddr_add(evdns_, server.sockaddr_ptr(), server.length(), 0) ==
+              0) {
+        continue;
+      }
+      error = EADDRNOTAVAIL;
+    }
+    const bool first = unbound_error_.empty();
+    unbound_error_ = absl::StrFormat("cannot send DNS queries to %s from egress %s: %s",
+                                     server.asString(), from.ipString(), strerror(error));
+    if (first) {
+      SLUICE_LOG(Error, "dns: %s (tried again at most once a second)", unbound_error_);
+    }
+    failed.push_back(server);
+  }
+  if (failed.empty() && !unbound_error_.empty()) {
+    SLUICE_LOG(Info, "dns: every name server is now asked from egress %s/%s",
+               source_.ipv4.valid() ? source_.ipv4.ipString() : "-",
+               source_.ipv6.valid() ? source_.ipv6.ipString() : "-");
+    unbound_error_.clear();
+  }
+  unbound_servers_ = std::move(failed);
+  next_bind_try_ = dispatcher_.now() + kBindRetry;
+  has_name_servers_ = evdns_base_count_nameservers(evdns_) > 0;
 }
 
 Resolver::~Resolver() {
@@ -346,12 +455,14 @@ Resolver::~Resolver() {
 
 void Resolver::configureNameServers(const config::v1::Dns& config, const std::string& resolv_conf) {
   if (config.resolvers_size() > 0) {
+    resolv_conf_.clear();
     for (const std::string& server : config.resolvers()) {
       if (!validNameServer(server) || evdns_base_nameserver_ip_add(evdns_, server.c_str()) != 0) {
         SLUICE_LOG(Error, "dns: ignoring name server %s: not an ip or ip:port", printable(server));
       }
     }
   } else {
+    resolv_conf_ = resolv_conf;
     // Not DNS_OPTIONS_ALL: the hosts file is ours to read (evdns consults it only in
     // evdns_getaddrinfo), and NO_DEFAULT stops evdns from guessing 127.0.0.1.
     int rc = evdns_base_resolv_conf_parse(evdns_,
@@ -366,6 +477,10 @@ void Resolver::configureNameServers(const config::v1::Dns& config, const std::st
   if (!has_name_servers_) {
     SLUICE_LOG(Error, "dns: no name server configured; lookups of names will fail");
   }
+  applyOptions();
+}
+
+void Resolver::applyOptions() {
   // Set after resolv.conf so its "options timeout:/attempts:" do not override the config.
   double per_try = std::max(0.01, timeout_.count() / 1000.0 / kAttempts);
   const std::pair<const char*, std::string> options[] = {
@@ -381,6 +496,7 @@ void Resolver::configureNameServers(const config::v1::Dns& config, const std::st
 }
 
 void Resolver::loadHostsFile(const std::string& path) {
+  hosts_ = std::make_shared<const HostsTable>();
   FILE* file = fopen(path.c_str(), "re");
   if (file == nullptr) {
     SLUICE_LOG(Debug, "dns: no hosts file at %s", path);
@@ -432,12 +548,14 @@ void Resolver::loadHostsFile(const std::string& path) {
       addUnique(address.family() == AF_INET ? lists.first : lists.second, address);
     }
   }
-  hosts_.reserve(by_name.size());
+  auto hosts = std::make_shared<HostsTable>();
+  hosts->reserve(by_name.size());
   for (auto& entry : by_name) {
     std::vector<network::Address>& merged = entry.second.first;
     for (const auto& v6 : entry.second.second) addUnique(merged, v6);
-    hosts_.emplace(entry.first, std::move(merged));
+    hosts->emplace(entry.first, std::move(merged));
   }
+  hosts_ = std::move(hosts);
 }
 
 void Resolver::complete(const Callback& cb, const absl::Status& status,
@@ -472,9 +590,9 @@ Resolver::Query* Resolver::resolve(std::string_view host, Callback cb) {
   const absl::string_view key(buf, host.size());
   const absl::string_view bare = key.back() == '.' ? key.substr(0, key.size() - 1) : key;
 
-  if (!hosts_.empty()) {
-    auto found = hosts_.find(bare);
-    if (found != hosts_.end()) {
+  if (!hosts_->empty()) {
+    auto found = hosts_->find(bare);
+    if (found != hosts_->end()) {
       count(&Counters::hosts_hits, &Published::hosts_hits);
       complete(cb, absl::OkStatus(), found->second);
       return nullptr;
@@ -502,12 +620,19 @@ Resolver::Query* Resolver::resolve(std::string_view host, Callback cb) {
   auto pending = inflight_.find(key);
   if (pending != inflight_.end()) return &pending->second->addWaiter(std::move(cb));
 
+  // An egress address that could not be bound may have come up since.
+  if (!unbound_servers_.empty() && dispatcher_.now() >= next_bind_try_) addEgressNameServers();
   if (!has_name_servers_) {
     count(&Counters::failures, &Published::failures);
-    complete(cb,
-             absl::UnavailableError(
-                 absl::StrFormat("%s: no DNS name server configured", std::string(key))),
-             noAddresses());
+    complete(
+        cb,
+        absl::UnavailableError(
+            !unbound_error_.empty() ? absl::StrFormat("%s: %s", std::string(key), unbound_error_)
+            : skipped_servers_
+                ? absl::StrFormat("%s: no DNS name server of the egress address's family",
+                                  std::string(key))
+                : absl::StrFormat("%s: no DNS name server configured", std::string(key))),
+        noAddresses());
     return nullptr;
   }
   return startLookup(key, std::move(cb));

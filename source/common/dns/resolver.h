@@ -16,6 +16,7 @@
 #include "api/sluice/config/v1/bootstrap.pb.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/address.h"
+#include "source/common/network/egress.h"
 #include "source/common/stats/stats.h"
 
 struct evdns_base;
@@ -77,6 +78,14 @@ class Resolver {
   // neither yields one, every lookup that needs the network fails with Unavailable.
   Resolver(event::Dispatcher& dispatcher, const config::v1::Dns& config,
            std::string hosts_file = "/etc/hosts", std::string resolv_conf = "/etc/resolv.conf");
+  // A resolver whose queries leave from `source` (a group's egress, not empty): it asks the
+  // name servers `base` asks, those of the families `source` has an address for, each from
+  // that address (evdns binds no source for a name server on loopback, 127.0.0.0/8 or ::1:
+  // those are asked from loopback), and shares its options, search list and hosts file. Its
+  // cache is its own, so groups of different egress never see each other's answers (nor their
+  // timing). A source address that cannot be bound is tried again, at most once a second, by
+  // the lookups that find no name server to ask.
+  Resolver(const Resolver& base, const network::Egress& source);
   // Drops every outstanding lookup without calling its callback. Must not be called from inside
   // one of this resolver's callbacks. evdns frees its cancelled requests from the loop's next
   // iteration: destroying the dispatcher without one more iteration leaks a few bytes per lookup.
@@ -93,6 +102,8 @@ class Resolver {
   size_t cacheEntries() const { return cache_.size(); }
   size_t lookupsInFlight() const { return inflight_.size(); }
   bool hasNameServers() const { return has_name_servers_; }
+  // The source addresses of its queries (empty: the system's choice).
+  const network::Egress& source() const { return source_; }
 
  private:
   class Lookup;
@@ -107,8 +118,15 @@ class Resolver {
   };
   using CacheList = std::list<CacheEntry>;
 
+  using HostsTable = absl::flat_hash_map<std::string, std::vector<network::Address>>;
+
   static void onEvdnsAnswer(int result, char type, int count, int ttl, void* addresses, void* arg);
   void configureNameServers(const config::v1::Dns& config, const std::string& resolv_conf);
+  // Timeout, attempts and in-flight limit; after resolv.conf, whose options they override.
+  void applyOptions();
+  // Adds the name servers not added yet from the egress address of their family; those whose
+  // source cannot be bound stay for a later try.
+  void addEgressNameServers();
   void loadHostsFile(const std::string& path);
   // Runs a synchronous answer's callback, keeping track of callback depth.
   void complete(const Callback& cb, const absl::Status& status,
@@ -126,8 +144,19 @@ class Resolver {
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds max_cache_ttl_;
   size_t cache_size_;
+  // The resolv.conf its name servers and search list came from (empty: Dns.resolvers).
+  std::string resolv_conf_;
+  network::Egress source_;
+  // An egress resolver's name servers not added yet (their source did not bind), the error
+  // that said why, and when the next try may be.
+  std::vector<network::Address> unbound_servers_;
+  std::string unbound_error_;
+  event::MonotonicTime next_bind_try_{};
+  // Name servers of a family the egress has no address for were left out.
+  bool skipped_servers_ = false;
 
-  absl::flat_hash_map<std::string, std::vector<network::Address>> hosts_;
+  // Shared with the egress resolvers made from this one.
+  std::shared_ptr<const HostsTable> hosts_;
   // Most recently used first; cache_ keys point into the list's own strings.
   CacheList lru_;
   absl::flat_hash_map<absl::string_view, CacheList::iterator> cache_;

@@ -17,6 +17,7 @@
 #include "source/common/policy/policy.h"
 #include "source/common/proxy/grants.h"
 #include "source/common/proxy/request_filter.h"
+#include "source/common/upstream/routes.h"
 
 namespace sluice {
 namespace ban {
@@ -59,6 +60,8 @@ struct FactoryContext {
   // Where each list of request filters built for the listener leaves its record (null: nowhere),
   // for `sluice policy explain`.
   std::vector<policy::FilterListPolicySharedPtr>* filter_lists = nullptr;
+  // The parent proxies and routes (Bootstrap.parents, .routes) sluice.router follows. Null: none.
+  upstream::RoutesSharedPtr routes = nullptr;
 };
 
 // Common to every extension: a unique name and the config message it accepts.

@@ -37,6 +37,10 @@ const char* proxyErrorName(ProxyError error) {
       return "proxy_internal_error";
     case ProxyError::ProxyConfigurationError:
       return "proxy_configuration_error";
+    case ProxyError::TlsProtocolError:
+      return "tls_protocol_error";
+    case ProxyError::TlsCertificateError:
+      return "tls_certificate_error";
   }
   return "proxy_internal_error";
 }
@@ -58,6 +62,16 @@ ProxyError failureError(upstream::Failure failure) {
       return ProxyError::ConnectionTerminated;
     case upstream::FailureKind::ProtocolError:
       return ProxyError::HttpProtocolError;
+    case upstream::FailureKind::ParentRefused:
+      // The parent's refusal, or of sluice's credentials for it: a matter of sluice's routes.
+      return ProxyError::ProxyConfigurationError;
+    case upstream::FailureKind::EgressBind:
+      // The configured source address is not one this host can send from.
+      return ProxyError::ProxyConfigurationError;
+    case upstream::FailureKind::TlsCertificate:
+      return ProxyError::TlsCertificateError;
+    case upstream::FailureKind::TlsProtocol:
+      return ProxyError::TlsProtocolError;
     case upstream::FailureKind::Local:
     case upstream::FailureKind::None:
       break;
@@ -85,6 +99,7 @@ ProxyError denialError(proxy::Denial denial, proxy::DenialCause cause, upstream:
       return ProxyError::HttpRequestError;
     case proxy::Denial::Unauthorized:
     case proxy::Denial::Forbidden:
+    case proxy::Denial::TooManyRequests:
       return ProxyError::HttpRequestDenied;
     case proxy::Denial::BadGateway:
       return failureError(failure);

@@ -29,6 +29,8 @@ enum class ProxyError : uint8_t {
   HttpProtocolError,        // the origin answered something that is not valid HTTP/1.1
   ProxyInternalError,       // sluice could not do its part (a socket, room for headers)
   ProxyConfigurationError,  // the filter chain cannot route
+  TlsProtocolError,         // no TLS handshake with the next hop (an https parent)
+  TlsCertificateError,      // the next hop's certificate did not verify
 };
 
 // The error type's RFC 9209 name ("destination_ip_prohibited", ...): a static string.

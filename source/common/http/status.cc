@@ -27,6 +27,8 @@ const char* statusText(uint16_t status) {
       return "Content Too Large";
     case 421:
       return "Misdirected Request";
+    case 429:
+      return "Too Many Requests";
     case 431:
       return "Request Header Fields Too Large";
     case 500:
@@ -60,6 +62,8 @@ uint16_t denialStatus(proxy::Denial denial) {
       return 504;
     case proxy::Denial::ServiceUnavailable:
       return 503;
+    case proxy::Denial::TooManyRequests:
+      return 429;
   }
   return 500;
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "source/common/common/logger.h"
+#include "source/common/network/egress.h"
 
 namespace sluice {
 namespace network {
@@ -46,13 +47,24 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
       file_event_(dispatcher, fd, [this](uint32_t events) { onFileEvent(events); }) {}
 
 std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher, const Address& to,
-                                                  int max_fd) {
+                                                  int max_fd, const Address* source,
+                                                  bool* bind_failed) {
+  if (bind_failed != nullptr) *bind_failed = false;
   int fd = ::socket(to.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return nullptr;
   if (fd >= max_fd) {
     ::close(fd);
     errno = EMFILE;
     return nullptr;
+  }
+  if (source != nullptr) {
+    const int bind_error = bindSource(fd, *source, /*defer_port=*/true);
+    if (bind_error != 0) {
+      ::close(fd);
+      if (bind_failed != nullptr) *bind_failed = true;
+      errno = bind_error;
+      return nullptr;
+    }
   }
   setNoDelay(fd);
   int rc = ::connect(fd, to.sockaddr_ptr(), to.length());
@@ -96,8 +108,14 @@ void Connection::onFileEvent(uint32_t events) {
       return;
     }
     state_ = State::Open;
-    callbacks_->onEvent(ConnectionEvent::Connected);
-    if (state_ == State::Closed) return;
+    if (transport_ != nullptr && !transport_->handshakeComplete()) {
+      // The transport's handshake comes first: its first flight leaves with the flush below,
+      // and the owner hears Connected when it is done.
+      awaiting_transport_ = true;
+    } else {
+      callbacks_->onEvent(ConnectionEvent::Connected);
+      if (state_ == State::Closed) return;
+    }
     events |= event::FileEvent::kWrite;
   }
   if (raw_ != nullptr) {
@@ -149,6 +167,7 @@ void Connection::onTransportReadReady() {
   }
   if (r.end_stream) read_end_ = true;
   read_pending_ = r.again && !read_end_;
+  if (!checkTransportReady()) return;
   // A read can produce bytes to send (handshake messages, session tickets), and a finished
   // handshake releases plaintext queued before it.
   if (!write_blocked_ && (transport_->pendingWireBytes() > 0 || !write_buffer_.empty())) {
@@ -164,6 +183,13 @@ void Connection::onTransportReadReady() {
   if (read_pending_ && read_disable_count_ == 0) file_event_.activate(event::FileEvent::kRead);
 }
 
+bool Connection::checkTransportReady() {
+  if (!awaiting_transport_ || !transport_->handshakeComplete()) return true;
+  awaiting_transport_ = false;
+  callbacks_->onEvent(ConnectionEvent::Connected);
+  return state_ != State::Closed;
+}
+
 void Connection::flushTransport() {
   IoResult r = transport_->doWrite(write_buffer_, write_end_pending_ && !write_shut_);
   counters_.rx.add(r.wire_read);
@@ -173,6 +199,8 @@ void Connection::flushTransport() {
     return;
   }
   write_blocked_ = r.again;
+  // Never on a writer's stack: the owner's own write cannot complete a handshake under it.
+  if (!in_write_ && !checkTransportReady()) return;
   if (write_buffer_.empty() && transport_->pendingWireBytes() == 0) {
     if (close_after_flush_) {
       closeNow(ConnectionEvent::LocalClose);

@@ -81,15 +81,28 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   Connection(event::Dispatcher& dispatcher, int fd, const Address& peer,
              Blocking blocking = Blocking::Unknown);
   // Starts an outbound connect; Connected or RemoteClose follows. Null with errno set when no
-  // socket could be made, or (EMFILE) when its descriptor number is `max_fd` or above.
+  // socket could be made, or (EMFILE) when its descriptor number is `max_fd` or above. With
+  // `source` (an egress address), the socket is bound to it first and the port is chosen by
+  // the connect; a bind that fails gives null with errno set and `*bind_failed` true.
   static std::unique_ptr<Connection> connectTo(event::Dispatcher& dispatcher, const Address& to,
-                                               int max_fd = 1 << 30);
+                                               int max_fd = 1 << 30,
+                                               const Address* source = nullptr,
+                                               bool* bind_failed = nullptr);
   ~Connection() override;
 
   void setCallbacks(ConnectionCallbacks* callbacks) { callbacks_ = callbacks; }
   // Puts a transport (TLS) between the buffers and the socket. Before any I/O: right after an
-  // accepted connection is made.
+  // accepted connection is made, or right after connectTo (before Connected). On an outbound
+  // connection the transport's handshake starts when the TCP connect completes (its first
+  // flight leaves with the first flush) and Connected comes once it is done, so the owner only
+  // ever writes and reads plaintext; bytes written before wait in the write buffer. A
+  // transport that fails first is a RemoteClose, transportFailure() saying why.
   void setTransportSocket(TransportSocketPtr transport);
+  // Why the transport closed the connection before its handshake completed (None for plain
+  // TCP, and for a connection that closed for any other reason).
+  TransportFailure transportFailure() const {
+    return transport_ != nullptr ? transport_->failure() : TransportFailure{};
+  }
   // The application protocol the transport negotiated (ALPN), empty for plain TCP.
   std::string_view applicationProtocol() const {
     return transport_ != nullptr ? transport_->applicationProtocol() : std::string_view();
@@ -99,7 +112,8 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   const Address& peer() const { return peer_; }
   int fd() const override { return fd_; }
   bool open() const { return state_ != State::Closed; }
-  bool connecting() const { return state_ == State::Connecting; }
+  // An outbound connection not yet Connected: the TCP connect, or its transport's handshake.
+  bool connecting() const { return state_ == State::Connecting || awaiting_transport_; }
   uint64_t id() const { return id_; }
   // errno of a failed outbound connect (0 otherwise).
   int connectError() const { return connect_error_; }
@@ -153,6 +167,9 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   // TransportSocketCallbacks (fd() is public above)
   bool peerClosed() const override { return peer_closed_; }
   Connection& connection() override { return *this; }
+  // Outbound: delivers Connected once the transport's handshake is done. False when the owner
+  // closed the connection from it.
+  bool checkTransportReady();
   void onWriteReady();
   void flushWrite();
   void closeNow(ConnectionEvent event);
@@ -182,9 +199,10 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   bool read_pending_ = false;  // edge-triggered readiness not yet consumed
   bool peer_closed_ = false;   // the kernel reported the peer's FIN (EPOLLRDHUP)
   bool write_blocked_ = false;
-  bool force_deliver_ = false;   // hand buffered bytes to the callbacks on the next read event
-  bool in_write_ = false;        // inside write(): a close waits for the loop
-  bool close_deferred_ = false;  // deferred_event_ is delivered on the next event
+  bool force_deliver_ = false;       // hand buffered bytes to the callbacks on the next read event
+  bool in_write_ = false;            // inside write(): a close waits for the loop
+  bool close_deferred_ = false;      // deferred_event_ is delivered on the next event
+  bool awaiting_transport_ = false;  // outbound: TCP is up, Connected waits for the handshake
   ConnectionEvent deferred_event_ = ConnectionEvent::RemoteClose;
   int connect_error_ = 0;
 };

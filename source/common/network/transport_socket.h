@@ -23,10 +23,22 @@ struct IoResult {
   uint64_t plaintext = 0;     // bytes added to (read) or taken from (write) the caller's buffer
   uint64_t wire_read = 0;     // bytes read from the socket, for the byte counters
   uint64_t wire_written = 0;  // bytes written to it (a read can write: handshake, tickets)
-  bool end_stream = false;  // read: the peer ended its side cleanly
+  bool end_stream = false;    // read: the peer ended its side cleanly
   // read: more may be readable now (a read budget ran out) — schedule another read.
   // write: the socket's send buffer is full — wait for writability.
   bool again = false;
+};
+
+// Why a transport failed, for the owner of an outbound connection to report (a TLS client's
+// handshake that failed before the connection was ready).
+struct TransportFailure {
+  enum class Kind : uint8_t {
+    None,
+    Handshake,    // no handshake came about: the peer closed, sent no TLS, nothing in common
+    Certificate,  // the peer's certificate did not verify (its chain, its name, its dates)
+  };
+  Kind kind = Kind::None;
+  std::string_view reason;  // short, for a log or a client; valid while the transport lives
 };
 
 // What a transport socket may do with the connection it serves.
@@ -58,11 +70,14 @@ class TransportSocket {
   // The negotiated application protocol (ALPN), empty when none.
   virtual std::string_view applicationProtocol() const = 0;
   virtual bool handshakeComplete() const = 0;
+  // Why the transport closed its connection before its handshake completed (None otherwise).
+  virtual TransportFailure failure() const { return {}; }
 };
 using TransportSocketPtr = std::unique_ptr<TransportSocket>;
 
 // Made once per filter chain from its config (shared by every worker); makes one transport
-// socket per accepted connection.
+// socket per accepted connection. The upstream side has its own (TLS to a parent proxy): one
+// per outbound connection.
 class TransportSocketFactory {
  public:
   virtual ~TransportSocketFactory() = default;

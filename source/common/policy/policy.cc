@@ -26,6 +26,11 @@ const Group* Policy::find(std::string_view name) const {
   return nullptr;
 }
 
+const network::Egress& egressOf(const Group* group) {
+  static const network::Egress none;
+  return group != nullptr ? group->egress.addresses : none;
+}
+
 PolicySharedPtr Policy::empty() {
   static const PolicySharedPtr* policy = [] {
     auto built = buildPolicy(config::v1::Policy());
@@ -34,9 +39,19 @@ PolicySharedPtr Policy::empty() {
   return *policy;
 }
 
+void Policy::applyLimits() const {
+  const int64_t now = monotonicNanos();
+  for (const GroupSharedPtr& group : groups_) group->limiters->apply(now);
+}
+
 absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
                                             const Policy* running) {
-  (void)running;
+  // The running version's limiters of a group that stays carry on (tokens, requests in
+  // flight).
+  auto running_limiters = [running](std::string_view name) -> const GroupLimiters* {
+    const Group* group = running != nullptr ? running->find(name) : nullptr;
+    return group != nullptr ? group->limiters.get() : nullptr;
+  };
   auto policy = std::make_shared<Policy>();
   for (int i = 0; i < proto.groups_size(); ++i) {
     const config::v1::Group& in = proto.groups(i);
@@ -50,24 +65,27 @@ absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
       return absl::InvalidArgumentError(
           absl::StrFormat("%s.name: \"%s\" is used twice", path, in.name()));
     }
-    // Parts of a group this build does not enforce yet are refused, never silently ignored.
-    for (const auto& [set, field] : {std::pair<bool, const char*>{in.has_limits(), "limits"},
-                                     {in.has_key_limits(), "key_limits"},
-                                     {in.has_egress(), "egress"}}) {
-      if (set) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s.%s: not supported by this build of sluice", path, field));
-      }
-    }
     auto group = std::make_shared<Group>();
     group->name = in.name();
     absl::Status rules = buildRuleSet(in, path, group->rules);
     if (!rules.ok()) return rules;
+    auto limiters = GroupLimiters::build(in.name(), in, path, running_limiters(in.name()));
+    if (!limiters.ok()) return limiters.status();
+    group->limiters = std::move(*limiters);
+    if (in.has_egress()) {
+      auto egress = buildGroupEgress(in.egress(), path + ".egress", group->name);
+      if (!egress.ok()) return egress.status();
+      group->egress = *egress;
+    }
     policy->groups_.push_back(std::move(group));
   }
   if (policy->find(kDefaultGroup) == nullptr) {
     auto group = std::make_shared<Group>();
     group->name = std::string(kDefaultGroup);
+    auto limiters = GroupLimiters::build(kDefaultGroup, config::v1::Group(), "policy",
+                                         running_limiters(kDefaultGroup));
+    if (!limiters.ok()) return limiters.status();
+    group->limiters = std::move(*limiters);
     policy->groups_.push_back(std::move(group));
   }
   policy->default_ = policy->find(kDefaultGroup);

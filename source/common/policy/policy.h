@@ -8,6 +8,8 @@
 #include "absl/status/statusor.h"
 
 #include "api/sluice/config/v1/bootstrap.pb.h"
+#include "source/common/policy/egress.h"
+#include "source/common/policy/limits.h"
 #include "source/common/policy/rules.h"
 
 namespace sluice {
@@ -24,8 +26,15 @@ struct Group {
   std::string name;
   // What the group's keys may reach: its rules, default_action and report_only.
   RuleSet rules;
+  // Its rate and concurrency limits and those of each of its keys (policy/limits.h).
+  std::unique_ptr<GroupLimiters> limiters;
+  // The source addresses its requests leave from (docs/policy-egress.md).
+  GroupEgress egress;
 };
 using GroupSharedPtr = std::shared_ptr<const Group>;
+
+// The egress of a request's group; empty without a group.
+const network::Egress& egressOf(const Group* group);
 
 // Every group of one config version. A key's group is looked up once, when its filter config is
 // built; requests carry a pointer to it, kept alive by the config that holds the Policy.
@@ -37,6 +46,9 @@ class Policy {
   // allows and limits nothing.
   const Group& defaultGroup() const { return *default_; }
   const std::vector<GroupSharedPtr>& groups() const { return groups_; }
+  // Main thread, once this version runs (a reload's swap): the limiters carried from the
+  // running version take this version's values.
+  void applyLimits() const;
 
   // A policy without configured groups (filters built outside a server config: tests, tools).
   static std::shared_ptr<const Policy> empty();

@@ -11,7 +11,9 @@
 namespace sluice {
 namespace policy {
 struct Group;
-}
+class KeyLimiter;
+class LimitSlot;
+}  // namespace policy
 namespace upstream {
 struct TunnelStats;
 }
@@ -99,6 +101,16 @@ struct ProxyRequest {
   // checks the rules (sluice.dest_guard). Config-owned. Empty: no rule refused it.
   std::string_view policy_rule;
   bool policy_report_only = false;
+  // The rate and concurrency limits the key's requests are held to (its own and its group's),
+  // set by the Authenticate filter with the group. The codec gives the slot its request keeps
+  // its place under them in, for as long as the request and what it becomes run (its
+  // RequestTrace's); the Authenticate filter admits the request into it. Null slot: admitted
+  // elsewhere or not at all (SOCKS5 authenticates before its command is known and admits each
+  // command itself; a UDP destination check is not a request).
+  policy::KeyLimiter* limiter = nullptr;
+  policy::LimitSlot* limit_slot = nullptr;
+  // Set with a TooManyRequests denial: seconds until a retry may be admitted (at least 1).
+  uint32_t retry_after = 0;
   // Realm for a 407 challenge.
   std::string_view auth_realm = "sluice";
   // Destination addresses (ports set): checked ones pinned by the destination guard, or those
@@ -130,6 +142,7 @@ enum class Denial : uint8_t {
   BadGateway,          // 502: cannot reach the destination, or it answered badly
   GatewayTimeout,      // 504
   ServiceUnavailable,  // 503: draining, over a limit
+  TooManyRequests,     // 429 with Retry-After: over a rate or concurrency limit of the policy
 };
 
 }  // namespace proxy

@@ -8,6 +8,9 @@ namespace sluice {
 namespace dns {
 class Resolver;
 }
+namespace network {
+struct Egress;
+}
 namespace upstream {
 class Pool;
 }
@@ -20,6 +23,9 @@ class WorkerContext {
   virtual ~WorkerContext() = default;
   virtual event::Dispatcher& dispatcher() = 0;
   virtual dns::Resolver& resolver() = 0;
+  // The resolver whose queries leave from `egress` (a request's group's), made on first use;
+  // resolver() itself when `egress` is empty.
+  virtual dns::Resolver& resolver(const network::Egress& egress) = 0;
   virtual upstream::Pool& pool() = 0;
   virtual uint32_t index() const = 0;
   // True once a graceful shutdown began: codecs close keep-alive connections after the

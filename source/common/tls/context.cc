@@ -1,13 +1,16 @@
 #include "source/common/tls/context.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <mutex>
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "openssl/err.h"
 #include "openssl/hmac.h"
@@ -42,6 +45,11 @@ int contextIndex() {
 
 const ServerContext* fromCtx(const SSL_CTX* ctx) {
   return static_cast<const ServerContext*>(SSL_CTX_get_ex_data(ctx, contextIndex()));
+}
+
+int clientContextIndex() {
+  static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
 }
 
 // The process's ticket secret: random, made once, never leaves memory. Every chain and worker
@@ -373,6 +381,181 @@ int ServerContext::ticketKey(uint8_t* key_name, uint8_t* iv, EVP_CIPHER_CTX* cip
     return age == 0 ? 1 : 2;
   }
   return 0;  // unknown or expired key: a full handshake
+}
+
+// ------------------------------------------------------------------------------------------
+// ClientContext
+
+namespace {
+
+constexpr size_t kSessionsPerServer = 4;
+constexpr size_t kSessionSlots = 16;
+
+// One worker's sessions for one client context (direct-mapped by the context's id: a context
+// sharing the slot of another just starts over).
+struct SessionSlot {
+  uint64_t context = 0;
+  bssl::UniquePtr<SSL_SESSION> sessions[kSessionsPerServer];  // the newest last
+  size_t count = 0;
+};
+
+SessionSlot& sessionSlot(uint64_t context) {
+  thread_local SessionSlot slots[kSessionSlots];
+  SessionSlot& slot = slots[context % kSessionSlots];
+  if (slot.context != context) {
+    for (auto& session : slot.sessions) session.reset();
+    slot.count = 0;
+    slot.context = context;
+  }
+  return slot;
+}
+
+int onNewClientSession(SSL* ssl, SSL_SESSION* session) {
+  const auto* context = static_cast<const ClientContext*>(
+      SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), clientContextIndex()));
+  if (context == nullptr || !SSL_SESSION_is_resumable(session)) return 0;
+  context->storeSession(bssl::UniquePtr<SSL_SESSION>(session));
+  return 1;  // the reference is the cache's now
+}
+
+// A host name as a certificate would name it: dot-separated labels of letters, digits and
+// '-', neither starting nor ending with '-'.
+bool validServerName(std::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  size_t label = 0;
+  for (size_t i = 0; i <= name.size(); ++i) {
+    if (i == name.size() || name[i] == '.') {
+      if (label == 0 || label > 63 || name[i - 1] == '-' || name[i - label] == '-') return false;
+      label = 0;
+      continue;
+    }
+    const char c = name[i];
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+    ++label;
+  }
+  return true;
+}
+
+// How many PEM certificates the file holds.
+size_t countCertificates(const std::string& path) {
+  bssl::UniquePtr<BIO> bio(BIO_new_file(path.c_str(), "r"));
+  if (!bio) return 0;
+  size_t n = 0;
+  while (bssl::UniquePtr<X509>(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr))) ++n;
+  ERR_clear_error();  // the read that found no more
+  return n;
+}
+
+}  // namespace
+
+ClientContext::ClientContext(const ClientContextConfig& config) : config_(config) {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id.fetch_add(1, std::memory_order_relaxed);
+  const stats::Scope& scope = config_.stats_scope;
+  stats_.handshakes = scope.counter("handshakes", "TLS handshakes completed, full or resumed.");
+  stats_.handshakes_resumed =
+      scope.counter("handshakes_resumed",
+                    "TLS handshakes completed by resuming an earlier connection's session.");
+  auto fail = [&](const char* reason) {
+    return scope.counter(std::string("handshake_fail.") + reason, "handshake_fail",
+                         stats::Label{"reason", reason}, "TLS handshakes failed, by reason.");
+  };
+  stats_.fail_certificate = fail("certificate");
+  stats_.fail_other = fail("other");
+}
+
+ClientContext::~ClientContext() = default;
+
+absl::StatusOr<std::shared_ptr<const ClientContext>> ClientContext::create(
+    const ClientContextConfig& config) {
+  std::shared_ptr<ClientContext> context(new ClientContext(config));
+  absl::Status s = context->init();
+  if (!s.ok()) return s;
+  return std::shared_ptr<const ClientContext>(std::move(context));
+}
+
+absl::Status ClientContext::init() {
+  const std::string& name = config_.server_name;
+  if (inet_pton(AF_INET, name.c_str(), ip_) == 1) {
+    ip_len_ = 4;
+  } else if (inet_pton(AF_INET6, name.c_str(), ip_) == 1) {
+    ip_len_ = 16;
+  } else if (!validServerName(name)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "server_name: \"%s\" is not a host name or an IP address", absl::CHexEscape(name)));
+  }
+  ctx_.reset(SSL_CTX_new(TLS_method()));
+  SSL_CTX* ctx = ctx_.get();
+  if (ctx == nullptr) return absl::InternalError("SSL_CTX_new failed");
+  SSL_CTX_set_ex_data(ctx, clientContextIndex(), this);
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
+  if (!SSL_CTX_set_strict_cipher_list(ctx, kCipherList)) {
+    return absl::InternalError(absl::StrFormat("cipher list: %s", sslError()));
+  }
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                            SSL_MODE_RELEASE_BUFFERS);
+  const std::string& ca = config_.ca_file;
+  if (::access(ca.c_str(), R_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("ca_file: cannot read %s: %s", ca, strerror(errno)));
+  }
+  if (countCertificates(ca) == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("ca_file: %s holds no PEM certificate", ca));
+  }
+  if (SSL_CTX_load_verify_locations(ctx, ca.c_str(), nullptr) != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("ca_file: %s: %s", ca, sslError()));
+  }
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  std::string alpn_wire;
+  for (const std::string& p : config_.alpn) {
+    if (p.empty() || p.size() > 255) {
+      return absl::InvalidArgumentError(absl::StrFormat("alpn: bad protocol '%s'", p));
+    }
+    alpn_wire.push_back(static_cast<char>(p.size()));
+    alpn_wire += p;
+  }
+  // BoringSSL's one inverted return: zero is success.
+  if (!alpn_wire.empty() &&
+      SSL_CTX_set_alpn_protos(ctx, reinterpret_cast<const uint8_t*>(alpn_wire.data()),
+                              alpn_wire.size()) != 0) {
+    return absl::InternalError("alpn: cannot be set");
+  }
+  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT);
+  SSL_CTX_sess_set_new_cb(ctx, onNewClientSession);
+  return absl::OkStatus();
+}
+
+bssl::UniquePtr<SSL> ClientContext::newSsl() const {
+  bssl::UniquePtr<SSL> ssl(SSL_new(ctx_.get()));
+  if (!ssl) return ssl;
+  X509_VERIFY_PARAM* param = SSL_get0_param(ssl.get());
+  const std::string& name = config_.server_name;
+  const bool ok = ip_len_ > 0
+                      ? X509_VERIFY_PARAM_set1_ip(param, ip_, ip_len_) == 1
+                      : SSL_set_tlsext_host_name(ssl.get(), name.c_str()) == 1 &&
+                            X509_VERIFY_PARAM_set1_host(param, name.data(), name.size()) == 1;
+  if (!ok) return nullptr;
+  SessionSlot& slot = sessionSlot(id_);
+  if (slot.count > 0) {
+    SSL_SESSION* session = slot.sessions[slot.count - 1].get();
+    SSL_set_session(ssl.get(), session);  // takes its own reference
+    // TLS 1.3 tickets are offered once (RFC 8446 appendix C.4); the server sends new ones.
+    if (SSL_SESSION_should_be_single_use(session)) slot.sessions[--slot.count].reset();
+  }
+  return ssl;
+}
+
+void ClientContext::storeSession(bssl::UniquePtr<SSL_SESSION> session) const {
+  SessionSlot& slot = sessionSlot(id_);
+  if (slot.count == kSessionsPerServer) {
+    // The oldest goes.
+    for (size_t i = 1; i < kSessionsPerServer; ++i) {
+      slot.sessions[i - 1] = std::move(slot.sessions[i]);
+    }
+    --slot.count;
+  }
+  slot.sessions[slot.count++] = std::move(session);
 }
 
 }  // namespace tls

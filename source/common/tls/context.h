@@ -96,6 +96,58 @@ class ServerContext {
 };
 using ServerContextSharedPtr = std::shared_ptr<const ServerContext>;
 
+// The CA bundle a client context trusts unless told otherwise (Debian's ca-certificates).
+inline constexpr const char* kSystemCaFile = "/etc/ssl/certs/ca-certificates.crt";
+
+struct ClientTlsStats {
+  stats::Counter handshakes;          // completed, full or resumed
+  stats::Counter handshakes_resumed;  // completed by resuming an earlier connection's session
+  stats::Counter fail_certificate;    // the server's certificate did not verify
+  stats::Counter fail_other;          // any other handshake that failed
+};
+
+struct ClientContextConfig {
+  // A PEM file of the CAs the server's certificate must chain to.
+  std::string ca_file = kSystemCaFile;
+  // What the certificate must be for: a DNS name, also sent as SNI; or an IP literal, which
+  // the certificate must list as an IP address (no SNI then: RFC 6066 has no form for it).
+  std::string server_name;
+  std::vector<std::string> alpn;  // offered, in order; empty: none
+  stats::Scope stats_scope = stats::Scope("tls_client");
+};
+
+// The shared, immutable TLS client state toward one server (a parent proxy): the CAs it
+// trusts, the name the certificate must hold, TLS 1.2 and 1.3 with the server side's suites.
+// Sessions are resumed across connections without a lock: each worker keeps the last few its
+// own handshakes got, and offers a TLS 1.3 one only once.
+class ClientContext {
+ public:
+  static absl::StatusOr<std::shared_ptr<const ClientContext>> create(
+      const ClientContextConfig& config);
+  ~ClientContext();
+
+  // A new client-side SSL for one outbound connection, with SNI, the name or address to
+  // verify, and a session to offer if this worker has one (null on allocation failure).
+  bssl::UniquePtr<SSL> newSsl() const;
+  const ClientContextConfig& config() const { return config_; }
+  ClientTlsStats& stats() const { return stats_; }
+  // A session a handshake on this worker got (BoringSSL's new-session callback), kept for
+  // this worker's next connection.
+  void storeSession(bssl::UniquePtr<SSL_SESSION> session) const;
+
+ private:
+  explicit ClientContext(const ClientContextConfig& config);
+  absl::Status init();
+
+  ClientContextConfig config_;
+  bssl::UniquePtr<SSL_CTX> ctx_;
+  uint64_t id_ = 0;  // tells this context's sessions apart in the workers' caches
+  uint8_t ip_[16] = {};
+  size_t ip_len_ = 0;  // 4 or 16 when server_name is an IP literal
+  mutable ClientTlsStats stats_;
+};
+using ClientContextSharedPtr = std::shared_ptr<const ClientContext>;
+
 // True when a certificate name ("host" or "*.domain") covers the SNI host name.
 bool certificateNameMatches(std::string_view pattern, std::string_view host);
 

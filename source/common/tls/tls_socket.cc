@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "openssl/err.h"
+#include "openssl/x509.h"
 
 #include "source/common/network/connection.h"
 
@@ -51,19 +52,29 @@ constexpr size_t kMaxRawPerRead = 64 * 1024;
 
 TlsSocket::TlsSocket(ServerContextSharedPtr context)
     : context_(std::move(context)), ssl_(context_->newSsl()) {
-  if (ssl_) {
-    BIO* bio = BIO_new(bioMethod());
-    BIO_set_data(bio, this);
-    BIO_set_init(bio, 1);
-    SSL_set_bio(ssl_.get(), bio, bio);  // one reference, owned by the SSL
-    SSL_set_accept_state(ssl_.get());
-  }
+  attachBio();
+  if (ssl_) SSL_set_accept_state(ssl_.get());
+}
+
+TlsSocket::TlsSocket(ClientContextSharedPtr context)
+    : client_(std::move(context)), ssl_(client_->newSsl()) {
+  attachBio();
+  if (ssl_) SSL_set_connect_state(ssl_.get());
 }
 
 TlsSocket::~TlsSocket() = default;
 
+void TlsSocket::attachBio() {
+  if (!ssl_) return;
+  BIO* bio = BIO_new(bioMethod());
+  BIO_set_data(bio, this);
+  BIO_set_init(bio, 1);
+  SSL_set_bio(ssl_.get(), bio, bio);  // one reference, owned by the SSL
+}
+
 void TlsSocket::setCallbacks(network::TransportSocketCallbacks& callbacks) {
   callbacks_ = &callbacks;
+  if (client_ != nullptr) return;  // the owner's connect deadline bounds the handshake
   handshake_timer_ = std::make_unique<event::Timer>(callbacks.connection().dispatcher(),
                                                     [this] { onHandshakeTimeout(); });
   handshake_timer_->enable(context_->config().handshake_timeout);
@@ -119,7 +130,42 @@ bool TlsSocket::flushRaw(network::IoResult& result) {
   return true;
 }
 
+void TlsSocket::countClientFailure(int ssl_error) {
+  ClientTlsStats& s = client_->stats();
+  const uint32_t err = ERR_peek_error();
+  if (ssl_error == SSL_ERROR_SSL && ERR_GET_LIB(err) == ERR_LIB_SSL &&
+      ERR_GET_REASON(err) == SSL_R_CERTIFICATE_VERIFY_FAILED) {
+    s.fail_certificate.inc();
+    failure_kind_ = network::TransportFailure::Kind::Certificate;
+    failure_reason_ = std::string("certificate verify failed: ") +
+                      X509_verify_cert_error_string(SSL_get_verify_result(ssl_.get()));
+  } else {
+    s.fail_other.inc();
+    failure_kind_ = network::TransportFailure::Kind::Handshake;
+    if (ssl_error != SSL_ERROR_SSL) {
+      failure_reason_ = "the connection closed during the TLS handshake";
+    } else {
+      const char* reason = ERR_reason_error_string(err);
+      failure_reason_ = std::string("TLS handshake failed (") +
+                        (reason != nullptr ? reason : "unknown error") + ")";
+    }
+  }
+  ERR_clear_error();
+}
+
+void TlsSocket::countClosedInHandshake() {
+  if (client_ != nullptr) {
+    countClientFailure(SSL_ERROR_SYSCALL);
+    return;
+  }
+  context_->stats().fail_closed.inc();
+}
+
 void TlsSocket::countFailure(int ssl_error) {
+  if (client_ != nullptr) {
+    countClientFailure(ssl_error);
+    return;
+  }
   TlsStats& s = context_->stats();
   if (ssl_error != SSL_ERROR_SSL) {
     // The socket ended (or failed) before the handshake did.
@@ -146,6 +192,12 @@ void TlsSocket::countFailure(int ssl_error) {
 
 bool TlsSocket::doHandshake(network::IoResult& result) {
   int rc = SSL_do_handshake(ssl_.get());
+  if (rc == 1 && client_ != nullptr) {
+    handshake_done_ = true;
+    client_->stats().handshakes.inc();
+    if (SSL_session_reused(ssl_.get())) client_->stats().handshakes_resumed.inc();
+    return true;
+  }
   if (rc == 1) {
     handshake_done_ = true;
     handshake_timer_.reset();
@@ -204,7 +256,8 @@ network::IoResult TlsSocket::doRead(buffer::Buffer& buffer, size_t max) {
 
   if (!handshake_done_) {
     handshake_bytes_ += r.wire_read;
-    if (handshake_bytes_ > context_->config().max_handshake_bytes) {
+    // A client's server is the operator's choice (a parent): BoringSSL's own bounds hold.
+    if (context_ != nullptr && handshake_bytes_ > context_->config().max_handshake_bytes) {
       context_->stats().fail_too_large.inc();
       r.action = network::IoResult::Action::Close;
       return r;
@@ -216,7 +269,7 @@ network::IoResult TlsSocket::doRead(buffer::Buffer& buffer, size_t max) {
     }
     if (!handshake_done_) {
       if (raw_eof_) {
-        context_->stats().fail_closed.inc();
+        countClosedInHandshake();
         r.action = network::IoResult::Action::Close;
         return r;
       }
@@ -228,8 +281,7 @@ network::IoResult TlsSocket::doRead(buffer::Buffer& buffer, size_t max) {
   // Plaintext out, straight into the connection's buffer.
   while (r.plaintext < max) {
     buffer::Buffer::Reservation room = buffer.reserve();
-    int n = SSL_read(ssl_.get(), room.data,
-                     static_cast<int>(std::min<size_t>(room.size, INT_MAX)));
+    int n = SSL_read(ssl_.get(), room.data, static_cast<int>(std::min<size_t>(room.size, INT_MAX)));
     if (n > 0) {
       buffer.commit(room, static_cast<size_t>(n));
       r.plaintext += static_cast<uint64_t>(n);
@@ -263,7 +315,15 @@ network::IoResult TlsSocket::doWrite(buffer::Buffer& buffer, bool end_stream) {
     r.action = network::IoResult::Action::Close;
     return r;
   }
-  if (r.again || !handshake_done_) return r;
+  if (r.again) return r;
+  if (!handshake_done_) {
+    // A client speaks first: its hello leaves with the connection's first flush after the
+    // connect. Plaintext waits in `buffer` until the handshake is done.
+    if (client_ != nullptr && (!doHandshake(r) || !flushRaw(r))) {
+      r.action = network::IoResult::Action::Close;
+    }
+    return r;
+  }
   while (!buffer.empty()) {
     if (raw_out_.length() >= kMaxRawOut) {
       if (!flushRaw(r)) {
@@ -346,6 +406,10 @@ network::TransportSocketPtr TlsSocketFactory::createTransportSocket() const {
     slot->generation = generation;
   }
   return std::make_unique<TlsSocket>(slot->context);
+}
+
+network::TransportSocketPtr ClientTlsSocketFactory::createTransportSocket() const {
+  return std::make_unique<TlsSocket>(context_);
 }
 
 absl::Status TlsSocketFactory::reloadCertificates() const {

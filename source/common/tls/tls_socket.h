@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "openssl/ssl.h"
 
@@ -15,12 +16,19 @@
 namespace sluice {
 namespace tls {
 
-// The server side of TLS on one accepted connection. BoringSSL reads and writes through a BIO
-// over two sluice buffers, so ciphertext moves with the same readv/writev as plain TCP: one
-// readv takes in several records, and the records of one flush leave in one writev.
+// TLS on one connection. BoringSSL reads and writes through a BIO over two sluice buffers, so
+// ciphertext moves with the same readv/writev as plain TCP: one readv takes in several
+// records, and the records of one flush leave in one writev.
+//
+// The server side serves an accepted connection, within its chain's handshake deadline and
+// size bound. The client side serves an outbound one (to a parent proxy): its hello leaves
+// with the connection's first flush after the connect, the connection reports Connected once
+// the handshake is done, and the owner's connect deadline bounds it; a failure says why
+// (failure()), a certificate that does not verify apart from the rest.
 class TlsSocket : public network::TransportSocket {
  public:
   explicit TlsSocket(ServerContextSharedPtr context);
+  explicit TlsSocket(ClientContextSharedPtr context);
   ~TlsSocket() override;
 
   // network::TransportSocket
@@ -31,6 +39,7 @@ class TlsSocket : public network::TransportSocket {
   void onClose() override;
   std::string_view applicationProtocol() const override;
   bool handshakeComplete() const override { return handshake_done_; }
+  network::TransportFailure failure() const override { return {failure_kind_, failure_reason_}; }
 
   // BIO glue.
   int bioRead(char* out, int len);
@@ -40,13 +49,19 @@ class TlsSocket : public network::TransportSocket {
   // Ciphertext queued beyond this stops encryption until the socket takes it.
   static constexpr size_t kMaxRawOut = 64 * 1024;
 
+  void attachBio();
   bool doHandshake(network::IoResult& result);
   void countFailure(int ssl_error);
+  void countClientFailure(int ssl_error);
+  // The peer closed before the handshake ended.
+  void countClosedInHandshake();
   // Sends raw_out_; false on a socket error. Sets `again` when the socket is full.
   bool flushRaw(network::IoResult& result);
   void onHandshakeTimeout();
 
+  // One of the two is set: the side this socket is.
   ServerContextSharedPtr context_;
+  ClientContextSharedPtr client_;
   network::TransportSocketCallbacks* callbacks_ = nullptr;
   bssl::UniquePtr<SSL> ssl_;
   buffer::Buffer raw_in_;
@@ -57,6 +72,8 @@ class TlsSocket : public network::TransportSocket {
   bool handshake_done_ = false;
   bool shutdown_sent_ = false;
   bool raw_eof_ = false;
+  network::TransportFailure::Kind failure_kind_ = network::TransportFailure::Kind::None;
+  std::string failure_reason_;
 };
 
 // Makes the TLS sockets of one filter chain. The context can be replaced at run time (new
@@ -76,6 +93,17 @@ class TlsSocketFactory : public network::TransportSocketFactory {
   mutable std::atomic<uint64_t> generation_{1};
   stats::Counter reloads_;
   stats::Counter reload_failures_;
+};
+
+// Makes the client side of TLS for each outbound connection to one server (a parent proxy).
+class ClientTlsSocketFactory : public network::TransportSocketFactory {
+ public:
+  explicit ClientTlsSocketFactory(ClientContextSharedPtr context) : context_(std::move(context)) {}
+  network::TransportSocketPtr createTransportSocket() const override;
+  const ClientContextSharedPtr& context() const { return context_; }
+
+ private:
+  ClientContextSharedPtr context_;
 };
 
 }  // namespace tls

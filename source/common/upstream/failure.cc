@@ -45,6 +45,14 @@ const char* failureName(FailureKind kind) {
       return "protocol_error";
     case FailureKind::Local:
       return "local";
+    case FailureKind::ParentRefused:
+      return "parent_refused";
+    case FailureKind::EgressBind:
+      return "egress_bind";
+    case FailureKind::TlsCertificate:
+      return "tls_certificate";
+    case FailureKind::TlsProtocol:
+      return "tls_protocol";
   }
   return "none";
 }

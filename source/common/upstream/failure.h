@@ -17,6 +17,14 @@ enum class FailureKind : uint8_t {
   Reset,          // the connection closed or reset under an exchange or a tunnel
   ProtocolError,  // the origin answered something that is not HTTP, or not what was asked
   Local,          // sluice could not open a socket (out of descriptors, ...)
+  ParentRefused,  // a parent proxy refused the request: its 403 or 407, a SOCKS5 parent's
+                  // "not allowed" or its refusal of sluice's credentials
+  EgressBind,     // the group's egress address could not be bound (not an address of this host)
+
+  // An https parent's certificate did not verify (its CA, its name, its dates).
+  TlsCertificate,
+  // No TLS handshake with an https parent: it closed, spoke no TLS, had nothing in common.
+  TlsProtocol,
 };
 
 struct Failure {

@@ -126,12 +126,24 @@ void ExchangeRecycler::operator()(OriginExchange* exchange) const {
 }
 
 void OriginExchange::writeRequestHead(const OriginRequest& r, std::string_view websocket_key,
-                                      buffer::Buffer& out) {
+                                      const UpstreamInfo& info, buffer::Buffer& out) {
+  // Through an HTTP parent proxy the target is in absolute-form, for the checked address (the
+  // Host field keeps the name), and the request carries sluice's credentials for the parent.
+  std::string absolute;
+  std::string_view target = r.path;
+  if (info.via_http_parent) {
+    absolute = "http://" + info.parent_target.asString();
+    absolute.append(r.path);
+    target = absolute;
+  }
   if (r.upgrade != Upgrade::None) {
     // The encoder writes Upgrade and Connection itself and drops the framing fields: an
     // upgrade request has no body.
-    http::UpgradeRequestEncoder encoder(out, r.path);
+    http::UpgradeRequestEncoder encoder(out, target);
     if (!r.host.empty()) encoder.header("Host", r.host);
+    if (!info.parent_authorization.empty()) {
+      encoder.header("Proxy-Authorization", info.parent_authorization);
+    }
     const bool own_key = r.upgrade == Upgrade::WebSocketOwnKey;
     forEachField(r, [&](std::string_view name, std::string_view value) {
       if (own_key && (http1::equalsIgnoreCase(name, "sec-websocket-key") ||
@@ -146,10 +158,13 @@ void OriginExchange::writeRequestHead(const OriginRequest& r, std::string_view w
   }
   out.add(r.method_text);
   out.add(" ", 1);
-  out.add(r.path);
+  out.add(target);
   out.add(r.version_minor == 0 ? std::string_view(" HTTP/1.0\r\n")
                                : std::string_view(" HTTP/1.1\r\n"));
   if (!r.host.empty()) http::addFieldLine(out, "Host", r.host);
+  if (!info.parent_authorization.empty()) {
+    http::addFieldLine(out, "Proxy-Authorization", info.parent_authorization);
+  }
   forEachField(r, [&](std::string_view name, std::string_view value) {
     http::addFieldLine(out, name, value);
   });
@@ -213,7 +228,7 @@ BodyProgress OriginExchange::start(UpstreamHandle upstream, const OriginRequest&
     key = std::string_view(websocket_key_, sizeof(websocket_key_));
   }
   buffer::Buffer out;
-  writeRequestHead(request, key, out);
+  writeRequestHead(request, key, upstream_.info(), out);
   // The request's views are not used past this point: what they pointed into may go.
   from_client.drain(skip);
   const BodyProgress progress =

@@ -187,7 +187,7 @@ class OriginExchange : private network::ConnectionCallbacks {
 
   // The HTTP/1.1 request head the exchange writes for `request` (exposed for tests).
   static void writeRequestHead(const OriginRequest& request, std::string_view websocket_key,
-                               buffer::Buffer& out);
+                               const UpstreamInfo& info, buffer::Buffer& out);
 
  private:
   enum class State : uint8_t {

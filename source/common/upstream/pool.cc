@@ -12,8 +12,9 @@ class Pool::Idle : public network::ConnectionCallbacks {
   explicit Idle(Pool& pool)
       : pool_(pool), timer_(pool.dispatcher_, [this] { pool_.remove(this); }) {}
 
-  void hold(network::ConnectionPtr conn) {
+  void hold(network::ConnectionPtr conn, const Key& key) {
     conn_ = std::move(conn);
+    key_ = key;
     conn_->setCallbacks(this);
     timer_.enable(pool_.idle_timeout_);
   }
@@ -22,7 +23,7 @@ class Pool::Idle : public network::ConnectionCallbacks {
     conn_->setCallbacks(nullptr);
     return std::move(conn_);
   }
-  const network::Address& destination() const { return conn_->peer(); }
+  const Key& key() const { return key_; }
 
   // ConnectionCallbacks
   void onData(buffer::Buffer&, bool) override { pool_.remove(this); }
@@ -34,6 +35,7 @@ class Pool::Idle : public network::ConnectionCallbacks {
   Pool& pool_;
   event::Timer timer_;
   network::ConnectionPtr conn_;
+  Key key_;
 };
 
 Pool::Pool(event::Dispatcher& dispatcher, uint32_t max_idle_per_destination,
@@ -46,8 +48,9 @@ Pool::Pool(event::Dispatcher& dispatcher, uint32_t max_idle_per_destination,
 
 Pool::~Pool() { closeAll(); }
 
-network::ConnectionPtr Pool::acquire(const network::Address& to) {
-  auto it = idle_.find(to);
+network::ConnectionPtr Pool::acquire(const network::Address& to, const network::Address& source,
+                                     uint64_t via) {
+  auto it = idle_.find(Key{source, to, via});
   if (it == idle_.end() || it->second.empty()) return nullptr;
   IdlePtr idle = std::move(it->second.back());
   it->second.pop_back();
@@ -58,13 +61,15 @@ network::ConnectionPtr Pool::acquire(const network::Address& to) {
   return conn;
 }
 
-void Pool::release(network::ConnectionPtr conn) {
+void Pool::release(network::ConnectionPtr conn, const network::Address& source, uint64_t via,
+                   const network::Address& destination) {
   if (draining_ || !conn->open() || !conn->readBuffer().empty() || conn->writeBufferLength() > 0) {
     close(std::move(conn));
     return;
   }
   if (idle_.size() >= kSweepDestinations) sweepEmpty();
-  auto& list = idle_[conn->peer()];
+  const Key key{source, destination.valid() ? destination : conn->peer(), via};
+  auto& list = idle_[key];
   if (list.size() >= max_idle_per_destination_) {
     close(std::move(conn));
     return;
@@ -76,14 +81,14 @@ void Pool::release(network::ConnectionPtr conn) {
   } else {
     idle = std::make_unique<Idle>(*this);
   }
-  idle->hold(std::move(conn));
+  idle->hold(std::move(conn), key);
   list.push_back(std::move(idle));
   ++idle_count_;
   idle_gauge_.inc();
 }
 
 void Pool::remove(Idle* idle) {
-  auto it = idle_.find(idle->destination());
+  auto it = idle_.find(idle->key());
   if (it == idle_.end()) return;
   auto& list = it->second;
   auto pos =

@@ -123,6 +123,7 @@ void emitRecord(const RequestRecord& r) {
 
 void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
                          uint16_t port, const network::Address& client, std::string_view path) {
+  limit_slot_.release();
   protocol_ = protocol;
   host = host.substr(0, 1024);
   path = path.substr(0, kMaxPathBytes);
@@ -176,6 +177,7 @@ void RequestTrace::firstByte(event::MonotonicTime at) {
 }
 
 void RequestTrace::end(std::string_view listener, stats::Histogram duration) {
+  limit_slot_.release();
   if (!open_) return;
   open_ = false;
   const RequestRecord r = record(listener, std::chrono::steady_clock::now());

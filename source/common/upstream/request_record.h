@@ -7,6 +7,7 @@
 
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/address.h"
+#include "source/common/policy/limits.h"
 #include "source/common/proxy/request.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/failure.h"
@@ -65,7 +66,10 @@ std::string formatRecord(const RequestRecord& record);
 // codec calls begin() when a request starts, the setters as things happen, and end() wherever
 // the request can end (every path: served, refused, failed, the client gone); only the first
 // end() after a begin() emits. Strings are copied into storage that keeps its capacity, so a
-// connection's requests allocate nothing in steady state.
+// connection's requests allocate nothing in steady state. The trace also holds the request's
+// place under its key's limits (limitSlot(), given to the request filters through
+// ProxyRequest::limit_slot): what the request becomes (a tunnel) keeps it, and end() gives it
+// back, so it is released exactly once whatever ends the request.
 class RequestTrace {
  public:
   void begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
@@ -100,6 +104,9 @@ class RequestTrace {
   void end(std::string_view listener, stats::Histogram duration = {});
   // The record as it stands (its views point into this trace), ended at `now`.
   RequestRecord record(std::string_view listener, event::MonotonicTime now) const;
+  // Where the request in flight holds its place under its limits (released by end(), and by a
+  // begin() that finds one still held).
+  policy::LimitSlot* limitSlot() { return &limit_slot_; }
 
  private:
   // The host, the path, then the denial reason (one string, its capacity kept across requests);
@@ -128,6 +135,7 @@ class RequestTrace {
   bool open_ = false;
   bool has_first_byte_ = false;
   bool policy_report_only_ = false;
+  policy::LimitSlot limit_slot_;
 
   // The longest path a record keeps (a longer one is cut).
   static constexpr size_t kMaxPathBytes = 2048;

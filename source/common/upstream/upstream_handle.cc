@@ -25,7 +25,7 @@ void UpstreamHandle::release(bool reusable) {
   }
   if (reusable && connection_->open() && connection_->writeBufferLength() == 0 &&
       pool_ != nullptr) {
-    pool_->release(std::move(connection_));
+    pool_->release(std::move(connection_), info_.source, info_.via, info_.pool_destination);
     return;
   }
   event::Dispatcher& dispatcher = connection_->dispatcher();

@@ -19,6 +19,19 @@ struct UpstreamInfo {
   // many pipes in flight per worker.
   bool splice = true;
   uint32_t max_splice_pipes = 1024;
+  // Set when the connection goes to an HTTP parent proxy for relayed requests: they go out in
+  // absolute-form for `parent_target` (the checked destination address), with
+  // `parent_authorization` (config-owned; empty: none) as their Proxy-Authorization.
+  bool via_http_parent = false;
+  network::Address parent_target;
+  std::string_view parent_authorization;
+  // The egress address the connection was made from (invalid: the system's choice): with its
+  // peer, where the pool keeps it.
+  network::Address source;
+  // Through a parent proxy: the parent (ParentHealth::id(); 0: direct), and for a SOCKS5 parent
+  // the destination its tunnel reaches (the pool keeps it there, not under the parent).
+  uint64_t via = 0;
+  network::Address pool_destination;
 };
 
 // An origin connection as the router hands it over: the connection, where it came from, and

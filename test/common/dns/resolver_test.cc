@@ -725,6 +725,76 @@ TEST_F(ResolverTest, InvalidNameServersAreSkipped) {
   EXPECT_EQ(resolveAndWait(mixed, "mixed.test").ips, std::vector<std::string>{"10.0.0.32"});
 }
 
+network::Egress egressOf(const char* v4, const char* v6) {
+  network::Egress egress;
+  if (v4 != nullptr) egress.ipv4 = *network::Address::parseIp(v4, 0);
+  if (v6 != nullptr) egress.ipv6 = *network::Address::parseIp(v6, 0);
+  return egress;
+}
+
+TEST_F(ResolverTest, AnEgressResolverAsksOnlyTheNameServersOfItsFamilies) {
+  server_.addHost("egress.test", {"192.0.2.7"}, {});
+  auto base = makeResolver();
+  // The only name server is IPv4; the egress has only an IPv6 address.
+  Resolver egress(*base, egressOf(nullptr, "::1"));
+  EXPECT_FALSE(egress.hasNameServers());
+  Result r = resolveNow(egress, "egress.test");
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(r.status.message().find("no DNS name server of the egress address's family"),
+            std::string::npos)
+      << r.status;
+  EXPECT_EQ(server_.totalQueries(), 0);
+  EXPECT_EQ(egress.source(), egressOf(nullptr, "::1"));
+}
+
+TEST_F(ResolverTest, AnEgressResolverKeepsItsOwnCache) {
+  server_.addHost("egress.test", {"192.0.2.7"}, {});
+  auto base = makeResolver();
+  Resolver egress(*base, egressOf("127.0.0.2", nullptr));
+  ASSERT_TRUE(egress.hasNameServers());
+  EXPECT_EQ(resolveAndWait(egress, "egress.test").ips, std::vector<std::string>{"192.0.2.7"});
+  const int asked = server_.queries("egress.test");
+  EXPECT_GT(asked, 0);
+  EXPECT_EQ(resolveNow(egress, "egress.test").ips, std::vector<std::string>{"192.0.2.7"});
+  EXPECT_EQ(egress.counters().cache_hits, 1u);
+  EXPECT_EQ(server_.queries("egress.test"), asked);
+  // Another group's resolver has not seen the answer (nor how fast it came): it asks itself.
+  EXPECT_EQ(resolveAndWait(*base, "egress.test").ips, std::vector<std::string>{"192.0.2.7"});
+  EXPECT_EQ(server_.queries("egress.test"), 2 * asked);
+  EXPECT_EQ(base->counters().cache_hits, 0u);
+}
+
+TEST_F(ResolverTest, AnEgressResolverSharesTheHostsFileAndTheTimeout) {
+  const std::string hosts = writeFile("egress-hosts", "10.1.2.3 myhost.test\n");
+  auto base = makeResolver([](config::v1::Dns& c) { *c.mutable_timeout() = millis(300); }, hosts);
+  Resolver egress(*base, egressOf("127.0.0.2", nullptr));
+  EXPECT_EQ(resolveNow(egress, "myhost.test").ips, std::vector<std::string>{"10.1.2.3"});
+  EXPECT_EQ(egress.counters().hosts_hits, 1u);
+  server_.setBehaviour("silent.test", TestDnsServer::Behaviour::Silent);
+  const auto start = Clock::now();
+  Result r = resolveAndWait(egress, "silent.test");
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kDeadlineExceeded) << r.status;
+  EXPECT_LT(Clock::now() - start, milliseconds(2000));
+}
+
+TEST_F(ResolverTest, AnEgressSourceThatCannotBeBoundFailsItsLookups) {
+  // 192.0.2.0/24 is no address of this host: the bind fails, so nothing is ever sent to the
+  // name server (which does not exist either).
+  config::v1::Dns config;
+  config.add_resolvers("192.0.2.53:53");
+  Resolver base(dispatcher_, config, "/nonexistent/hosts", "/nonexistent/resolv.conf");
+  Resolver egress(base, egressOf("192.0.2.1", nullptr));
+  EXPECT_FALSE(egress.hasNameServers());
+  Result r = resolveNow(egress, "any.test");
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(r.status.message().find("cannot send DNS queries to 192.0.2.53:53 from egress "
+                                    "192.0.2.1: Cannot assign requested address"),
+            std::string::npos)
+      << r.status;
+  EXPECT_EQ(egress.counters().failures, 1u);
+  EXPECT_EQ(egress.counters().queries, 0u);
+}
+
 }  // namespace
 }  // namespace dns
 }  // namespace sluice

@@ -23,6 +23,8 @@ TEST(DenialError, PolicyRefusalsAreDenials) {
   EXPECT_EQ(denied(Denial::Unauthorized), "http_request_denied");  // 407, no or a wrong key
   EXPECT_EQ(denied(Denial::Forbidden), "http_request_denied");     // a ban, a port
   EXPECT_EQ(denied(Denial::BadRequest), "http_request_error");
+  // 429: a rate or concurrency limit of the key's policy group.
+  EXPECT_EQ(denied(Denial::TooManyRequests), "http_request_denied");
 }
 
 TEST(DenialError, TheDestinationGuardsAddressRefusalsNameTheAddress) {
@@ -63,6 +65,11 @@ TEST(DenialError, FailuresOnTheWayToTheDestination) {
             "connection_timeout");
   EXPECT_EQ(denied(Denial::GatewayTimeout), "connection_timeout");
   EXPECT_EQ(denied(Denial::BadGateway), "proxy_internal_error");
+  // An https parent's TLS: its certificate, or no handshake at all.
+  EXPECT_EQ(denied(Denial::BadGateway, DenialCause::Unspecified, {FailureKind::TlsCertificate, 0}),
+            "tls_certificate_error");
+  EXPECT_EQ(denied(Denial::BadGateway, DenialCause::Unspecified, {FailureKind::TlsProtocol, 0}),
+            "tls_protocol_error");
 }
 
 TEST(ExchangeError, EachFailedExchangeHasItsType) {
@@ -130,6 +137,8 @@ TEST(ProxyErrorName, EveryTypeHasItsRfc9209Name) {
       ProxyError::HttpProtocolError,
       ProxyError::ProxyInternalError,
       ProxyError::ProxyConfigurationError,
+      ProxyError::TlsProtocolError,
+      ProxyError::TlsCertificateError,
   };
   const char* names[] = {
       "dns_timeout",
@@ -147,6 +156,8 @@ TEST(ProxyErrorName, EveryTypeHasItsRfc9209Name) {
       "http_protocol_error",
       "proxy_internal_error",
       "proxy_configuration_error",
+      "tls_protocol_error",
+      "tls_certificate_error",
   };
   static_assert(sizeof(all) / sizeof(all[0]) == sizeof(names) / sizeof(names[0]));
   for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); ++i) {

@@ -13,6 +13,8 @@ TEST(DenialStatus, EveryRefusalHasItsStatus) {
   EXPECT_EQ(denialStatus(proxy::Denial::BadGateway), 502);
   EXPECT_EQ(denialStatus(proxy::Denial::GatewayTimeout), 504);
   EXPECT_EQ(denialStatus(proxy::Denial::ServiceUnavailable), 503);
+  EXPECT_EQ(denialStatus(proxy::Denial::TooManyRequests), 429);
+  EXPECT_STREQ(statusText(429), "Too Many Requests");
 }
 
 TEST(ExchangeErrorStatus, TimeoutsAreTheirOwnAndTheRestIsABadGateway) {

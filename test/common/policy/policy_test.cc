@@ -51,6 +51,58 @@ TEST(PolicyTest, BadNamesAreRefusedWithTheirPath) {
   EXPECT_FALSE(long_name.ok());
 }
 
+config::v1::Policy withLimits(double rate, uint32_t max) {
+  config::v1::Policy proto;
+  config::v1::Group* g = proto.add_groups();
+  g->set_name("staff");
+  g->mutable_limits()->set_requests_per_second(rate);
+  g->mutable_limits()->set_max_concurrent(max);
+  g->mutable_key_limits()->set_max_concurrent(1);
+  return proto;
+}
+
+TEST(PolicyTest, EveryGroupHasLimitersAndTheRunningOnesCarryOn) {
+  auto first = buildPolicy(withLimits(10, 4));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const Group* staff = (*first)->find("staff");
+  ASSERT_NE(staff, nullptr);
+  ASSERT_NE(staff->limiters, nullptr);
+  EXPECT_EQ(staff->limiters->groupSpec().burst, 10u);
+  EXPECT_EQ(staff->limiters->keySpec().max_concurrent, 1u);
+  ASSERT_NE((*first)->defaultGroup().limiters, nullptr);
+  EXPECT_FALSE((*first)->defaultGroup().limiters->groupSpec().any());
+  auto key = staff->limiters->forKey("ci");
+
+  auto next = buildPolicy(withLimits(20, 8), first->get());
+  ASSERT_TRUE(next.ok()) << next.status();
+  const Group* again = (*next)->find("staff");
+  EXPECT_EQ(again->limiters->groupLimiter(), staff->limiters->groupLimiter());
+  EXPECT_EQ(again->limiters->forKey("ci"), key);
+  // The new maximum reaches the shared limiter only once the version runs.
+  EXPECT_EQ(staff->limiters->groupLimiter()->state().concurrency.max(), 4u);
+  (*next)->applyLimits();
+  EXPECT_EQ(staff->limiters->groupLimiter()->state().concurrency.max(), 8u);
+
+  // A group renamed starts afresh.
+  config::v1::Policy renamed = withLimits(20, 8);
+  renamed.mutable_groups(0)->set_name("crew");
+  auto third = buildPolicy(renamed, next->get());
+  ASSERT_TRUE(third.ok());
+  EXPECT_NE((*third)->find("crew")->limiters->groupLimiter(), staff->limiters->groupLimiter());
+}
+
+TEST(PolicyTest, BandwidthAndQuotasAreRefusedStill) {
+  config::v1::Policy proto = withLimits(10, 4);
+  proto.mutable_groups(0)->mutable_key_limits()->set_upload_bytes_per_second(1000);
+  auto refused = buildPolicy(proto);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            "policy.groups[0].key_limits.upload_bytes_per_second: not supported by this build of "
+            "sluice");
+  config::v1::Policy bad = withLimits(-3, 0);
+  EXPECT_FALSE(buildPolicy(bad).ok());
+}
+
 TEST(PolicyTest, EmptyIsShared) { EXPECT_EQ(Policy::empty().get(), Policy::empty().get()); }
 
 }  // namespace

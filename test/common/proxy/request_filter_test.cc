@@ -17,6 +17,7 @@ class AbortingWorker : public WorkerContext {
  public:
   event::Dispatcher& dispatcher() override { abort(); }
   dns::Resolver& resolver() override { abort(); }
+  dns::Resolver& resolver(const network::Egress&) override { abort(); }
   upstream::Pool& pool() override { abort(); }
   uint32_t index() const override { return 7; }
   bool draining() const override { return false; }

@@ -464,7 +464,7 @@ TEST(OriginRequestHead, Http10KeepsItsVersionAndAsksForKeepAlive) {
   r.body = RequestBody::Length;
   r.content_length = 5;
   buffer::Buffer out;
-  OriginExchange::writeRequestHead(r, {}, out);
+  OriginExchange::writeRequestHead(r, {}, UpstreamInfo(), out);
   EXPECT_EQ(std::string(out.linearize(out.length())),
             "POST /p HTTP/1.0\r\nHost: [::1]:8080\r\nCookie: a=1; b=2\r\nVia: 1.0 sluice\r\n"
             "Connection: keep-alive\r\nContent-Length: 5\r\n\r\n");

@@ -48,10 +48,11 @@ class PoolTest : public testing::Test {
     pool_ = std::make_unique<Pool>(dispatcher_, max_idle, idle_timeout);
   }
 
-  // A connected upstream to the listener's address; its callbacks are the test's until released.
-  Upstream connect(test::LoopbackListener& listener) {
+  // A connected upstream to the listener's address (from `source`, if given); its callbacks are
+  // the test's until released.
+  Upstream connect(test::LoopbackListener& listener, const network::Address* source = nullptr) {
     Upstream u;
-    u.conn = Connection::connectTo(dispatcher_, listener.address());
+    u.conn = Connection::connectTo(dispatcher_, listener.address(), 1 << 30, source);
     EXPECT_NE(nullptr, u.conn);
     if (u.conn == nullptr) return u;
     u.conn->setCallbacks(&cb_);
@@ -111,6 +112,72 @@ TEST_F(PoolTest, ReleaseThenAcquireReturnsTheSameConnection) {
   char buf[8];
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return ::read(u.origin_fd, buf, sizeof(buf)) == 3; }));
   again->close(network::CloseType::NoFlush);
+}
+
+TEST_F(PoolTest, ConnectionsFromOneSourceAreNeverHandedToAnother) {
+  makePool(4);
+  const network::Address two = *network::Address::parseIp("127.0.0.2", 0);
+  const network::Address three = *network::Address::parseIp("127.0.0.3", 0);
+  Upstream from_two = connect(listener_a_, &two);
+  Upstream from_default = connect(listener_a_);
+  Connection* raw_two = from_two.conn.get();
+  Connection* raw_default = from_default.conn.get();
+  pool_->release(std::move(from_two.conn), two);
+  pool_->release(std::move(from_default.conn));
+  EXPECT_EQ(2u, pool_->idleCount());
+  // Same destination, another source: nothing idle for it.
+  EXPECT_EQ(nullptr, pool_->acquire(listener_a_.address(), three));
+  EXPECT_EQ(nullptr, pool_->acquire(listener_b_.address(), two));
+  ConnectionPtr again_two = pool_->acquire(listener_a_.address(), two);
+  EXPECT_EQ(raw_two, again_two.get());
+  EXPECT_EQ(nullptr, pool_->acquire(listener_a_.address(), two));
+  // The system's choice of source is a key of its own.
+  ConnectionPtr again_default = pool_->acquire(listener_a_.address());
+  EXPECT_EQ(raw_default, again_default.get());
+  EXPECT_EQ(0u, pool_->idleCount());
+  again_two->close(network::CloseType::NoFlush);
+  again_default->close(network::CloseType::NoFlush);
+}
+
+TEST_F(PoolTest, ConnectionsThroughAParentAreKeptApartAndUnderTheirDestination) {
+  makePool(4);
+  const network::Address elsewhere = *network::Address::parseHostPort("192.0.2.1:443");
+  Upstream direct = connect(listener_a_);
+  Upstream via_http = connect(listener_a_);
+  Upstream via_socks = connect(listener_a_);
+  Connection* raw_direct = direct.conn.get();
+  Connection* raw_http = via_http.conn.get();
+  Connection* raw_socks = via_socks.conn.get();
+  pool_->release(std::move(direct.conn));
+  // An HTTP parent's connection: under the parent's address, tagged with the parent.
+  pool_->release(std::move(via_http.conn), network::Address(), 7);
+  // A SOCKS5 parent's tunnel: under the destination it reaches.
+  pool_->release(std::move(via_socks.conn), network::Address(), 8, elsewhere);
+  EXPECT_EQ(3u, pool_->idleCount());
+  EXPECT_EQ(nullptr, pool_->acquire(listener_a_.address(), network::Address(), 8));
+  EXPECT_EQ(nullptr, pool_->acquire(elsewhere, network::Address(), 7));
+  EXPECT_EQ(nullptr, pool_->acquire(elsewhere));
+  ConnectionPtr got_socks = pool_->acquire(elsewhere, network::Address(), 8);
+  EXPECT_EQ(raw_socks, got_socks.get());
+  ConnectionPtr got_http = pool_->acquire(listener_a_.address(), network::Address(), 7);
+  EXPECT_EQ(raw_http, got_http.get());
+  ConnectionPtr got_direct = pool_->acquire(listener_a_.address());
+  EXPECT_EQ(raw_direct, got_direct.get());
+  EXPECT_EQ(nullptr, pool_->acquire(listener_a_.address()));
+  for (ConnectionPtr* c : {&got_socks, &got_http, &got_direct}) {
+    (*c)->close(network::CloseType::NoFlush);
+  }
+}
+
+TEST_F(PoolTest, AnIdleConnectionClosedByTheOriginLeavesItsSourcesList) {
+  makePool(4);
+  const network::Address two = *network::Address::parseIp("127.0.0.2", 0);
+  Upstream u = connect(listener_a_, &two);
+  pool_->release(std::move(u.conn), two);
+  EXPECT_EQ(1u, pool_->idleCount());
+  ::shutdown(u.origin_fd, SHUT_WR);
+  EXPECT_TRUE(runUntil(dispatcher_, [&] { return pool_->idleCount() == 0; }));
+  EXPECT_EQ(nullptr, pool_->acquire(listener_a_.address(), two));
 }
 
 TEST_F(PoolTest, MostRecentlyReleasedComesFirstAndDestinationsAreSeparate) {

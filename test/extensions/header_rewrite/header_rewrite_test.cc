@@ -254,6 +254,7 @@ class NullWorker : public proxy::WorkerContext {
  public:
   event::Dispatcher& dispatcher() override { abort(); }
   dns::Resolver& resolver() override { abort(); }
+  dns::Resolver& resolver(const network::Egress&) override { abort(); }
   upstream::Pool& pool() override { abort(); }
   uint32_t index() const override { return 0; }
   bool draining() const override { return false; }

@@ -74,7 +74,8 @@ def test_every_row_and_peer_is_in_every_output(campaign):
 def test_the_quick_rows_ran_and_every_run_is_kept(campaign):
     _, stderr, d = campaign
     quick_tests = {t["id"] for t in d["tests"] if not t["skipped"]}
-    assert {"plain.1k", "https.1k", "h2.1k", "ws.64", "wss.64", "socks5.ka"} <= quick_tests
+    assert {"plain.1k", "https.1k", "h2.1k", "h2.new", "ws.64", "wss.64",
+            "socks5.ka"} <= quick_tests
     for row in d["rows"]:
         if row["test"] in quick_tests:
             r = d["results"][row["id"]]["sluice"]
@@ -89,6 +90,27 @@ def test_the_quick_rows_ran_and_every_run_is_kept(campaign):
     assert d["machine"]["cores"] >= 1 and d["machine"]["cpu_model"]
     assert "estimated time" in stderr
     assert re.search(r"\[\s*1/\d+\] plain\.1k · sluice · .* left", stderr)
+
+
+def test_http2_new_connection_row_has_figures_for_the_http2_peers(campaign):
+    """sluice-load's --new-conn with an h2:// proxy: sluice and nginx get a figure, measured on a
+    connection per request; a peer that has no HTTP/2 keeps "—" with its reason."""
+    _, _, d = campaign
+    res = d["results"]["h2.new"]
+    peers = {p["id"]: p for p in d["peers"]}
+    assert "value" in res["sluice"], res["sluice"]
+    if peers["nginx"]["available"]:
+        assert "value" in res["nginx"], res["nginx"]
+    for pid, p in peers.items():
+        if "h2" not in p["kinds"]:
+            assert "value" not in res[pid]
+            assert res[pid]["na"] in (p["missing"]["h2"], p["unavailable"]), (pid, res[pid])
+    runs = [r for r in d["runs"] if r["test"] == "h2.new"]
+    assert {r["peer"] for r in runs} >= {"sluice"}
+    for r in runs:
+        rep = r["report"]
+        assert rep["proxy_kind"] == "h2" and rep["new_conn"] and not rep["tunnel"]
+        assert rep["requests"] > 0 and rep["connections_opened"] >= rep["requests"], rep
 
 
 def test_the_page_renders_in_chromium(campaign, tmp_path):

@@ -33,6 +33,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "test" / "integration"))
 from origins import SluiceOrigin  # noqa: E402  (the shared sluice-origin driver)
+from peer_proxies import (DANTE_PASSWORD, DANTE_USER, Dante, Squid,  # noqa: E402
+                          can_unshare, kill_all)
 
 
 def _bin(env, rel):
@@ -55,6 +57,7 @@ def _kill_leftovers():
     for p in _procs:
         if p.poll() is None:
             p.kill()
+    kill_all()
 
 
 def stop(proc, sig=signal.SIGTERM, timeout=10):
@@ -357,40 +360,11 @@ def test_tls_verification_fails_without_the_right_ca(tls_origin, certs, tmp_path
 
 # ==== Squid =====================================================================================
 
-class Squid:
-    def __init__(self, certs):
-        self.dir = Path(tempfile.mkdtemp(prefix="sluice-load-squid-"))
-        os.chmod(self.dir, 0o777)
-        self.port = free_port()
-        self.tls_port = free_port()
-        conf = self.dir / "squid.conf"
-        conf.write_text(
-            f"http_port 127.0.0.1:{self.port}\n"
-            f"https_port 127.0.0.1:{self.tls_port} tls-cert={certs}/server-chain.pem "
-            f"tls-key={certs}/server.key\n"
-            f"pid_filename {self.dir}/squid.pid\n"
-            "cache deny all\ncache_mem 8 MB\naccess_log none\ncache_store_log none\n"
-            f"cache_log {self.dir}/cache.log\ncoredump_dir {self.dir}\n"
-            "http_access allow all\nvisible_hostname sluice-load-test\n"
-            "shutdown_lifetime 0 seconds\npinger_enable off\n"
-            # Every port may be CONNECTed to (no default SSL_ports rule is configured).
-        )
-        self.proc = subprocess.Popen(["/usr/sbin/squid", "-N", "-f", str(conf)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _procs.append(self.proc)
-        wait_port(self.port, self.proc, "squid")
-        wait_port(self.tls_port, self.proc, "squid https_port")
-
-    def stop(self):
-        stop(self.proc)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def squid(certs):
     if not Path("/usr/sbin/squid").exists():
         pytest.skip("squid is not installed")
-    s = Squid(certs)
+    s = Squid(certs)  # from peer_proxies
     yield s
     s.stop()
 
@@ -485,65 +459,11 @@ def test_squid_websocket_and_tunnels(origin, squid):
 
 # ==== Dante =====================================================================================
 
-DANTE_USER, DANTE_PASSWORD = "sluiceload", "s3cret-Pw"
-
-
-class Dante:
-    """danted with `socksmethod: username` (or none).
-
-    Dante's username method checks the system's passwd/shadow. Rather than adding a user to the
-    machine, danted runs in a private mount namespace (unshare -m) where copies of /etc/passwd and
-    /etc/shadow with one extra test user are bind-mounted over the real ones: nothing outside the
-    namespace changes. Needs root (CAP_SYS_ADMIN); without it only the `none` method is tested.
-    """
-
-    def __init__(self, method):
-        self.dir = Path(tempfile.mkdtemp(prefix="sluice-load-dante-"))
-        self.port = free_port()
-        conf = self.dir / "danted.conf"
-        conf.write_text(
-            f"logoutput: {self.dir}/danted.log\n"
-            f"internal: 127.0.0.1 port = {self.port}\n"
-            "external: 127.0.0.1\n"
-            f"socksmethod: {method}\n"
-            "clientmethod: none\n"
-            "user.privileged: root\nuser.unprivileged: nobody\n"
-            "client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 }\n"
-            "socks pass { from: 127.0.0.0/8 to: 0.0.0.0/0 command: connect }\n")
-        cmd = ["/usr/sbin/danted", "-f", str(conf), "-p", str(self.dir / "danted.pid")]
-        if method == "username":
-            passwd = self.dir / "passwd"
-            shadow = self.dir / "shadow"
-            passwd.write_text(Path("/etc/passwd").read_text() +
-                              f"{DANTE_USER}:x:64999:64999::/nonexistent:/usr/sbin/nologin\n")
-            hashed = subprocess.run(["openssl", "passwd", "-6", DANTE_PASSWORD],
-                                    capture_output=True, text=True, check=True).stdout.strip()
-            shadow.write_text(Path("/etc/shadow").read_text() +
-                              f"{DANTE_USER}:{hashed}:19000:0:99999:7:::\n")
-            os.chmod(shadow, 0o600)
-            script = (f"mount --bind {passwd} /etc/passwd && "
-                      f"mount --bind {shadow} /etc/shadow && exec \"$@\"")
-            cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *cmd]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _procs.append(self.proc)
-        wait_port(self.port, self.proc, f"danted ({method})")
-
-    def stop(self):
-        stop(self.proc)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _can_unshare():
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
-                       capture_output=True)
-    return os.geteuid() == 0 and r.returncode == 0
-
-
 @pytest.fixture(scope="module")
 def dante_user():
     if not Path("/usr/sbin/danted").exists():
         pytest.skip("danted is not installed")
-    if not _can_unshare():
+    if not can_unshare():
         pytest.skip("needs root and unshare -m for a test user Dante can check")
     d = Dante("username")
     yield d
@@ -823,6 +743,19 @@ def test_sluice_tls_port(origin, certs):
             assert_clean(j, n)
             assert j["connections_opened"] == 1
             assert d["requests"] == n
+        # A new TLS + HTTP/2 connection per request, resumed; then full handshakes.
+        n = 300
+        j, d = origin.measure(lambda: load("-c", 4, "-n", n, "--new-conn", "--proxy-ca",
+                                           certs / "ca.pem", "--proxy", h2,
+                                           "--dst", f"{origin.url}/bytes/1024"))
+        assert_h2_new_conn(j, n, resumed_at_least=n - 4)
+        assert d["requests"] == n
+        j, d = origin.measure(lambda: load("-c", 4, "-n", 100, "--new-conn", "--no-resume",
+                                           "--proxy-ca", certs / "ca.pem", "--proxy", h2,
+                                           "--dst", f"{origin.url}/bytes/1024"))
+        assert_h2_new_conn(j, 100)
+        assert j["tls_full_handshakes"] == 100
+        assert d["requests"] == 100
     finally:
         s.stop()
 
@@ -892,6 +825,9 @@ def test_h2_to_nginx_plain_requests(origin, nginx, certs):
     assert_clean(j, n)
     assert j["proxy_kind"] == "h2"
     assert 3 <= j["connections_opened"] <= 5, j["connections_opened"]
+    # The connections after the first resume its TLS session (a TLS 1.3 ticket).
+    assert j["tls_full_handshakes"] == 1, j
+    assert j["tls_resumed_handshakes"] == j["connections_opened"] - 1, j
     assert d["requests"] == n
     assert j["payload_bytes_read"] == n * 1024
     # --proxy-http2 with an https:// URL is the same mode; request bodies go in DATA frames.
@@ -901,6 +837,116 @@ def test_h2_to_nginx_plain_requests(origin, nginx, certs):
     assert_clean(j, 200)
     assert d["requests"] == 200
     assert j["payload_bytes_read"] == j["payload_bytes_sent"] == 200 * 20000
+
+
+def assert_h2_new_conn(j, n, resumed_at_least=0, tls=True):
+    """HTTP/2 plain requests with --new-conn: every request on a connection of its own (TCP,
+    TLS, one stream), and every phase counted once per request."""
+    assert_clean(j, n)
+    assert j["proxy_kind"] == ("h2" if tls else "h2c") and not j["tunnel"] and j["new_conn"]
+    assert j["connections_opened"] == n
+    assert j["phases"]["tcp_connect"]["count"] == n
+    assert j["phases"]["first_byte"]["count"] == n
+    assert j["payload_bytes_read"] == n * 1024
+    if tls:
+        assert j["tls_full_handshakes"] + j["tls_resumed_handshakes"] == n
+        assert j["tls_resumed_handshakes"] >= resumed_at_least, j["tls_resumed_handshakes"]
+        assert j["phases"]["proxy_handshake"]["count"] == n
+    # Each request's latency includes its connection's setup.
+    assert j["latency"]["mean_us"] > j["phases"]["tcp_connect"]["mean_us"]
+
+
+@peers
+def test_h2_new_conn_to_nginx(origin, nginx, certs):
+    """--new-conn with plain requests over HTTP/2: a new TLS connection per request (its session
+    resumed), one stream on it, then GOAWAY and close."""
+    n = 400
+    j, d = origin.measure(lambda: load("-c", 4, "-n", n, "--new-conn", "--proxy-ca",
+                                       certs / "ca.pem", "--proxy", f"h2://127.0.0.1:{nginx.port}",
+                                       "--dst", f"{origin.url}/bytes/1024"))
+    assert_h2_new_conn(j, n, resumed_at_least=n - 4)
+    assert d["requests"] == n
+    # Over two threads, by duration: the same, with the requests done however many there were.
+    j, d = origin.measure(lambda: load("-t", 2, "-c", 8, "-d", "1s", "--new-conn",
+                                       "--proxy", f"h2://127.0.0.1:{nginx.port}",
+                                       "--dst", f"{origin.url}/bytes/1024"))
+    assert j["requests"] > 50
+    assert_h2_new_conn(j, j["requests"])
+    assert d["requests"] == j["requests"]
+    # Connections are not shared in this mode: --h2-conns makes no sense with it.
+    r = subprocess.run([need(LOAD), "--new-conn", "--h2-conns", "2", "--proxy",
+                        f"h2://127.0.0.1:{nginx.port}", "--dst", f"{origin.url}/"],
+                       capture_output=True, text=True, timeout=30, env=CLEAN_ENV)
+    assert r.returncode == 2 and "--h2-conns" in r.stderr
+
+
+def test_h2_new_conn_counts_every_failed_connection():
+    """Nothing listens: each request is one connection attempt and one connect_refused."""
+    port = free_port()
+    j = load("-c", 2, "-n", 20, "--new-conn", "--proxy", f"h2://127.0.0.1:{port}",
+             "--dst", "http://127.0.0.1:1/")
+    assert j["failed"] == 20 and j["ok"] == 0
+    assert j["errors"] == {"connect_refused": 20}
+    assert j["connections_opened"] == 20
+
+
+def test_h2_new_conn_errors_after_the_handshake(tls_origin, certs):
+    """A TLS port that does not speak h2 fails every request with proxy_tls; one that takes the
+    request and drops the connection fails every request with closed or reset. Each is one
+    connection and one failure; none is retried or lost."""
+    j, d = tls_origin.measure(lambda: load("-c", 2, "-n", 30, "--new-conn", "--proxy",
+                                           f"h2://127.0.0.1:{tls_origin.port}",
+                                           "--dst", "http://127.0.0.1:1/"))
+    assert j["failed"] == 30 and j["ok"] == 0
+    assert j["errors"] == {"proxy_tls": 30}
+    assert j["connections_opened"] == 30
+    assert d["requests"] == 0
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(certs / "server-chain.pem", certs / "server.key")
+    ctx.set_alpn_protocols(["h2"])
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    accepted = []
+
+    def serve():
+        with listener:
+            while True:
+                try:
+                    raw, _ = listener.accept()
+                except OSError:
+                    return
+                accepted.append(1)
+                raw.settimeout(5)
+                try:
+                    with ctx.wrap_socket(raw, server_side=True) as t:
+                        # the preface, then frames up to the request's HEADERS: then drop it
+                        got, at = b"", 24
+                        while True:
+                            while len(got) >= at + 9 and got[at + 3] != 1:
+                                at += 9 + int.from_bytes(got[at:at + 3], "big")
+                            if len(got) >= at + 9:
+                                break
+                            chunk = t.recv(65536)
+                            if not chunk:
+                                break
+                            got += chunk
+                except OSError:
+                    pass
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        j = load("-c", 2, "-n", 30, "--new-conn", "--proxy", f"h2://127.0.0.1:{port}",
+                 "--dst", "http://127.0.0.1:1/bytes/1")
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+        server.join(10)
+    assert j["failed"] == 30 and j["ok"] == 0 and j["status"] == {}
+    assert set(j["errors"]) <= {"closed", "reset"} and sum(j["errors"].values()) == 30, j
+    assert j["connections_opened"] == 30 == len(accepted)
+    assert j["tls_full_handshakes"] + j["tls_resumed_handshakes"] == 30
 
 
 @pytest.fixture(scope="module")
@@ -934,6 +980,11 @@ def test_h2c_sluice_plain_and_connect(origin, h2c_sluice):
     assert d["requests"] == n
     assert d["bytes_received"] == j["destination_bytes_sent"]
     assert d["bytes_sent"] == j["destination_bytes_read"]
+    # Plain requests with --new-conn: a new cleartext HTTP/2 connection per request.
+    j, d = origin.measure(lambda: load("-c", 4, "-n", 300, "--new-conn", "--proxy", proxy,
+                                       "--dst", f"{origin.url}/bytes/1024"))
+    assert_h2_new_conn(j, 300, tls=False)
+    assert d["requests"] == 300
     # A new CONNECT stream per request, closed with END_STREAM (no resets for rapid-reset
     # protection to count).
     j, d = origin.measure(lambda: load("-c", 4, "-n", 1000, "--new-conn", "--connect",

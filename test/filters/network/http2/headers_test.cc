@@ -233,7 +233,7 @@ upstream::OriginRequest originRequest(const RequestInfo& info, const Block& b) {
 
 std::string head(const upstream::OriginRequest& r) {
   buffer::Buffer out;
-  upstream::OriginExchange::writeRequestHead(r, {}, out);
+  upstream::OriginExchange::writeRequestHead(r, {}, upstream::UpstreamInfo(), out);
   return str(out);
 }
 

@@ -1,4 +1,4 @@
-#include "filters/network/socks5/socks5_codec.h"
+#include "source/common/socks5/wire.h"
 
 #include <cerrno>
 #include <cstring>

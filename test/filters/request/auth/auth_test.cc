@@ -340,6 +340,75 @@ TEST_F(AuthFilterTest, ARevokedKeyIsRefusedAndTheGrantTravelsWithTheRequest) {
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, other));
 }
 
+std::unique_ptr<policy::GroupLimiters> limitedGroup(double rate, uint32_t burst, uint32_t max) {
+  config::v1::Group proto;
+  proto.set_name("limited");
+  proto.mutable_limits()->set_requests_per_second(rate);
+  proto.mutable_limits()->set_burst(burst);
+  proto.mutable_limits()->set_max_concurrent(max);
+  auto built = policy::GroupLimiters::build("limited", proto, "policy.groups[0]", nullptr);
+  EXPECT_TRUE(built.ok()) << built.status();
+  return std::move(*built);
+}
+
+TEST_F(AuthFilterTest, AKeyOverItsLimitIsRefusedWithRetryAfterOnceAuthenticated) {
+  auto limits = limitedGroup(0.001, 1, 10);
+  auto config = makeConfig({{"ci", "k1"}});
+  config->keys[0].limiter = limits->forKey("ci");
+  auto request_with = [](policy::LimitSlot* slot) {
+    proxy::ProxyRequest r;
+    r.credential_form = proxy::CredentialForm::Key;
+    r.credential = "k1";
+    r.limit_slot = slot;
+    return r;
+  };
+  policy::LimitSlot first;
+  proxy::ProxyRequest r1 = request_with(&first);
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, r1));
+  EXPECT_TRUE(first.admitted());
+  EXPECT_EQ(r1.limiter, config->keys[0].limiter.get());
+  EXPECT_EQ(limits->groupLimiter()->state().concurrency.active(), 1);
+  // The same request again (a retry on a fresh connection) keeps its place and its token.
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, r1));
+  EXPECT_EQ(limits->groupLimiter()->state().concurrency.active(), 1);
+
+  policy::LimitSlot second;
+  proxy::ProxyRequest r2 = request_with(&second);
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, run(config, r2));
+  ASSERT_EQ(1u, callbacks_.denials.size());
+  EXPECT_EQ(proxy::Denial::TooManyRequests, callbacks_.denials[0]);
+  EXPECT_EQ("request rate limit of group limited", callbacks_.last_reason);
+  EXPECT_GE(r2.retry_after, 999u);  // a token every 1,000 s
+  EXPECT_FALSE(second.admitted());
+  EXPECT_EQ("ci", r2.principal);  // authenticated (auth.allowed counts it), then limited
+  EXPECT_EQ(3u, counter("allowed"));
+  EXPECT_EQ(limits->groupLimiter()->state().concurrency.active(), 1);
+
+  // Without a slot (a SOCKS5 authentication, admitted per command later) only the limiter is
+  // handed on.
+  proxy::ProxyRequest r3 = request_with(nullptr);
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, run(config, r3));
+  EXPECT_EQ(r3.limiter, config->keys[0].limiter.get());
+  first.release();
+  EXPECT_EQ(limits->groupLimiter()->state().concurrency.active(), 0);
+}
+
+TEST_F(AuthFilterTest, WithoutKeysTheDefaultGroupsLimitsHoldEveryRequestTogether) {
+  auto limits = limitedGroup(0.001, 2, 0);
+  auto config = makeConfig({});
+  config->keyless_limiter = limits->keyless();
+  int admitted = 0;
+  for (int i = 0; i < 5; ++i) {
+    policy::LimitSlot slot;
+    proxy::ProxyRequest request;
+    request.limit_slot = &slot;
+    admitted += run(config, request) == proxy::RequestFilterStatus::Continue;
+  }
+  EXPECT_EQ(admitted, 2);
+  EXPECT_EQ(3u, callbacks_.denials.size());
+  EXPECT_EQ(5u, counter("open_relay"));
+}
+
 // The memo on its own: only the very bytes, in the same form, give the remembered index.
 TEST(CredentialMemoTest, OnlyTheSameBytesInTheSameFormHit) {
   using proxy::CredentialForm;

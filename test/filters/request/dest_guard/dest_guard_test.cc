@@ -23,6 +23,7 @@
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/local_host.h"
 #include "source/common/network/port_range.h"
+#include "source/common/policy/policy.h"
 
 namespace sluice {
 namespace filters {
@@ -648,7 +649,12 @@ class FakeWorker : public proxy::WorkerContext {
       : dispatcher_(dispatcher), resolver_(resolver) {}
   event::Dispatcher& dispatcher() override { return dispatcher_; }
   dns::Resolver& resolver() override { return resolver_; }
+  dns::Resolver& resolver(const network::Egress& egress) override {
+    asked_egress = egress;
+    return resolver_;
+  }
   upstream::Pool& pool() override { abort(); }  // the guard never pools
+  network::Egress asked_egress;                 // of the last lookup
   uint32_t index() const override { return 0; }
   bool draining() const override { return false; }
 
@@ -882,6 +888,26 @@ TEST_F(DestGuardFilterTest, NamesAreResolvedAndEveryAddressChecked) {
             "pinned 8.8.8.1:443, 8.8.8.2:443, 8.8.8.3:443, 8.8.8.4:443, 8.8.8.5:443, "
             "8.8.8.6:443, 8.8.8.7:443, 8.8.8.8:443");
   EXPECT_EQ(run("lastbad.test"), forbidden(kReasonPrivate));
+}
+
+TEST_F(DestGuardFilterTest, NamesAreLookedUpFromTheGroupsEgress) {
+  makeChain(ConfigSpec());
+  policy::Group group;
+  group.name = "ci";
+  group.egress.addresses.ipv4 = *network::Address::parseIp("192.0.2.10", 0);
+  host_ = "good.test";
+  request_ = proxy::ProxyRequest();
+  request_.kind = proxy::RequestKind::Tunnel;
+  request_.host = host_;
+  request_.port = 443;
+  request_.group = &group;
+  const int ready = sink_.ready;
+  chain_->start(request_);
+  EXPECT_EQ(outcome(ready, sink_.denials), "pinned 8.8.8.8:443");
+  EXPECT_EQ(worker_->asked_egress, group.egress.addresses);
+  // Without a group, the worker's own resolver (an empty egress).
+  EXPECT_EQ(run("good.test"), "pinned 8.8.8.8:443");
+  EXPECT_TRUE(worker_->asked_egress.empty());
 }
 
 TEST_F(DestGuardFilterTest, ReasonsAndCountersMatch) {

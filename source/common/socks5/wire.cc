@@ -1,11 +1,10 @@
-#include "filters/network/socks5/socks5_codec.h"
+#include "source/common/socks5/wire.h"
 
 #include <cstring>
 
 #include <arpa/inet.h>
 
 namespace sluice {
-namespace filters {
 namespace socks5 {
 
 namespace {
@@ -178,6 +177,71 @@ size_t writeUdpHeader(uint8_t* out, const network::Address& from) {
   return 3 + writeAddress(out + 3, from);
 }
 
+size_t writeGreeting(uint8_t* out, bool user_pass) {
+  out[0] = kVersion;
+  out[1] = user_pass ? 2 : 1;
+  out[2] = kMethodNoAuth;
+  if (user_pass) out[3] = kMethodUserPass;
+  return user_pass ? 4 : 3;
+}
+
+ParseStatus parseMethodSelection(std::string_view in, uint8_t& method, size_t& size) {
+  if (in.size() < 1) return ParseStatus::Incomplete;
+  if (static_cast<uint8_t>(in[0]) != kVersion) return ParseStatus::Error;
+  if (in.size() < 2) return ParseStatus::Incomplete;
+  method = static_cast<uint8_t>(in[1]);
+  size = 2;
+  return ParseStatus::Ok;
+}
+
+size_t writeUserPass(uint8_t* out, std::string_view user, std::string_view password) {
+  uint8_t* p = out;
+  *p++ = kAuthVersion;
+  *p++ = static_cast<uint8_t>(user.size());
+  memcpy(p, user.data(), user.size());
+  p += user.size();
+  *p++ = static_cast<uint8_t>(password.size());
+  memcpy(p, password.data(), password.size());
+  p += password.size();
+  return static_cast<size_t>(p - out);
+}
+
+ParseStatus parseUserPassStatus(std::string_view in, bool& accepted, size_t& size) {
+  if (in.size() < 1) return ParseStatus::Incomplete;
+  if (static_cast<uint8_t>(in[0]) != kAuthVersion) return ParseStatus::Error;
+  if (in.size() < 2) return ParseStatus::Incomplete;
+  accepted = in[1] == 0;
+  size = 2;
+  return ParseStatus::Ok;
+}
+
+size_t writeConnect(uint8_t* out, const network::Address& address, std::string_view host,
+                    uint16_t port) {
+  out[0] = kVersion;
+  out[1] = static_cast<uint8_t>(Command::Connect);
+  out[2] = 0;
+  if (address.valid()) return 3 + writeAddress(out + 3, address);
+  uint8_t* p = out + 3;
+  *p++ = static_cast<uint8_t>(AddressType::Domain);
+  *p++ = static_cast<uint8_t>(host.size());
+  memcpy(p, host.data(), host.size());
+  p += host.size();
+  *p++ = static_cast<uint8_t>(port >> 8);
+  *p++ = static_cast<uint8_t>(port & 0xff);
+  return static_cast<size_t>(p - out);
+}
+
+ParseStatus parseReply(std::string_view in, uint8_t& reply, Target& bound, size_t& size) {
+  Request parsed;
+  Reply unused;
+  const ParseStatus st = parseRequest(in, parsed, unused);
+  if (st != ParseStatus::Ok) return st;
+  reply = parsed.command;  // REP sits where a request's CMD does
+  bound = parsed.target;
+  size = parsed.size;
+  return ParseStatus::Ok;
+}
+
 const char* commandName(uint8_t command) {
   switch (command) {
     case static_cast<uint8_t>(Command::Connect):
@@ -216,5 +280,4 @@ const char* replyName(Reply reply) {
 }
 
 }  // namespace socks5
-}  // namespace filters
 }  // namespace sluice

@@ -7,12 +7,12 @@
 #include "source/common/network/address.h"
 
 namespace sluice {
-namespace filters {
 namespace socks5 {
 
-// The SOCKS5 wire format (RFC 1928, RFC 1929). Pure functions over bytes: no I/O, no allocation,
-// so the parsers can be fuzzed and unit tested on their own. Every parser reads only `in` and
-// reports how many bytes the message took.
+// The SOCKS5 wire format (RFC 1928, RFC 1929), both sides: the SOCKS5 port parses what clients
+// send, the upstream layer what a SOCKS5 parent answers. Pure functions over bytes: no I/O, no
+// allocation, so the parsers can be fuzzed and unit tested on their own. Every parser reads only
+// `in` and reports how many bytes the message took.
 
 inline constexpr uint8_t kVersion = 0x05;
 inline constexpr uint8_t kAuthVersion = 0x01;  // RFC 1929 subnegotiation version
@@ -109,6 +109,26 @@ size_t writeReply(uint8_t* out, Reply reply, const network::Address& bound);
 // 4 + 16 + 2).
 size_t writeUdpHeader(uint8_t* out, const network::Address& from);
 
+// The client side, as sluice speaks to a SOCKS5 parent.
+
+// Most bytes writeGreeting, writeUserPass and writeConnect write.
+inline constexpr size_t kMaxClientMessageBytes = kMaxAuthBytes;
+
+// VER NMETHODS METHODS: no authentication, and username/password when `user_pass`.
+size_t writeGreeting(uint8_t* out, bool user_pass);
+// The server's VER METHOD. Error: a version other than 5.
+ParseStatus parseMethodSelection(std::string_view in, uint8_t& method, size_t& size);
+// VER(1) ULEN UNAME PLEN PASSWD; both at most 255 bytes (the caller checks).
+size_t writeUserPass(uint8_t* out, std::string_view user, std::string_view password);
+// The server's VER(1) STATUS; `accepted` when STATUS is 0. Error: a version other than 1.
+ParseStatus parseUserPassStatus(std::string_view in, bool& accepted, size_t& size);
+// VER CMD RSV ATYP DST.ADDR DST.PORT for a CONNECT to `address` (IPv4 or IPv6), or to the
+// domain `host` (1 to 255 bytes) and `port` when `address` is not valid.
+size_t writeConnect(uint8_t* out, const network::Address& address, std::string_view host,
+                    uint16_t port);
+// The server's VER REP RSV ATYP BND.ADDR BND.PORT; `reply` is REP as sent (it may be none of
+// Reply). Error: a version other than 5 or an unknown ATYP.
+ParseStatus parseReply(std::string_view in, uint8_t& reply, Target& bound, size_t& size);
+
 }  // namespace socks5
-}  // namespace filters
 }  // namespace sluice
