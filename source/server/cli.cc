@@ -24,6 +24,7 @@
 #include "source/common/extensions/registry.h"
 #include "source/server/admin_client.h"
 #include "source/server/listener_config.h"
+#include "source/server/policy_command.h"
 #include "source/server/server.h"
 #include "source/server/service_command.h"
 #include "source/server/status_command.h"
@@ -48,6 +49,10 @@ constexpr const char* kUsage =
     "  upgrade         have the running instance start the binary now at its path, hand it\n"
     "                  the listen sockets and drain (no connection refused)\n"
     "  status          ask the running instance (at the config's admin address) how it is\n"
+    "  policy explain KEY_NAME HOST:PORT [--kind KIND] [--listener NAME]\n"
+    "                  what the policy does with a request of that key to that destination:\n"
+    "                  the deciding rule, the addresses and the verdict on each (exit 0\n"
+    "                  allowed, 1 refused, 2 usage or config error)\n"
     "  service enable  write a systemd unit running this binary with the config, and start it\n"
     "  service disable stop it and remove the unit\n"
     "  service status  systemctl status of the unit\n"
@@ -57,6 +62,9 @@ constexpr const char* kUsage =
     "  -c, --config FILE   configuration file (default: %s)\n"
     "  --log-level LEVEL   error | warn | info | debug (overrides log_level)\n"
     "  --json              status: print one JSON object\n"
+    "  --kind KIND         policy explain: http, connect (default), websocket, socks5-connect,\n"
+    "                      socks5-udp or socks5-bind\n"
+    "  --listener NAME     policy explain: the listener (default: the first with the key)\n"
     "  --user              service: the user's service manager (systemctl --user)\n"
     "  --unit-dir DIR      service: the unit's folder (default /etc/systemd/system, or\n"
     "                      ~/.config/systemd/user with --user)\n"
@@ -237,6 +245,41 @@ int cmdUpgrade(const std::string& path, const ServerConfig& config) {
       before, adminDialAddress(config.admin_address).asString()));
 }
 
+// `sluice policy explain`: loads the config as `check` does, then explains; 2 for usage and
+// config errors (1 means refused).
+int cmdPolicy(const std::string& path, const std::string& log_level, const std::string& action,
+              const std::vector<std::string>& args, PolicyExplainRequest explain) {
+  auto usage = [](const std::string& message) {
+    printUsage(stderr);
+    absl::FPrintF(stderr, "sluice: %s\n", message);
+    return kExplainUsage;
+  };
+  if (action != "explain") return usage("policy: say explain");
+  if (args.size() != 2) return usage("policy explain takes KEY_NAME HOST:PORT");
+  explain.key_name = args[0];
+  explain.target = args[1];
+  // Quiet unless asked: the report is the output.
+  LogLevel level = LogLevel::Warn;
+  if (!log_level.empty() && !logger::parseLevel(log_level, level)) {
+    return usage(absl::StrFormat("--log-level: unknown level '%s'", log_level));
+  }
+  logger::setLevel(level);
+  auto bootstrap = config::loadBootstrapFile(path);
+  if (!bootstrap.ok()) {
+    absl::FPrintF(stderr, "sluice: %s\n", bootstrap.status().message());
+    return kExplainUsage;
+  }
+  auto server_config = buildServerConfig(*bootstrap);
+  if (!server_config.ok()) {
+    absl::FPrintF(stderr, "sluice: %s: %s\n", path, server_config.status().message());
+    return kExplainUsage;
+  }
+  std::string out;
+  const int code = explainPolicy(**server_config, explain, out);
+  absl::FPrintF(code == kExplainUsage ? stderr : stdout, "%s", out);
+  return code;
+}
+
 }  // namespace
 
 int runCli(int argc, char** argv) {
@@ -248,6 +291,10 @@ int runCli(int argc, char** argv) {
   int upgrade_fd = -1;
   ServiceCommand service;
   bool service_option = false;
+  PolicyExplainRequest explain;
+  std::string policy_action;
+  bool explain_option = false;
+  std::vector<std::string> policy_args;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--version" || a == "version") {
@@ -271,6 +318,12 @@ int runCli(int argc, char** argv) {
       service_option |= a == "--unit-dir";
       continue;
     }
+    if (a == "--kind" || a == "--listener") {
+      if (i + 1 >= args.size()) return fail(absl::StrFormat("%s needs a value", a));
+      (a == "--kind" ? explain.kind : explain.listener) = args[++i];
+      explain_option = true;
+      continue;
+    }
     if (a == "--json") {
       json = true;
       continue;
@@ -290,6 +343,10 @@ int runCli(int argc, char** argv) {
       command = "config expand";
     } else if (command == "service" && service.action.empty()) {
       service.action = a;
+    } else if (command == "policy" && policy_action.empty()) {
+      policy_action = a;
+    } else if (command == "policy") {
+      policy_args.push_back(a);
     } else {
       printUsage(stderr);
       return fail(absl::StrFormat("unexpected argument '%s'", a));
@@ -312,6 +369,10 @@ int runCli(int argc, char** argv) {
     // Only a unit for a config that passes `check` is written.
     if (service.action != "enable") return runServiceCommand(service, nullptr);
   }
+  if (explain_option && command != "policy") {
+    return fail("--kind and --listener go with `sluice policy explain`");
+  }
+  if (command == "policy") return cmdPolicy(path, log_level, policy_action, policy_args, explain);
   if (command == "init") return cmdInit(path);
   if (command != "run" && command != "check" && command != "config expand" && command != "status" &&
       command != "service" && command != "reload" && command != "upgrade") {

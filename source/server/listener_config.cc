@@ -122,6 +122,7 @@ absl::StatusOr<ListenerConfigSharedPtr> buildListener(
   context.local_addresses = local_addresses;
   context.bans = bans;
   context.policy = policy;
+  context.filter_lists = &config->filter_lists;
   context.routes = routes;
   context.grants = &config->grants;
   context.running_grants = running != nullptr ? &running->grants : nullptr;

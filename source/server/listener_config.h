@@ -12,6 +12,7 @@
 #include "source/common/network/address.h"
 #include "source/common/network/connection_limiter.h"
 #include "source/common/network/filter.h"
+#include "source/common/policy/enforcement.h"
 #include "source/common/policy/policy.h"
 #include "source/common/proxy/grants.h"
 #include "source/common/stats/stats.h"
@@ -63,6 +64,9 @@ struct ListenerConfig {
   uint32_t max_connections_per_client = 0;
   // The keys and client addresses the listener's filters let in.
   proxy::ListenerGrants grants;
+  // What each of its lists of request filters does about the policy (the keys it admits, with
+  // their groups, and the destination guard that enforces their rules): `sluice policy explain`.
+  std::vector<policy::FilterListPolicySharedPtr> filter_lists;
   // Sent (best effort) to a client refused by the limiter before it is closed; may be empty.
   std::string overflow_reply;
 

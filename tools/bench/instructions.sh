@@ -11,6 +11,8 @@
 #
 # GROUP_LIMITS and KEY_LIMITS (YAML flow maps, e.g. GROUP_LIMITS='{requests_per_second: 1e6}')
 # put the key in a policy group "bench" with those limits and key_limits.
+# SLUICE_EXTRA_CONFIG: a file of YAML appended to the config (e.g. a policy for the key's group,
+# "default"; not with GROUP_LIMITS or KEY_LIMITS, which write a policy of their own).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 MODE=${1:-off}
@@ -43,6 +45,7 @@ YAML
   else
     printf 'auth:\n  api_keys: ["kkkkkkkkkkkkkkkk"]\n' >>"$dir/s.yaml"
   fi
+  if [ -n "${SLUICE_EXTRA_CONFIG:-}" ]; then cat "$SLUICE_EXTRA_CONFIG" >>"$dir/s.yaml"; fi
   if [ "$MODE" != off ]; then
     printf 'access_log:\n  mode: all\n  format: %s\n  path: %s/access.log\n' "$MODE" "$dir" \
       >>"$dir/s.yaml"

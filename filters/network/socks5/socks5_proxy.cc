@@ -455,6 +455,7 @@ void UdpRelay::onStagePassed(Stage&) {
       found = usable(literal, chosen);
     }
   }
+  parent_.onDestinationRule(check_request_.policy_rule, check_request_.policy_report_only);
   finishCheck(found, chosen);
 }
 
@@ -465,6 +466,7 @@ void UdpRelay::onStageUpstream(Stage&, upstream::UpstreamHandle upstream) {
 }
 
 void UdpRelay::onStageDenied(Stage&, proxy::Denial, std::string_view) {
+  parent_.onDestinationRule(check_request_.policy_rule, check_request_.policy_report_only);
   finishCheck(false, network::Address());
 }
 
@@ -853,14 +855,11 @@ void Socks5Filter::startBind() {
   hs_->request.kind = proxy::RequestKind::Bind;
   setState(State::Filtering);
   pauseReading(true);
-  if (target_.type != AddressType::Domain && target_.unspecified()) {
-    // "Any peer": nothing to check, nothing to filter the inbound connection by.
-    hs_->request.pinned_count = 0;
-    onBindChecked();
-    return;
-  }
   // The peer the client expects is checked as a destination would be (address and port), and
-  // its checked addresses are the only ones the inbound connection may come from.
+  // its checked addresses are the only ones the inbound connection may come from. A BIND for
+  // any peer (0.0.0.0 or ::) has nothing to check or pin, but passes the filters too: the
+  // policy's rules on socks5-bind apply to it (and, when they need an address, to the peer
+  // that connects).
   fillRequestTarget();
   request_stage_ =
       std::make_unique<Stage>(*this, callbacks_->worker(), *config_, proxy::RequestPhase::Authorize,
@@ -966,7 +965,7 @@ void Socks5Filter::onBindAccept() {
     }
     const network::Address peer =
         network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len);
-    bool allowed = hs_->request.pinned_count == 0;
+    bool allowed = hs_->request.pinned_count == 0 && admitAnyPeer(peer);
     for (uint32_t i = 0; i < hs_->request.pinned_count && !allowed; ++i) {
       network::Address expected;
       allowed = toFamily(hs_->request.pinned[i], peer.family(), expected) && sameIp(expected, peer);
@@ -990,6 +989,28 @@ void Socks5Filter::onBindAccept() {
     startTunnel(std::move(inbound));
     return;
   }
+}
+
+bool Socks5Filter::admitAnyPeer(const network::Address& peer) {
+  const policy::Group* group = hs_->request.group;
+  if (group == nullptr || group->rules.inactive()) return true;
+  const policy::RuleSet& rules = group->rules;
+  const policy::Destination bind{{}, hs_->request.port, policy::Kind::Socks5Bind};
+  const policy::NameCheck check = rules.checkName(bind);
+  // Decided without an address: the request filters enforced (and counted) it already.
+  if (!check.needsAddresses()) return true;
+  const policy::Decision decision = rules.checkAddress(bind, check, peer);
+  if (decision.allows()) {
+    rules.stats().allowed.inc();
+    return true;
+  }
+  if (rules.reportOnly()) {
+    rules.stats().report_only.inc();
+    trace_.setPolicyRule(decision.rule->name, true);
+    return true;
+  }
+  rules.stats().denied.inc();
+  return false;
 }
 
 void Socks5Filter::startUdpAssociate() {

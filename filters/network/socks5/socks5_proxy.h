@@ -255,6 +255,11 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
 
   // The UDP relay idled out: the association (and this connection) ends.
   void onUdpIdle();
+  // A policy rule refused (or, report-only, would have refused) one of the association's
+  // destinations: the association's record names the first such rule.
+  void onDestinationRule(std::string_view rule, bool report_only) {
+    trace_.setPolicyRule(rule, report_only);
+  }
 
  private:
   enum class State : uint8_t {
@@ -289,6 +294,9 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   void startBind();
   void startUdpAssociate();
   void onBindAccept();
+  // A BIND for any peer: whether the policy's rules that need the peer's address admit the one
+  // that connected (counted; in a report-only group recorded and admitted).
+  bool admitAnyPeer(const network::Address& peer);
   void onBindChecked();
   void startTunnel(upstream::UpstreamHandle upstream);
   // upstream::TunnelOwner

@@ -19,6 +19,8 @@ namespace auth {
 
 namespace {
 
+constexpr std::string_view kGroupPrefix = "group=";
+
 int hexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -98,6 +100,23 @@ absl::StatusOr<std::vector<KeyFileEntry>> parseApiKeysFile(std::string_view text
     };
     KeyFileEntry entry;
     entry.line = line_number;
+    // A trailing " group=NAME" (after a space or a tab) names the key's policy group.
+    const size_t blank = line.find_last_of(" \t");
+    if (blank != std::string_view::npos &&
+        line.substr(blank + 1, kGroupPrefix.size()) == kGroupPrefix) {
+      const std::string_view group = line.substr(blank + 1 + kGroupPrefix.size());
+      if (group.empty() || group.size() > kMaxKeyNameLength) {
+        return fail(
+            absl::StrFormat("group=: a group name of 1 to %d characters", kMaxKeyNameLength));
+      }
+      for (char c : group) {
+        if (!isNameChar(c)) {
+          return fail("group=: a group name is letters, digits, '_' and '-'");
+        }
+      }
+      entry.group = std::string(group);
+      line = trimBlanks(line.substr(0, blank));
+    }
     std::string_view key = line;
     const size_t colon = line.find(':');
     if (colon != std::string_view::npos && line.substr(0, kSha256Prefix.size()) != kSha256Prefix) {

@@ -31,12 +31,14 @@ absl::StatusOr<Digest> configuredKeyDigest(std::string_view key);
 struct KeyFileEntry {
   std::string name;  // empty when the line gave none
   std::string key;
+  std::string group;  // the policy group a trailing " group=NAME" names; empty when none
   int line = 0;
 };
 
 // Parses a keys file: one key per line, "key" or "name:key" (a line starting with "sha256:" is
-// a bare digest key; a key holding ':' needs a name in front). Leading and trailing blanks are
-// ignored; blank lines and lines whose first non-blank character is '#' are skipped. Errors read
+// a bare digest key; a key holding ':' needs a name in front), optionally followed by blanks and
+// "group=NAME", the key's policy group. Leading and trailing blanks are ignored; blank lines and
+// lines whose first non-blank character is '#' are skipped. Errors read
 // "<source>:<line>: <problem>" and never quote a key.
 absl::StatusOr<std::vector<KeyFileEntry>> parseApiKeysFile(std::string_view text,
                                                            std::string_view source);

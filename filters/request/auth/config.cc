@@ -136,7 +136,7 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
             e.name.empty() ? absl::StrFormat("key%d", config->keys.size() + 1) : e.name;
         const std::string line = absl::StrFormat("%s: %s:%d", where, proto.api_keys_file(), e.line);
         absl::Status status =
-            add_key(std::move(name), e.key, {}, line + ": name", line, line + ": group");
+            add_key(std::move(name), e.key, e.group, line + ": name", line, line + ": group");
         if (!status.ok()) return status;
       }
       SLUICE_LOG(Info, "%s: %d keys from %s", context.path, entries->size(), proto.api_keys_file());
@@ -176,6 +176,13 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
                  "%s: no API keys: listener '%s' is an OPEN RELAY; anyone who reaches it can use "
                  "it (set auth.api_keys, or run `sluice init` for a config with a key)",
                  context.path, context.listener_name);
+    }
+    if (context.filter_list != nullptr) {
+      // The groups whose requests get in here: their rules must be checked further down.
+      policy::FilterListPolicy& list = *context.filter_list;
+      list.authenticates = true;
+      list.keyless = list.keyless || config->keys.empty();
+      for (const ApiKey& key : config->keys) list.keys.push_back({key.name, key.group});
     }
     if (context.grants != nullptr) {
       std::vector<proxy::KeyGrantSharedPtr> keys;

@@ -14,9 +14,12 @@ class DestGuardFactory : public extensions::FactoryBase<extensions::RequestFilte
   absl::StatusOr<proxy::RequestFilterFactoryCb> createTypedFilterFactory(
       const sluice::filters::v1::DestGuardConfig& proto,
       extensions::FactoryContext& context) const override {
-    auto config = buildConfig(proto, context.local_addresses, context.path);
+    auto config = buildConfig(proto, context.local_addresses, context.path,
+                              network::HostAddresses::get(), context.policy);
     if (!config.ok()) return config.status();
     DestGuardConfigSharedPtr shared = std::move(*config);
+    // The rules of every group whose requests reach this filter are checked here.
+    if (context.filter_list != nullptr) context.filter_list->guard = shared;
     return proxy::RequestFilterFactoryCb([shared](proxy::RequestFilterChain& chain) {
       chain.addFilter(std::make_unique<DestGuardFilter>(shared));
     });

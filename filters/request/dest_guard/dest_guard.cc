@@ -131,13 +131,19 @@ bool DestGuardConfig::isSelf(const network::Address& a,
   return hasPort(self_wildcard_ports, port) && isLocal(a);
 }
 
-Verdict DestGuardConfig::rangeVerdict(const network::Address& address) const {
+Verdict DestGuardConfig::rangeVerdict(const network::Address& address,
+                                      const std::vector<network::CidrRange>* opening) const {
   for (const network::CidrRange& range : deny) {
     if (range.contains(address)) return Verdict::Denied;
   }
   if (allow_private) return Verdict::Allowed;
   for (const network::CidrRange& range : allow) {
     if (range.contains(address)) return Verdict::Allowed;
+  }
+  if (opening != nullptr) {
+    for (const network::CidrRange& range : *opening) {
+      if (range.contains(address)) return Verdict::Allowed;
+    }
   }
   for (const network::CidrRange& range : internalRanges()) {
     if (range.contains(address)) return Verdict::Private;
@@ -148,29 +154,73 @@ Verdict DestGuardConfig::rangeVerdict(const network::Address& address) const {
 }
 
 Verdict DestGuardConfig::check(const network::Address& address,
-                               network::OwnPorts::Transport transport) const {
+                               network::OwnPorts::Transport transport,
+                               const std::vector<network::CidrRange>* opening) const {
   const network::Address a = unmapped(address);
   // Whatever opens other ranges, a request must not loop back into sluice.
   if (isSelf(a, transport)) return Verdict::Self;
   // The ranges see the address as the client wrote it: ::ffff:0:0/96 is internal itself.
-  const Verdict verdict = rangeVerdict(address);
+  const Verdict verdict = rangeVerdict(address, opening);
   if (verdict != Verdict::Allowed) return verdict;
   // An address a translator or tunnel turns into IPv4 is judged as that IPv4 address too.
   network::Address embedded[network::kMaxEmbeddedIpv4];
   const size_t count = network::embeddedIpv4(a, embedded);
   for (size_t i = 0; i < count; ++i) {
-    const Verdict v = rangeVerdict(embedded[i]);
+    const Verdict v = rangeVerdict(embedded[i], opening);
     if (v != Verdict::Allowed) return v;
   }
   return Verdict::Allowed;
 }
 
+std::string_view DestGuardConfig::portRefusal(uint16_t port) const {
+  return portAllowed(port) ? std::string_view() : kReasonPort;
+}
+
+std::string_view DestGuardConfig::addressRefusal(
+    const network::Address& address, bool datagram,
+    const std::vector<network::CidrRange>* opening) const {
+  return verdictReason(check(
+      address, datagram ? network::OwnPorts::Transport::Udp : network::OwnPorts::Transport::Tcp,
+      opening));
+}
+
+std::string_view verdictReason(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::Allowed:
+      return {};
+    case Verdict::Private:
+      return kReasonPrivate;
+    case Verdict::Denied:
+      return kReasonDenied;
+    case Verdict::Self:
+      return kReasonSelf;
+  }
+  return kReasonPrivate;
+}
+
+policy::Kind policyKind(const proxy::ProxyRequest& request) {
+  switch (request.kind) {
+    case proxy::RequestKind::Forward:
+      return request.websocket ? policy::Kind::Websocket : policy::Kind::Http;
+    case proxy::RequestKind::Tunnel:
+      return request.protocol == proxy::Protocol::Socks5 ? policy::Kind::Socks5Connect
+                                                         : policy::Kind::Connect;
+    case proxy::RequestKind::Datagram:
+      return policy::Kind::Socks5Udp;
+    case proxy::RequestKind::Bind:
+      return policy::Kind::Socks5Bind;
+  }
+  return policy::Kind::Connect;
+}
+
 absl::StatusOr<DestGuardConfigSharedPtr> buildConfig(
     const sluice::filters::v1::DestGuardConfig& proto,
     const std::vector<network::Address>& local_addresses, std::string_view path,
-    const network::HostAddresses& host) {
+    const network::HostAddresses& host, policy::PolicySharedPtr policy) {
   auto config = std::make_shared<DestGuardConfig>();
   config->host_addresses = &host;
+  if (policy != nullptr) config->policy = std::move(policy);
+  config->default_group = &config->policy->defaultGroup();
   config->allow_private = proto.allow_private();
   absl::Status status =
       parseRanges(proto.allow(), absl::StrFormat("%s.typed_config.allow", path), config->allow);
@@ -214,6 +264,8 @@ absl::StatusOr<DestGuardConfigSharedPtr> buildConfig(
                     "Requests refused: sluice's own sockets or an address of its host.");
   config->stats.resolve_failed =
       store.counter("dest_guard.resolve_failed", "Requests refused: the name did not resolve.");
+  config->stats.blocked_policy = store.counter(
+      "dest_guard.blocked_policy", "Requests refused: a rule of the request's policy group.");
   return DestGuardConfigSharedPtr(std::move(config));
 }
 
@@ -221,20 +273,49 @@ DestGuardFilter::~DestGuardFilter() { onRequestEnd(); }
 
 proxy::RequestFilterStatus DestGuardFilter::onRequest(proxy::ProxyRequest& request) {
   request_ = &request;
-  // A retried request comes back with the previous run's pins: check afresh.
+  // A retried request comes back with the previous run's pins and verdicts: check afresh.
   request.pinned_count = 0;
+  request.policy_rule = {};
+  request.policy_report_only = false;
+  if (request.group == nullptr) request.group = config_->default_group;
+  rules_ = request.group->rules.inactive() ? nullptr : &request.group->rules;
+
+  network::Address literal;
+  std::string_view zone;
+  const bool is_literal = network::parseIpLiteral(request.host, literal, &zone);
+  if (request.kind == proxy::RequestKind::Bind && is_literal && isUnspecified(literal)) {
+    // A SOCKS5 BIND for any peer: no destination to check, but the rules may refuse the BIND
+    // itself (kind socks5-bind); those that need the peer's address are checked by the codec
+    // on the peer that connects.
+    if (rules_ != nullptr) {
+      destination_ = policy::Destination{{}, request.port, policy::Kind::Socks5Bind};
+      name_check_ = rules_->checkName(destination_);
+      if (!name_check_.needsAddresses() && !enforce(policy::Decision{name_check_.decided, false})) {
+        return proxy::RequestFilterStatus::StopIteration;
+      }
+    }
+    return proxy::RequestFilterStatus::Continue;
+  }
   if (!config_->portAllowed(request.port)) {
     config_->stats.blocked_port.inc();
     callbacks_->deny(proxy::Denial::Forbidden, kReasonPort);
     return proxy::RequestFilterStatus::StopIteration;
   }
+  if (rules_ != nullptr) {
+    // The name first: a rule that needs no address decides before any lookup.
+    destination_ = policy::Destination{is_literal ? std::string_view() : request.host, request.port,
+                                       policyKind(request)};
+    name_check_ = rules_->checkName(destination_);
+    if (!name_check_.needsAddresses() && !enforce(policy::Decision{name_check_.decided, false})) {
+      return proxy::RequestFilterStatus::StopIteration;
+    }
+  }
 
-  network::Address literal;
-  std::string_view zone;
-  if (network::parseIpLiteral(request.host, literal, &zone)) {
+  if (is_literal) {
     literal.setPort(request.port);
     // A refused address gets its own reason, whatever its zone says.
-    if (!zone.empty() && config_->check(literal, transport()) == Verdict::Allowed &&
+    if (!zone.empty() &&
+        config_->check(literal, transport(), opening(literal)) == Verdict::Allowed &&
         !applyZone(zone, literal)) {
       return proxy::RequestFilterStatus::StopIteration;
     }
@@ -282,11 +363,63 @@ void DestGuardFilter::onResolved(const absl::Status& status,
   if (admitted) callbacks_->continueRequest();
 }
 
+const std::vector<network::CidrRange>* DestGuardFilter::opening(
+    const network::Address& address) const {
+  // A report-only group changes nothing about what is served: its rules open nothing.
+  if (rules_ == nullptr || !name_check_.needsAddresses() || rules_->reportOnly()) return nullptr;
+  const policy::Decision d = rules_->checkAddress(destination_, name_check_, address);
+  return d.opens() ? &d.rule->cidrs : nullptr;
+}
+
+bool DestGuardFilter::enforce(const policy::Decision& decision) {
+  const policy::RuleStats& stats = rules_->stats();
+  if (decision.allows()) {
+    stats.allowed.inc();
+    return true;
+  }
+  request_->policy_rule = decision.rule->name;
+  if (rules_->reportOnly()) {
+    stats.report_only.inc();
+    request_->policy_report_only = true;
+    return true;
+  }
+  stats.denied.inc();
+  config_->stats.blocked_policy.inc();
+  // Refused for an address (by a rule's cidrs), or for what the request is.
+  if (decision.by_cidr) request_->denial_cause = proxy::DenialCause::DestinationAddress;
+  callbacks_->deny(proxy::Denial::Forbidden, decision.rule->reason);
+  return false;
+}
+
 bool DestGuardFilter::admit(const network::Address* addresses, size_t count) {
+  // The cidrs that open each address (a resolver answers at most kMaxAddresses; past them, an
+  // address is looked up again).
+  // Filled (and read) only when the rules need the addresses: a request of a group without
+  // rules pays nothing for it.
+  const std::vector<network::CidrRange>* opens[dns::Resolver::kMaxAddresses];
+  const bool may_open = rules_ != nullptr && name_check_.needsAddresses() && !rules_->reportOnly();
+  if (rules_ != nullptr && name_check_.needsAddresses()) {
+    // Every address on its own: the request is refused if a rule refuses any of them.
+    policy::Decision verdict;
+    for (size_t i = 0; i < count; ++i) {
+      const policy::Decision d = rules_->checkAddress(destination_, name_check_, addresses[i]);
+      if (i < dns::Resolver::kMaxAddresses) opens[i] = d.opens() ? &d.rule->cidrs : nullptr;
+      if (!d.allows()) {
+        if (verdict.rule == nullptr || verdict.allows()) verdict = d;
+        continue;
+      }
+      if (verdict.rule == nullptr) verdict = d;
+    }
+    if (verdict.rule != nullptr && !enforce(verdict)) return false;
+  }
   for (size_t i = 0; i < count; ++i) {
     network::Address address = addresses[i];
     address.setPort(request_->port);
-    switch (config_->check(address, transport())) {
+    const std::vector<network::CidrRange>* opening_ranges = !may_open ? nullptr
+                                                            : i < dns::Resolver::kMaxAddresses
+                                                                ? opens[i]
+                                                                : opening(address);
+    switch (config_->check(address, transport(), opening_ranges)) {
       case Verdict::Allowed:
         continue;
       case Verdict::Private:

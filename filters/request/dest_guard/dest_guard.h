@@ -14,6 +14,9 @@
 #include "source/common/network/cidr.h"
 #include "source/common/network/local_host.h"
 #include "source/common/network/port_range.h"
+#include "source/common/policy/enforcement.h"
+#include "source/common/policy/policy.h"
+#include "source/common/policy/rules.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
 
@@ -34,12 +37,13 @@ struct DestGuardStats {
   stats::Counter blocked_port;     // a port outside allowed_ports
   stats::Counter blocked_self;     // sluice's own sockets, or an address of its host
   stats::Counter resolve_failed;   // the name did not resolve (or a zone id names no interface)
+  stats::Counter blocked_policy;   // a rule of the request's policy group
 };
 
 // What the check says about one destination address.
 enum class Verdict : uint8_t { Allowed, Private, Denied, Self };
 
-struct DestGuardConfig {
+struct DestGuardConfig : public policy::DestinationGuard {
   bool allow_private = false;
   std::vector<network::CidrRange> allow;
   std::vector<network::CidrRange> deny;
@@ -55,20 +59,38 @@ struct DestGuardConfig {
   // The ports sluice holds for its clients (SOCKS5 BIND and UDP relays).
   const network::OwnPorts* own_ports = &network::OwnPorts::get();
   DestGuardStats stats;
+  // The groups of keys: a request without one (no Authenticate filter ran) is in the default
+  // group, whose rules apply to it.
+  policy::PolicySharedPtr policy = policy::Policy::empty();
+  const policy::Group* default_group = &policy->defaultGroup();
 
   bool portAllowed(uint16_t port) const;
   // `address` carries the destination port (it matters for the self check); `transport` is
-  // how it will be reached (UDP for a SOCKS5 relay's datagrams).
+  // how it will be reached (UDP for a SOCKS5 relay's datagrams). `opening`: the cidrs of an
+  // allow rule of the request's policy group that matched the address; they open what they
+  // hold as `allow` ranges do, for this request only (never a deny range, never sluice itself).
   Verdict check(const network::Address& address,
-                network::OwnPorts::Transport transport = network::OwnPorts::Transport::Tcp) const;
+                network::OwnPorts::Transport transport = network::OwnPorts::Transport::Tcp,
+                const std::vector<network::CidrRange>* opening = nullptr) const;
+
+  // policy::DestinationGuard
+  std::string_view portRefusal(uint16_t port) const override;
+  std::string_view addressRefusal(const network::Address& address, bool datagram,
+                                  const std::vector<network::CidrRange>* opening) const override;
 
  private:
   // Whether the address reaches this host: loopback, unspecified, or one of its interfaces.
   bool isLocal(const network::Address& address) const;
   bool isSelf(const network::Address& address, network::OwnPorts::Transport transport) const;
   // The ranges' verdict on one address, as it is (no embedded IPv4 considered).
-  Verdict rangeVerdict(const network::Address& address) const;
+  Verdict rangeVerdict(const network::Address& address,
+                       const std::vector<network::CidrRange>* opening) const;
 };
+
+// The reason a verdict gives a client (empty for Allowed).
+std::string_view verdictReason(Verdict verdict);
+// What the rules call the kind of `request`.
+policy::Kind policyKind(const proxy::ProxyRequest& request);
 using DestGuardConfigSharedPtr = std::shared_ptr<const DestGuardConfig>;
 
 // The ranges refused unless allow_private or an `allow` range opens them.
@@ -76,15 +98,19 @@ const std::vector<network::CidrRange>& internalRanges();
 
 // Validates `proto` (errors name `path`) and builds the shared config; registers the stats.
 // `local_addresses` are sluice's own listen addresses; `host` the host's interface addresses
-// (it must outlive the config).
+// (it must outlive the config); `policy` the config's groups (null: only the implicit default).
 absl::StatusOr<DestGuardConfigSharedPtr> buildConfig(
     const sluice::filters::v1::DestGuardConfig& proto,
     const std::vector<network::Address>& local_addresses, std::string_view path,
-    const network::HostAddresses& host = network::HostAddresses::get());
+    const network::HostAddresses& host = network::HostAddresses::get(),
+    policy::PolicySharedPtr policy = nullptr);
 
 // "sluice.dest_guard": refuses a request whose port is not allowed or whose destination is, or
 // resolves to, any refused address; otherwise pins the checked addresses for the router.
-// Literal addresses in any notation are normalised first and never sent to DNS.
+// Literal addresses in any notation are normalised first and never sent to DNS. It enforces
+// the rules of the request's policy group too: on the name before the lookup, then on every
+// address (a rule's refusal is a 403 naming it; in a report-only group it is counted and
+// recorded, and the request goes on).
 class DestGuardFilter : public proxy::RequestFilter {
  public:
   explicit DestGuardFilter(DestGuardConfigSharedPtr config) : config_(std::move(config)) {}
@@ -96,8 +122,15 @@ class DestGuardFilter : public proxy::RequestFilter {
 
  private:
   void onResolved(const absl::Status& status, const std::vector<network::Address>& addresses);
-  // Checks every address; pins them and returns true, or denies and returns false.
+  // Checks every address (the rules, then the built-in checks); pins them and returns true, or
+  // denies and returns false.
   bool admit(const network::Address* addresses, size_t count);
+  // The cidrs of the allow rule that matched `address` by them (null when none, or when the
+  // group is report-only: its rules open nothing).
+  const std::vector<network::CidrRange>* opening(const network::Address& address) const;
+  // Applies the rules' decision for the whole request: counts it; a refusal denies the request
+  // (false) unless the group is report-only, which records the rule and goes on (true).
+  bool enforce(const policy::Decision& decision);
   // Sets the interface of a link-local literal; false (and denied) when there is none.
   bool applyZone(std::string_view zone, network::Address& address);
   network::OwnPorts::Transport transport() const {
@@ -107,6 +140,11 @@ class DestGuardFilter : public proxy::RequestFilter {
 
   DestGuardConfigSharedPtr config_;
   proxy::ProxyRequest* request_ = nullptr;
+  // The rules of the request's group (null when it has none to check), the destination as they
+  // see it and their answer before the lookup.
+  const policy::RuleSet* rules_ = nullptr;
+  policy::Destination destination_;
+  policy::NameCheck name_check_;
   dns::Resolver::Query* query_ = nullptr;
   // An answer that arrives while onRequest is still on the stack is returned from it instead of
   // resuming the chain.

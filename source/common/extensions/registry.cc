@@ -66,15 +66,13 @@ template absl::StatusOr<ResolvedFilter<RequestFilterFactory>> resolveFilter(
 template absl::StatusOr<ResolvedFilter<TransportSocketConfigFactory>> resolveFilter(
     const config::v1::Filter&, std::string_view);
 
-absl::StatusOr<std::vector<proxy::RequestFilterSpec>> createRequestFilterFactories(
-    const google::protobuf::RepeatedPtrField<config::v1::Filter>& filters,
-    FactoryContext& context) {
+namespace {
+
+// The filters of one list, each built and checked for its place (phase order, the router last).
+absl::StatusOr<std::vector<proxy::RequestFilterSpec>> createRequestFilterList(
+    const google::protobuf::RepeatedPtrField<config::v1::Filter>& filters, FactoryContext& context,
+    const std::string& base) {
   std::vector<proxy::RequestFilterSpec> out;
-  const std::string base = context.path;
-  if (filters.empty()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s.request_filters: empty; the last request filter must be sluice.router", base));
-  }
   for (int i = 0; i < filters.size(); ++i) {
     std::string path = absl::StrFormat("%s.request_filters[%d]", base, i);
     auto resolved = resolveFilter<RequestFilterFactory>(filters[i], path);
@@ -105,6 +103,37 @@ absl::StatusOr<std::vector<proxy::RequestFilterSpec>> createRequestFilterFactori
     out.push_back(std::move(spec));
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<proxy::RequestFilterSpec>> createRequestFilterFactories(
+    const google::protobuf::RepeatedPtrField<config::v1::Filter>& filters,
+    FactoryContext& context) {
+  const std::string base = context.path;
+  if (filters.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s.request_filters: empty; the last request filter must be sluice.router", base));
+  }
+  auto list = std::make_shared<policy::FilterListPolicy>();
+  list->path = base + ".request_filters";
+  policy::FilterListPolicy* const outer = context.filter_list;
+  context.filter_list = list.get();
+  auto built = createRequestFilterList(filters, context, base);
+  context.filter_list = outer;
+  if (!built.ok()) return built.status();
+  // A group's rules hold wherever its keys get in: a list that lets them in checks them.
+  const policy::Policy& policy =
+      context.policy != nullptr ? *context.policy : *policy::Policy::empty();
+  if (const policy::Group* group = list->unenforcedGroup(policy)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: requests of policy group \"%s\" (which has rules) get in through these filters, "
+        "but no sluice.dest_guard is among them to enforce the rules: add sluice.dest_guard "
+        "after sluice.auth",
+        list->path, group->name));
+  }
+  if (context.filter_lists != nullptr) context.filter_lists->push_back(std::move(list));
+  return built;
 }
 
 std::string describeLinked() {

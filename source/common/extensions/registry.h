@@ -13,6 +13,7 @@
 #include "api/sluice/config/v1/bootstrap.pb.h"
 #include "source/common/network/filter.h"
 #include "source/common/network/transport_socket.h"
+#include "source/common/policy/enforcement.h"
 #include "source/common/policy/policy.h"
 #include "source/common/proxy/grants.h"
 #include "source/common/proxy/request_filter.h"
@@ -53,6 +54,12 @@ struct FactoryContext {
   // The config's groups of keys (Bootstrap.policy): sluice.auth gives each key its group.
   // Null outside a server config (tests, tools): only the implicit default group exists.
   policy::PolicySharedPtr policy = nullptr;
+  // While a list of request filters is built: what it does about the policy (sluice.auth
+  // records its keys' groups, sluice.dest_guard that it enforces their rules). Null otherwise.
+  policy::FilterListPolicy* filter_list = nullptr;
+  // Where each list of request filters built for the listener leaves its record (null: nowhere),
+  // for `sluice policy explain`.
+  std::vector<policy::FilterListPolicySharedPtr>* filter_lists = nullptr;
   // The parent proxies and routes (Bootstrap.parents, .routes) sluice.router follows. Null: none.
   upstream::RoutesSharedPtr routes = nullptr;
 };

@@ -65,17 +65,10 @@ absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
       return absl::InvalidArgumentError(
           absl::StrFormat("%s.name: \"%s\" is used twice", path, in.name()));
     }
-    // Parts of a group this build does not enforce yet are refused, never silently ignored.
-    for (const auto& [set, field] : {std::pair<bool, const char*>{in.rules_size() > 0, "rules"},
-                                     {!in.default_action().empty(), "default_action"},
-                                     {in.report_only(), "report_only"}}) {
-      if (set) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s.%s: not supported by this build of sluice", path, field));
-      }
-    }
     auto group = std::make_shared<Group>();
     group->name = in.name();
+    absl::Status rules = buildRuleSet(in, path, group->rules);
+    if (!rules.ok()) return rules;
     auto limiters = GroupLimiters::build(in.name(), in, path, running_limiters(in.name()));
     if (!limiters.ok()) return limiters.status();
     group->limiters = std::move(*limiters);

@@ -10,6 +10,7 @@
 #include "api/sluice/config/v1/bootstrap.pb.h"
 #include "source/common/policy/egress.h"
 #include "source/common/policy/limits.h"
+#include "source/common/policy/rules.h"
 
 namespace sluice {
 namespace policy {
@@ -23,6 +24,8 @@ inline constexpr size_t kMaxGroupNameLength = 64;
 // read-only on the workers afterwards.
 struct Group {
   std::string name;
+  // What the group's keys may reach: its rules, default_action and report_only.
+  RuleSet rules;
   // Its rate and concurrency limits and those of each of its keys (policy/limits.h).
   std::unique_ptr<GroupLimiters> limiters;
   // The source addresses its requests leave from (docs/policy-egress.md).

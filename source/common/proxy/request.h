@@ -93,9 +93,14 @@ struct ProxyRequest {
   // before it gets its upstream; what it becomes holds the grant for the revocation sweep.
   const KeyGrant* grant = nullptr;
   // The policy group of the key (or the default group when the listener has no keys), set by
-  // the Authenticate filter; the config that holds it outlives the request. Null: no
-  // Authenticate filter ran, no policy applies.
+  // the Authenticate filter; the config that holds it outlives the request. Null when no
+  // Authenticate filter ran: sluice.dest_guard then sets the default group, whose rules apply.
   const policy::Group* group = nullptr;
+  // The policy rule that refused the request, or that would have in a report-only group (then
+  // `policy_report_only`, and the request is served), for its record; set by the filter that
+  // checks the rules (sluice.dest_guard). Config-owned. Empty: no rule refused it.
+  std::string_view policy_rule;
+  bool policy_report_only = false;
   // The rate and concurrency limits the key's requests are held to (its own and its group's),
   // set by the Authenticate filter with the group. The codec gives the slot its request keeps
   // its place under them in, for as long as the request and what it becomes run (its

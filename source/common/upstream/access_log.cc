@@ -145,7 +145,7 @@ class LineWriter {
 // Most bytes a line of this record can take: every text field escaped at 6 bytes a byte.
 size_t lineBound(const RequestRecord& r) {
   return 512 + 6 * (r.listener.size() + r.key.size() + r.method.size() + r.host.size() +
-                    r.path.size() + r.denial.size());
+                    r.path.size() + r.denial.size() + r.policy_rule.size());
 }
 
 // Formats with `fill` into `out`, through a per-thread scratch area (a line is appended in one
@@ -254,7 +254,11 @@ void appendJsonLine(std::string& out, const RequestRecord& r, int64_t now_ms) {
     w.jsonString(r.denial);
     w.put(",\"proxy_status\":\"");
     w.put(r.proxy_status_error);
-    w.put("\"}\n");
+    w.put("\",\"policy_rule\":");
+    w.jsonString(r.policy_rule);
+    w.put(",\"policy_report_only\":");
+    w.put(r.policy_report_only ? "true" : "false");
+    w.put("}\n");
   });
 }
 
@@ -308,7 +312,14 @@ void appendSquidLine(std::string& out, const RequestRecord& r, int64_t now_ms) {
     } else {
       w.put(" HIER_NONE/-");
     }
-    w.put(" -\n");
+    w.put(" -");
+    // After Squid's ten fields, which its tools read by position: the rule that refused the
+    // request, or would have in a report-only group.
+    if (!r.policy_rule.empty()) {
+      w.put(r.policy_report_only ? " report_only_rule=" : " policy_rule=");
+      w.token(r.policy_rule);
+    }
+    w.put('\n');
   });
 }
 
@@ -370,7 +381,9 @@ bool AccessLog::wants(const RequestRecord& record) const {
     case AccessLogMode::Off:
       return false;
     case AccessLogMode::Errors:
-      return !record.denial.empty() || record.failure != FailureKind::None;
+      // A request a report-only rule would have refused is what a policy trial looks for.
+      return !record.denial.empty() || record.failure != FailureKind::None ||
+             !record.policy_rule.empty();
     case AccessLogMode::All:
       return true;
   }

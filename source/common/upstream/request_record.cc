@@ -96,6 +96,9 @@ std::string formatRecord(const RequestRecord& r) {
   addField(out, "denial", r.denial.empty() ? std::string_view("-") : r.denial);
   if (!r.path.empty()) addField(out, "path", r.path);
   if (!r.proxy_status_error.empty()) addField(out, "proxy_status", r.proxy_status_error);
+  if (!r.policy_rule.empty()) {
+    addField(out, r.policy_report_only ? "report_only_rule" : "policy_rule", r.policy_rule);
+  }
   return out;
 }
 
@@ -145,6 +148,8 @@ void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std:
   to_origin_ = from_origin_ = 0;
   status_ = 0;
   proxy_status_error_ = {};
+  policy_rule_ = {};
+  policy_report_only_ = false;
   failure_ = FailureKind::None;
   has_first_byte_ = false;
   open_ = true;
@@ -156,6 +161,7 @@ void RequestTrace::routed(const proxy::ProxyRequest& request) {
   resolve_ = request.resolve_time;
   connect_ = request.connect_time;
   upstream_ = request.upstream_address;
+  setPolicyRule(request.policy_rule, request.policy_report_only);
 }
 
 void RequestTrace::fail(std::string_view reason, FailureKind kind) {
@@ -203,6 +209,8 @@ RequestRecord RequestTrace::record(std::string_view listener, event::MonotonicTi
   r.denial = text.substr(prefixLength());
   r.failure = failure_;
   r.proxy_status_error = proxy_status_error_;
+  r.policy_rule = policy_rule_;
+  r.policy_report_only = policy_report_only_;
   return r;
 }
 

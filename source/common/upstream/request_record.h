@@ -41,6 +41,11 @@ struct RequestRecord {
   // The RFC 9209 error type of an answer sluice made itself (its Proxy-Status: "dns_error",
   // "http_request_denied", ...); empty for an origin's answer, a tunnel and SOCKS5.
   std::string_view proxy_status_error;
+  // The policy rule that refused the request, or (policy_report_only) would have in a
+  // report-only group, which served it; for a UDP association, the first of its destinations'.
+  // Empty when no rule refused.
+  std::string_view policy_rule;
+  bool policy_report_only = false;
 };
 
 // "http1", "http2", "socks5": a record's protocol as the debug line and the access log write it.
@@ -79,6 +84,13 @@ class RequestTrace {
   bool revoked() const { return grant_ != nullptr && grant_->revoked(); }
   // The RFC 9209 error type of the answer sluice made itself (a static string).
   void setProxyStatusError(std::string_view error) { proxy_status_error_ = error; }
+  // A policy rule (config-owned) refused, or in report-only would have refused, the request or
+  // one of its destinations; the first one counts (routed() takes the request's).
+  void setPolicyRule(std::string_view rule, bool report_only) {
+    if (!policy_rule_.empty() || rule.empty()) return;
+    policy_rule_ = rule;
+    policy_report_only_ = report_only;
+  }
   // The request was refused or failed (the reason is copied).
   void fail(std::string_view reason, FailureKind kind = FailureKind::None);
   void addBytes(uint64_t to_origin, uint64_t from_origin) {
@@ -107,6 +119,7 @@ class RequestTrace {
   std::string_view key_;
   const proxy::KeyGrant* grant_ = nullptr;
   std::string_view proxy_status_error_;
+  std::string_view policy_rule_;
   network::Address client_;
   network::Address upstream_;
   event::MonotonicTime start_{};
@@ -121,6 +134,7 @@ class RequestTrace {
   FailureKind failure_ = FailureKind::None;
   bool open_ = false;
   bool has_first_byte_ = false;
+  bool policy_report_only_ = false;
   policy::LimitSlot limit_slot_;
 
   // The longest path a record keeps (a longer one is cut).

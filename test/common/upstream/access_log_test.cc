@@ -49,7 +49,38 @@ TEST(AccessLogTest, JsonLineHasEveryField) {
             "\"bytes_to_origin\":79,\"bytes_from_origin\":1463,\"resolve_us\":-1,"
             "\"connect_us\":42,\"first_byte_us\":3099,\"total_us\":4731,"
             "\"upstream\":\"93.184.216.34:80\",\"failure\":\"none\",\"denial\":\"\","
-            "\"proxy_status\":\"\"}\n");
+            "\"proxy_status\":\"\",\"policy_rule\":\"\",\"policy_report_only\":false}\n");
+}
+
+TEST(AccessLogTest, PolicyRulesInBothFormats) {
+  RequestRecord refused = served();
+  refused.status = 403;
+  refused.upstream = network::Address();
+  refused.denial = "policy rule staff.rules[1]";
+  refused.policy_rule = "staff.rules[1]";
+  RequestRecord trial = served();
+  trial.policy_rule = "trial \"one\"";
+  trial.policy_report_only = true;
+  std::string out;
+  appendJsonLine(out, refused, kNowMs);
+  EXPECT_NE(out.find(",\"policy_rule\":\"staff.rules[1]\",\"policy_report_only\":false}\n"),
+            std::string::npos)
+      << out;
+  out.clear();
+  appendJsonLine(out, trial, kNowMs);
+  EXPECT_NE(out.find(",\"policy_rule\":\"trial \\\"one\\\"\",\"policy_report_only\":true}\n"),
+            std::string::npos)
+      << out;
+  out.clear();
+  appendSquidLine(out, refused, kNowMs);
+  EXPECT_EQ(out,
+            "1796141400.123      4 127.0.0.1 TCP_DENIED/403 1463 GET http://example.com:80/a?b=c "
+            "ci HIER_NONE/- - policy_rule=staff.rules[1]\n");
+  out.clear();
+  appendSquidLine(out, trial, kNowMs);
+  EXPECT_EQ(out,
+            "1796141400.123      4 127.0.0.1 TCP_MISS/200 1463 GET http://example.com:80/a?b=c "
+            "ci HIER_DIRECT/93.184.216.34 - report_only_rule=trial%\"one\"\n");
 }
 
 TEST(AccessLogTest, JsonEscapesWhatAClientSent) {
@@ -125,6 +156,10 @@ TEST(AccessLogTest, ModesChooseTheRecords) {
   refused.denial = "destination is a private address";
   EXPECT_FALSE(log.wants(served()));
   EXPECT_TRUE(log.wants(refused));
+  RequestRecord tried = served();
+  tried.policy_rule = "trial.rules[0]";
+  tried.policy_report_only = true;
+  EXPECT_TRUE(log.wants(tried));
   logRecord(served());
   logRecord(refused);
   log.stop();

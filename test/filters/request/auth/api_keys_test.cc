@@ -104,6 +104,47 @@ TEST(ParseApiKeysFileTest, GoodLines) {
   EXPECT_EQ(12, e[7].line);
 }
 
+TEST(ParseApiKeysFileTest, ATrailingGroupNamesTheKeysPolicyGroup) {
+  auto r = parseApiKeysFile(
+      "ci:key-one group=builders\n"
+      "bare-key\tgroup=staff  \n"
+      "sha256:" +
+          std::string(kAbcHex) +
+          "   group=ops\n"
+          "plain:key-two\n"
+          "spaced key group=x\n"
+          "groupie:group=inside\n",
+      "keys.txt");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(6u, r->size());
+  const auto& e = *r;
+  EXPECT_EQ("ci", e[0].name);
+  EXPECT_EQ("key-one", e[0].key);
+  EXPECT_EQ("builders", e[0].group);
+  EXPECT_EQ("bare-key", e[1].key);
+  EXPECT_EQ("staff", e[1].group);
+  EXPECT_EQ("sha256:" + std::string(kAbcHex), e[2].key);
+  EXPECT_EQ("ops", e[2].group);
+  EXPECT_EQ("key-two", e[3].key);
+  EXPECT_EQ("", e[3].group);
+  EXPECT_EQ("spaced key", e[4].key);
+  EXPECT_EQ("x", e[4].group);
+  // No blank before it: part of the key.
+  EXPECT_EQ("group=inside", e[5].key);
+  EXPECT_EQ("", e[5].group);
+}
+
+TEST(ParseApiKeysFileTest, BadGroupsNameTheLineAndNeverTheKey) {
+  EXPECT_EQ("keys.txt:2: group=: a group name of 1 to 64 characters",
+            parseError("a:k1\nb:supersecret group=\n"));
+  const std::string bad = parseError("a:supersecret group=no.dots\n");
+  EXPECT_EQ("keys.txt:1: group=: a group name is letters, digits, '_' and '-'", bad);
+  EXPECT_NE(std::string::npos,
+            parseError("a:k group=" + std::string(65, 'g')).find("keys.txt:1: group=: "));
+  // Only a group: the key is missing.
+  EXPECT_EQ("keys.txt:1: empty key", parseError("a: group=ci\n"));
+}
+
 TEST(ParseApiKeysFileTest, EmptyFileHasNoKeys) {
   auto r = parseApiKeysFile("", "k");
   ASSERT_TRUE(r.ok());

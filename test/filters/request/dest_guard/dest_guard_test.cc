@@ -464,6 +464,34 @@ TEST(DestGuardEmbeddedTest, OpeningATranslatorsRangeDoesNotOpenTheInternalAddres
   EXPECT_EQ(verdict(*defaults, "2001:0:4136:e378:8000:63bf:f7f7:f7f7"), "private");
 }
 
+TEST(DestGuardEmbeddedTest, ARulesCidrsOpenWhatTheyHoldAsAllowRangesDo) {
+  auto config = build(ConfigSpec().denyRanges({"127.0.0.9/32"}));
+  ASSERT_NE(config, nullptr);
+  auto ranges = [](std::vector<const char*> texts) {
+    std::vector<network::CidrRange> out;
+    for (const char* t : texts) out.push_back(*network::CidrRange::parse(t));
+    return out;
+  };
+  const auto loopback = ranges({"127.0.0.0/8"});
+  auto opened = [&](const std::vector<network::CidrRange>& r, const std::string& ip) {
+    return name(config->check(addr(ip), network::OwnPorts::Transport::Tcp, &r));
+  };
+  EXPECT_EQ(opened(loopback, "127.0.0.1"), "allowed");
+  EXPECT_EQ(opened(loopback, "::ffff:127.0.0.1"), "allowed");
+  EXPECT_EQ(opened(loopback, "10.0.0.1"), "private");
+  EXPECT_EQ(verdict(*config, "127.0.0.1"), "private");  // only for the request they open
+  EXPECT_EQ(opened(loopback, "127.0.0.9"), "denied");   // never a deny range
+  // A translator's prefix opens public IPv4 behind it, not the internal addresses.
+  const auto nat64 = ranges({"64:ff9b::/96"});
+  EXPECT_EQ(opened(nat64, "64:ff9b::808:808"), "allowed");
+  EXPECT_EQ(opened(nat64, "64:ff9b::a9fe:a9fe"), "private");
+  // The IPv4 range alone leaves the NAT64 prefix internal.
+  EXPECT_EQ(opened(ranges({"10.0.0.0/8"}), "64:ff9b::a00:1"), "private");
+  EXPECT_EQ(opened(ranges({"10.0.0.0/8", "64:ff9b::/96"}), "64:ff9b::a00:1"), "allowed");
+  EXPECT_EQ(config->addressRefusal(addr("127.0.0.1"), false, &loopback), "");
+  EXPECT_EQ(config->addressRefusal(addr("127.0.0.1"), false, nullptr), kReasonPrivate);
+}
+
 // ---------------------------------------------------------------------------------------------
 // ports
 
@@ -706,10 +734,12 @@ class DestGuardFilterTest : public ::testing::Test {
   }
 
   // Runs one request; returns "pinned a, b" or "denied <status>: <reason>" or "pending".
-  std::string run(const std::string& host, uint16_t port = 443) {
+  std::string run(const std::string& host, uint16_t port = 443,
+                  proxy::RequestKind kind = proxy::RequestKind::Tunnel) {
     host_ = host;
     request_ = proxy::ProxyRequest();
-    request_.kind = proxy::RequestKind::Tunnel;
+    request_.kind = kind;
+    request_.group = group_;
     request_.host = host_;
     request_.port = port;
     const int ready = sink_.ready;
@@ -762,6 +792,43 @@ class DestGuardFilterTest : public ::testing::Test {
   std::vector<std::string> pinned_;
   std::string host_;
   proxy::ProxyRequest request_;
+  const policy::Group* group_ = nullptr;
+  std::vector<policy::PolicySharedPtr> policies_;
+
+  // A group "g" of `yaml`-like rules: (action, hosts, cidrs) each.
+  struct RuleSpec {
+    const char* action;
+    std::vector<const char*> hosts;
+    std::vector<const char*> cidrs;
+    std::vector<const char*> kinds;
+  };
+  void useGroup(std::vector<RuleSpec> rules, bool report_only = false,
+                const char* default_action = "allow") {
+    config::v1::Policy proto;
+    config::v1::Group* g = proto.add_groups();
+    g->set_name("g");
+    g->set_report_only(report_only);
+    g->set_default_action(default_action);
+    for (const RuleSpec& r : rules) {
+      config::v1::PolicyRule* rule = g->add_rules();
+      rule->set_action(r.action);
+      for (const char* h : r.hosts) rule->add_hosts(h);
+      for (const char* c : r.cidrs) rule->add_cidrs(c);
+      for (const char* k : r.kinds) rule->add_kinds(k);
+    }
+    auto built = policy::buildPolicy(proto);
+    ASSERT_TRUE(built.ok()) << built.status();
+    policies_.push_back(*built);
+    group_ = policies_.back()->find("g");
+    // The counters are the process's: every test's group "g" shares them.
+    for (const char* which : {"allowed", "denied", "report_only"}) base_[which] = groupStat(which);
+  }
+  static uint64_t groupStat(const std::string& which) {
+    return stats::Store::get().counterValue("policy.group.g." + which);
+  }
+  // What the group's counter counted since the last useGroup().
+  uint64_t counted(const std::string& which) { return groupStat(which) - base_[which]; }
+  std::map<std::string, uint64_t> base_;
 };
 
 TEST_F(DestGuardFilterTest, EveryLiteralNotationOfLoopbackIsRefusedWithoutDns) {
@@ -937,6 +1004,81 @@ TEST_F(DestGuardFilterTest, EndingTheRequestCancelsTheLookup) {
   // evdns hands a cancelled request back on the next loop turn, which frees its context: without
   // that turn LeakSanitizer (tools/sanitize.sh) reports it.
   runUntil([] { return false; }, milliseconds(10));
+}
+
+TEST_F(DestGuardFilterTest, ARuleOnTheNameDecidesBeforeAnyLookup) {
+  makeChain(ConfigSpec());
+  useGroup({{"deny", {"*.test"}, {}, {}}, {"deny", {}, {"10.0.0.0/8"}, {}}});
+  const uint64_t blocked_policy = stats::Store::get().counterValue("dest_guard.blocked_policy");
+  const uint64_t before = resolverCalls();
+  EXPECT_EQ(run("good.test"), forbidden("policy rule g.rules[0]"));
+  EXPECT_EQ(resolverCalls(), before);
+  EXPECT_EQ(request_.policy_rule, "g.rules[0]");
+  EXPECT_FALSE(request_.policy_report_only);
+  EXPECT_EQ(request_.denial_cause, proxy::DenialCause::Unspecified);
+  EXPECT_EQ(stats::Store::get().counterValue("dest_guard.blocked_policy") - blocked_policy, 1u);
+  // An address is no name: the host rule does not see it, the cidr rule does.
+  EXPECT_EQ(run("8.8.8.8"), "pinned 8.8.8.8:443");
+  EXPECT_EQ(run("10.1.2.3"), forbidden("policy rule g.rules[1]"));
+  EXPECT_EQ(request_.denial_cause, proxy::DenialCause::DestinationAddress);
+}
+
+TEST_F(DestGuardFilterTest, OneRefusedAddressRefusesTheName) {
+  makeChain(ConfigSpec().allowPrivate());
+  useGroup({{"deny", {}, {"10.0.0.0/8"}, {}}, {"allow", {".test"}, {}, {}}}, false, "deny");
+  EXPECT_EQ(run("mixed.test"), forbidden("policy rule g.rules[0]"));
+  EXPECT_EQ(run("good.test"), "pinned 8.8.8.8:443");
+  EXPECT_EQ(run("evil.test"), "pinned 127.0.0.1:443");  // allow_private: the guard allows it
+  EXPECT_EQ(counted("denied"), 1u);
+  EXPECT_EQ(counted("allowed"), 2u);
+}
+
+TEST_F(DestGuardFilterTest, AnAllowRuleByCidrOpensOnlyWhatItHolds) {
+  makeChain(ConfigSpec().denyRanges({"127.0.0.9/32"}));
+  useGroup({{"allow", {}, {"127.0.0.0/8"}, {}}});
+  EXPECT_EQ(run("evil.test"), "pinned 127.0.0.1:443");
+  EXPECT_EQ(run("mapped.test"), "pinned [::ffff:127.0.0.1]:443");
+  EXPECT_EQ(run("mixed.test"), forbidden(kReasonPrivate));  // 10.0.0.1 is not in it
+  EXPECT_EQ(run("127.0.0.9"), forbidden(kReasonDenied));
+  // A group without the rule: the guard as always.
+  group_ = nullptr;
+  EXPECT_EQ(run("evil.test"), forbidden(kReasonPrivate));
+  // An allow by name opens nothing.
+  useGroup({{"allow", {"evil.test"}, {}, {}}});
+  EXPECT_EQ(run("evil.test"), forbidden(kReasonPrivate));
+}
+
+TEST_F(DestGuardFilterTest, ReportOnlyRecordsTheRuleAndOpensNothing) {
+  makeChain(ConfigSpec());
+  useGroup({{"deny", {"good.test"}, {}, {}}, {"allow", {}, {"127.0.0.0/8"}, {}}}, true);
+  EXPECT_EQ(run("good.test"), "pinned 8.8.8.8:443");
+  EXPECT_EQ(request_.policy_rule, "g.rules[0]");
+  EXPECT_TRUE(request_.policy_report_only);
+  EXPECT_EQ(run("evil.test"), forbidden(kReasonPrivate));
+  EXPECT_EQ(request_.policy_rule, "");
+  EXPECT_EQ(counted("report_only"), 1u);
+  EXPECT_EQ(counted("denied"), 0u);
+}
+
+TEST_F(DestGuardFilterTest, ABindForAnyPeerPassesTheRulesOnItsKind) {
+  makeChain(ConfigSpec());
+  // No rule on socks5-bind: nothing to check, nothing pinned (and no port check: DST.PORT 0).
+  EXPECT_EQ(run("0.0.0.0", 0, proxy::RequestKind::Bind), "pinned");
+  useGroup({{"deny", {}, {}, {"socks5-bind"}}});
+  EXPECT_EQ(run("0.0.0.0", 0, proxy::RequestKind::Bind), forbidden("policy rule g.rules[0]"));
+  EXPECT_EQ(run("::", 0, proxy::RequestKind::Bind), forbidden("policy rule g.rules[0]"));
+  // A rule that needs the peer's address leaves it to the peer that connects.
+  useGroup({{"deny", {}, {"127.0.0.0/8"}, {"socks5-bind"}}});
+  EXPECT_EQ(run("0.0.0.0", 0, proxy::RequestKind::Bind), "pinned");
+  EXPECT_EQ(counted("denied"), 0u);
+  // A named peer is a destination like any other.
+  EXPECT_EQ(run("127.0.0.1", 40000, proxy::RequestKind::Bind), forbidden("policy rule g.rules[0]"));
+}
+
+TEST_F(DestGuardFilterTest, ARequestWithoutAGroupIsInTheDefaultGroup) {
+  makeChain(ConfigSpec());
+  EXPECT_EQ(run("good.test"), "pinned 8.8.8.8:443");
+  EXPECT_EQ(request_.group, &config_->policy->defaultGroup());
 }
 
 }  // namespace
