@@ -28,7 +28,7 @@ struct Group {
   RuleSet rules;
   // Its rate and concurrency limits and those of each of its keys (policy/limits.h).
   std::unique_ptr<GroupLimiters> limiters;
-  // The source addresses its requests leave from (docs/policy-egress.md).
+  // The source addresses its requests leave from (docs/policy.md, "Egress addresses").
   GroupEgress egress;
 };
 using GroupSharedPtr = std::shared_ptr<const Group>;
