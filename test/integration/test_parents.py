@@ -565,3 +565,58 @@ def test_kept_alive_connections_to_parents(start_sluice, squid, dante, py_origin
     r = get(s2, f"http://127.0.0.1:{squid.port}/")  # Squid itself, as an origin: direct
     assert s2.stat("upstream.pool_reuse") == 0
     assert s2.stat("upstream.cx_connect_total") == 2
+
+
+def test_routes_by_host_pattern(start_sluice, squid, py_origin):
+    s = start_sluice(extra_short=parents_yaml(
+        [squid_parent(squid)], [{"hosts": '[".localhost"]', "parents": '["squid"]'}]))
+    r = get(s, f"http://localhost:{py_origin.port}/hello")
+    assert r.stdout.endswith(b"\n200"), r.describe()
+    # A host pattern never matches a destination given as an address: direct.
+    r = get(s, py_origin.url("/hello"))
+    assert r.stdout.endswith(b"\n200"), r.describe()
+    assert s.stat("upstream.parent.squid.requests") == 1
+
+
+def no_local_dns(full):
+    """sluice's own lookups find nothing: no hosts file, a name server that never answers."""
+    full["dns"] = {"resolvers": ["127.0.0.1:9"], "ignore_hosts_file": True, "timeout": "1s"}
+
+
+def test_resolve_parent_sends_the_name_to_the_parent(start_sluice, squid, py_origin):
+    s = start_sluice(extra_short=parents_yaml(
+        [squid_parent(squid)],
+        [{"hosts": '["localhost"]', "parents": '["squid"]', "resolve": "parent"}]),
+        patch=no_local_dns)
+    r = get(s, f"http://localhost:{py_origin.port}/hello")
+    assert r.stdout.startswith(b"hello") and r.stdout.endswith(b"\n200"), r.describe()
+    r = tunnel_get(s, f"http://localhost:{py_origin.port}/hello")
+    assert r.stdout.endswith(b"\n200 200"), r.describe()
+    log = squid.access_log()
+    assert f"http://localhost:{py_origin.port}/hello" in log, log
+    assert f"CONNECT localhost:{py_origin.port}" in log, log
+    assert s.stat("upstream.dns_fail") == 0
+    # The port is still the destination guard's: 25 is not an allowed port.
+    r = get(s, "http://localhost:25/")
+    assert r.stdout.endswith(b"\n403"), r.describe()
+
+
+def test_without_resolve_parent_sluice_must_resolve(start_sluice, squid, py_origin):
+    s = start_sluice(extra_short=parents_yaml(
+        [squid_parent(squid)], [{"hosts": '["localhost"]', "parents": '["squid"]'}]),
+        patch=no_local_dns)
+    r = get(s, f"http://localhost:{py_origin.port}/hello")
+    assert r.stdout.endswith(b"\n502"), r.describe()
+    assert s.stat("upstream.parent.squid.requests") == 0
+
+
+def test_resolve_parent_with_rules_that_need_addresses_is_refused(start_sluice, squid, py_origin):
+    groups = ("policy:\n  groups:\n    - name: default\n      rules:\n"
+              "        - {action: deny, cidrs: [\"10.0.0.0/8\"]}\n")
+    s = start_sluice(extra_short=groups + parents_yaml(
+        [squid_parent(squid)],
+        [{"hosts": '["localhost"]', "parents": '["squid"]', "resolve": "parent"}]),
+        patch=no_local_dns)
+    r = get(s, f"http://localhost:{py_origin.port}/hello")
+    assert r.stdout.endswith(b"\n403"), r.describe()
+    assert s.stat("upstream.parent.squid.requests") == 0

@@ -15,7 +15,7 @@ class DestGuardFactory : public extensions::FactoryBase<extensions::RequestFilte
       const sluice::filters::v1::DestGuardConfig& proto,
       extensions::FactoryContext& context) const override {
     auto config = buildConfig(proto, context.local_addresses, context.path,
-                              network::HostAddresses::get(), context.policy);
+                              network::HostAddresses::get(), context.policy, context.routes);
     if (!config.ok()) return config.status();
     DestGuardConfigSharedPtr shared = std::move(*config);
     // The rules of every group whose requests reach this filter are checked here.

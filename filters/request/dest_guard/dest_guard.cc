@@ -216,8 +216,10 @@ policy::Kind policyKind(const proxy::ProxyRequest& request) {
 absl::StatusOr<DestGuardConfigSharedPtr> buildConfig(
     const sluice::filters::v1::DestGuardConfig& proto,
     const std::vector<network::Address>& local_addresses, std::string_view path,
-    const network::HostAddresses& host, policy::PolicySharedPtr policy) {
+    const network::HostAddresses& host, policy::PolicySharedPtr policy,
+    upstream::RoutesSharedPtr routes) {
   auto config = std::make_shared<DestGuardConfig>();
+  if (routes != nullptr) config->routes = std::move(routes);
   config->host_addresses = &host;
   if (policy != nullptr) config->policy = std::move(policy);
   config->default_group = &config->policy->defaultGroup();
@@ -275,6 +277,7 @@ proxy::RequestFilterStatus DestGuardFilter::onRequest(proxy::ProxyRequest& reque
   request_ = &request;
   // A retried request comes back with the previous run's pins and verdicts: check afresh.
   request.pinned_count = 0;
+  request.parent_route = nullptr;
   request.policy_rule = {};
   request.policy_report_only = false;
   if (request.group == nullptr) request.group = config_->default_group;
@@ -321,6 +324,21 @@ proxy::RequestFilterStatus DestGuardFilter::onRequest(proxy::ProxyRequest& reque
     }
     return admit(&literal, 1) ? proxy::RequestFilterStatus::Continue
                               : proxy::RequestFilterStatus::StopIteration;
+  }
+
+  if (request.kind == proxy::RequestKind::Forward || request.kind == proxy::RequestKind::Tunnel) {
+    if (const upstream::Route* route = config_->routes->resolvedByParent(request)) {
+      // The parent resolves the name: the port and the name's rules are all there is to check
+      // (routing.md says why that is weaker). Rules that need the addresses cannot be met.
+      if (rules_ != nullptr && name_check_.needsAddresses()) {
+        config_->stats.blocked_denied.inc();
+        callbacks_->deny(proxy::Denial::Forbidden, kReasonParentResolves);
+        return proxy::RequestFilterStatus::StopIteration;
+      }
+      request.parent_route = route;
+      config_->stats.allowed.inc();
+      return proxy::RequestFilterStatus::Continue;
+    }
   }
 
   in_on_request_ = true;

@@ -19,6 +19,7 @@
 #include "source/common/policy/rules.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/routes.h"
 
 namespace sluice {
 namespace filters {
@@ -29,6 +30,9 @@ inline constexpr std::string_view kReasonPort = "destination port not allowed";
 inline constexpr std::string_view kReasonPrivate = "destination is a private address";
 inline constexpr std::string_view kReasonDenied = "destination is in a denied range";
 inline constexpr std::string_view kReasonSelf = "destination is sluice itself";
+inline constexpr std::string_view kReasonParentResolves =
+    "the group's policy rules need the destination's addresses, and its route's parent "
+    "resolves it";
 
 struct DestGuardStats {
   stats::Counter allowed;          // requests passed on, with their addresses pinned
@@ -63,6 +67,9 @@ struct DestGuardConfig : public policy::DestinationGuard {
   // group, whose rules apply to it.
   policy::PolicySharedPtr policy = policy::Policy::empty();
   const policy::Group* default_group = &policy->defaultGroup();
+  // The routes: a destination whose route has `resolve: parent` is not looked up here (its
+  // parent resolves it); its name and port are still checked.
+  upstream::RoutesSharedPtr routes = upstream::Routes::none();
 
   bool portAllowed(uint16_t port) const;
   // `address` carries the destination port (it matters for the self check); `transport` is
@@ -103,7 +110,7 @@ absl::StatusOr<DestGuardConfigSharedPtr> buildConfig(
     const sluice::filters::v1::DestGuardConfig& proto,
     const std::vector<network::Address>& local_addresses, std::string_view path,
     const network::HostAddresses& host = network::HostAddresses::get(),
-    policy::PolicySharedPtr policy = nullptr);
+    policy::PolicySharedPtr policy = nullptr, upstream::RoutesSharedPtr routes = nullptr);
 
 // "sluice.dest_guard": refuses a request whose port is not allowed or whose destination is, or
 // resolves to, any refused address; otherwise pins the checked addresses for the router.

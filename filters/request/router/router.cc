@@ -23,8 +23,10 @@ proxy::RequestFilterStatus RouterFilter::onRequest(proxy::ProxyRequest& request)
   request_ = &request;
   next_address_ = 0;
   unbindable_families_ = 0;
-  // Addresses an earlier filter checked (or an earlier attempt resolved) are dialled as they are.
-  if (request.pinned_count > 0) {
+  // Addresses an earlier filter checked (or an earlier attempt resolved) are dialled as they are;
+  // a destination its route's parent resolves is not looked up here at all.
+  if (request.pinned_count > 0 || request.parent_route != nullptr ||
+      (request.parent_route = config_->routes->resolvedByParent(request)) != nullptr) {
     route();
     return proxy::RequestFilterStatus::StopIteration;
   }
@@ -96,6 +98,10 @@ uint32_t keepReachable(network::Address* addresses, uint32_t count, const networ
 }
 
 void RouterFilter::route() {
+  if (request_->parent_route != nullptr) {
+    routeToNamingParent();
+    return;
+  }
   const uint32_t before = request_->pinned_count;
   request_->pinned_count = orderAddresses(request_->pinned, request_->pinned_count, config_->prefer,
                                           config_->only_family);
@@ -172,6 +178,33 @@ void RouterFilter::route() {
   connectNext();
 }
 
+void RouterFilter::routeToNamingParent() {
+  if (request_->host.size() > 255) {  // no DNS name is; SOCKS5 cannot carry one
+    callbacks_->deny(proxy::Denial::BadRequest, "destination name longer than 255 bytes");
+    return;
+  }
+  if (!slot_.held() && !config_->budget->admit(request_->client, slot_)) {
+    request_->denial_cause = proxy::DenialCause::ConnectionLimit;
+    callbacks_->deny(proxy::Denial::ServiceUnavailable, kClientUpstreamsFull);
+    return;
+  }
+  route_ = request_->parent_route;
+  if (!timer_) {
+    timer_ = std::make_unique<event::Timer>(callbacks_->worker().dispatcher(),
+                                            [this] { onConnectTimeout(); });
+  }
+  timer_->enable(config_->connect_timeout);
+  started_ = callbacks_->worker().dispatcher().now();
+  attempts_[0].slot = std::move(slot_);
+  target_ = network::Address();  // the parent gets request_->host
+  parents_tried_ = 0;
+  first_parent_ = route_->balance == upstream::Balance::RoundRobin
+                      ? route_->next.fetch_add(1, std::memory_order_relaxed) %
+                            static_cast<uint32_t>(route_->parents.size())
+                      : 0;
+  if (!nextParent()) callbacks_->deny(proxy::Denial::BadGateway, error_);
+}
+
 void RouterFilter::ready(network::ConnectionPtr connection, network::ConnectionSlot slot,
                          bool reused) {
   proxy::UpstreamInfo info = config_->upstream;
@@ -184,11 +217,19 @@ void RouterFilter::ready(network::ConnectionPtr connection, network::ConnectionS
   if (parent_ != nullptr) {
     // Kept apart from direct connections, under the parent (dialParent looks there).
     info.via = parent_->health->id();
-    if (parent_->protocol == upstream::ParentProtocol::Socks5) info.pool_destination = target_;
+    if (parent_->protocol == upstream::ParentProtocol::Socks5) {
+      info.pool_destination = target_;
+      // A tunnel to a name the parent resolved is kept for nobody: the name is not a key.
+      if (!target_.valid()) pool = nullptr;
+    }
     if (parent_->protocol == upstream::ParentProtocol::Http &&
         request_->kind == proxy::RequestKind::Forward) {
       info.via_http_parent = true;
       info.parent_target = target_;
+      if (!target_.valid()) {
+        info.parent_target_host = request_->host;
+        info.parent_target_port = request_->port;
+      }
       info.parent_authorization = parent_->auth.proxy_authorization;
     }
   }
@@ -286,8 +327,9 @@ void RouterFilter::dialParent() {
     const uint64_t via = parent_->health->id();
     for (uint32_t i = 0; i < dial_count_; ++i) {
       const network::Address* source = egress.sourceFor(dial_[i].family());
-      const network::Address& key =
-          parent_->protocol == upstream::ParentProtocol::Socks5 ? target_ : dial_[i];
+      const bool socks5 = parent_->protocol == upstream::ParentProtocol::Socks5;
+      if (socks5 && !target_.valid()) break;
+      const network::Address& key = socks5 ? target_ : dial_[i];
       network::ConnectionPtr pooled = callbacks_->worker().pool().acquire(
           key, source != nullptr ? *source : network::Address(), via);
       if (pooled) {

@@ -115,6 +115,8 @@ class RouterFilter : public proxy::RequestFilter, public upstream::ParentHandsha
   // Through parents: picks the next one to try (false when none is left), resolves it if it
   // is a name, and dials it.
   bool nextParent();
+  // A request whose route's parent resolves the destination (no addresses): its parents.
+  void routeToNamingParent();
   void onParentResolved(const absl::Status& status, const std::vector<network::Address>& addresses);
   void dialParent();
   // The parent could not be reached, or refused: counted in its health; the next one, or the

@@ -15,8 +15,9 @@ class KeyLimiter;
 class LimitSlot;
 }  // namespace policy
 namespace upstream {
+struct Route;
 struct TunnelStats;
-}
+}  // namespace upstream
 namespace proxy {
 
 enum class Protocol : uint8_t { Http1, Http2, Socks5 };
@@ -118,6 +119,9 @@ struct ProxyRequest {
   // differ from what was checked, and a retry needs no lookup.
   network::Address pinned[kMaxPinned];
   uint32_t pinned_count = 0;
+  // Set by the destination guard instead of pins when the request's route has `resolve:
+  // parent`: nothing was resolved here, and the router asks that route's parents for the name.
+  const upstream::Route* parent_route = nullptr;
   // Why the destination could not be reached (set with a BadGateway or GatewayTimeout denial
   // by the filter that found out: a failed lookup, a refused or timed-out connect), so each
   // codec can answer in its own terms (an HTTP status, a SOCKS5 reply code) without parsing

@@ -132,7 +132,13 @@ void OriginExchange::writeRequestHead(const OriginRequest& r, std::string_view w
   std::string absolute;
   std::string_view target = r.path;
   if (info.via_http_parent) {
-    absolute = "http://" + info.parent_target.asString();
+    if (info.parent_target.valid()) {
+      absolute = "http://" + info.parent_target.asString();
+    } else {
+      const bool ipv6 = info.parent_target_host.find(':') != std::string_view::npos;
+      absolute.append("http://").append(ipv6 ? "[" : "").append(info.parent_target_host);
+      absolute.append(ipv6 ? "]:" : ":").append(std::to_string(info.parent_target_port));
+    }
     absolute.append(r.path);
     target = absolute;
   }

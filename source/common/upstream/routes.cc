@@ -183,8 +183,7 @@ bool ParentHealth::recordFailure(event::MonotonicTime now, uint32_t max_failures
   return true;
 }
 
-bool Route::matches(const proxy::ProxyRequest& request, uint32_t& address) const {
-  address = 0;
+bool Route::matchesName(const proxy::ProxyRequest& request) const {
   if (!ports.empty()) {
     bool any = false;
     for (const network::PortRange& range : ports) any |= range.contains(request.port);
@@ -196,6 +195,25 @@ bool Route::matches(const proxy::ProxyRequest& request, uint32_t& address) const
     for (const std::string& group : groups) any |= group == request.group->name;
     if (!any) return false;
   }
+  if (!hosts.empty()) {
+    // A host pattern never matches a destination given as an address.
+    network::Address literal;
+    if (network::parseIpLiteral(request.host, literal)) return false;
+    bool any = false;
+    for (const policy::HostPattern& pattern : hosts) {
+      if (pattern.matches(request.host)) {
+        any = true;
+        break;
+      }
+    }
+    if (!any) return false;
+  }
+  return true;
+}
+
+bool Route::matches(const proxy::ProxyRequest& request, uint32_t& address) const {
+  address = 0;
+  if (!matchesName(request)) return false;
   if (cidrs.empty()) return true;
   for (uint32_t i = 0; i < request.pinned_count; ++i) {
     for (const network::CidrRange& range : cidrs) {
@@ -211,6 +229,16 @@ bool Route::matches(const proxy::ProxyRequest& request, uint32_t& address) const
 const Route* Routes::match(const proxy::ProxyRequest& request, uint32_t& address) const {
   for (const std::unique_ptr<Route>& route : routes_) {
     if (route->matches(request, address)) return route.get();
+  }
+  return nullptr;
+}
+
+const Route* Routes::resolvedByParent(const proxy::ProxyRequest& request) const {
+  for (const std::unique_ptr<Route>& route : routes_) {
+    if (!route->matchesName(request)) continue;
+    // A route that may match by address comes first: only a lookup can tell.
+    if (!route->cidrs.empty()) return nullptr;
+    return route->resolve_at_parent && !route->parents.empty() ? route.get() : nullptr;
   }
   return nullptr;
 }
@@ -256,8 +284,13 @@ absl::StatusOr<RoutesSharedPtr> buildRoutes(const config::v1::Bootstrap& bootstr
           path + ".name",
           absl::StrFormat("\"%s\" must be 1 to 64 letters, digits, '_' or '-'", in.name()));
     }
-    if (in.hosts_size() > 0) {
-      return pathError(path + ".hosts", "not supported by this build of sluice");
+    for (int j = 0; j < in.hosts_size(); ++j) {
+      auto pattern = policy::HostPattern::parse(in.hosts(j));
+      if (!pattern.ok()) {
+        return pathError(absl::StrFormat("%s.hosts[%d]", path, j),
+                         std::string(pattern.status().message()));
+      }
+      route->hosts.push_back(std::move(*pattern));
     }
     for (int j = 0; j < in.cidrs_size(); ++j) {
       auto range = network::CidrRange::parse(in.cidrs(j));
@@ -314,10 +347,16 @@ absl::StatusOr<RoutesSharedPtr> buildRoutes(const config::v1::Bootstrap& bootstr
       return pathError(path + ".balance",
                        absl::StrFormat("\"%s\" is not one of failover, round_robin", in.balance()));
     }
-    if (!in.resolve().empty() && in.resolve() != "local") {
-      if (in.resolve() == "parent") {
-        return pathError(path + ".resolve", "\"parent\" is not supported by this build of sluice");
+    if (in.resolve() == "parent") {
+      if (!route->cidrs.empty()) {
+        return pathError(path + ".resolve",
+                         "\"parent\" cannot go with cidrs: sluice does not resolve the name");
       }
+      if (route->parents.empty()) {
+        return pathError(path + ".resolve", "\"parent\" needs parents");
+      }
+      route->resolve_at_parent = true;
+    } else if (!in.resolve().empty() && in.resolve() != "local") {
       return pathError(path + ".resolve",
                        absl::StrFormat("\"%s\" is not one of local, parent", in.resolve()));
     }

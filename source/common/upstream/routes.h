@@ -16,6 +16,7 @@
 #include "source/common/network/cidr.h"
 #include "source/common/network/port_range.h"
 #include "source/common/network/transport_socket.h"
+#include "source/common/policy/rules.h"
 #include "source/common/proxy/request.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/parent_handshake.h"
@@ -78,17 +79,22 @@ enum class Balance : uint8_t { Failover, RoundRobin };
 
 struct Route {
   std::string name;
+  std::vector<policy::HostPattern> hosts;
   std::vector<network::CidrRange> cidrs;
   std::vector<network::PortRange> ports;
   std::vector<std::string> groups;
   std::vector<const Parent*> parents;  // empty: direct
   Balance balance = Balance::Failover;
+  // resolve: parent: the parent gets the destination's name (and no cidrs are allowed).
+  bool resolve_at_parent = false;
   // Round robin's next parent, shared by the workers (one relaxed increment per request).
   mutable std::atomic<uint32_t> next{0};
 
   // Whether the request matches; `address` is where its cidrs matched (the one to ask a parent
   // for), or the first address when the route has no cidrs.
   bool matches(const proxy::ProxyRequest& request, uint32_t& address) const;
+  // Whether every field but cidrs matches: the route can be told apart before any lookup.
+  bool matchesName(const proxy::ProxyRequest& request) const;
 };
 
 // The parents and routes of one config version, read-only on the workers (health and round
@@ -97,6 +103,10 @@ class Routes {
  public:
   // The first route the request matches, or null (direct). `address` as in Route::matches.
   const Route* match(const proxy::ProxyRequest& request, uint32_t& address) const;
+  // Before any lookup: the route of a request whose destination a parent resolves (the first
+  // route that matches on the name has `resolve: parent`), or null when sluice must resolve it
+  // (no such route, or a route with cidrs may match first).
+  const Route* resolvedByParent(const proxy::ProxyRequest& request) const;
   bool empty() const { return routes_.empty(); }
   const std::vector<std::unique_ptr<Parent>>& parents() const { return parents_; }
 

@@ -24,6 +24,10 @@ struct UpstreamInfo {
   // `parent_authorization` (config-owned; empty: none) as their Proxy-Authorization.
   bool via_http_parent = false;
   network::Address parent_target;
+  // Instead, when the route has `resolve: parent`: the name and port (the request's, valid
+  // while it runs).
+  std::string_view parent_target_host;
+  uint16_t parent_target_port = 0;
   std::string_view parent_authorization;
   // The egress address the connection was made from (invalid: the system's choice): with its
   // peer, where the pool keeps it.

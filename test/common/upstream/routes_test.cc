@@ -141,6 +141,22 @@ TEST(RoutesTest, ErrorsNameTheirPathAndNeverTheSecret) {
     addRoute(b, {"p"})->set_resolve("maybe");
     EXPECT_EQ(error(b), "routes[0].resolve: \"maybe\" is not one of local, parent");
   }
+  {
+    config::v1::Bootstrap b;
+    addParent(b, "p", "127.0.0.1:1");
+    config::v1::Route* r = addRoute(b, {"p"});
+    r->set_resolve("parent");
+    r->add_cidrs("10.0.0.0/8");
+    EXPECT_EQ(
+        error(b),
+        "routes[0].resolve: \"parent\" cannot go with cidrs: sluice does not resolve the name");
+  }
+  {
+    config::v1::Bootstrap b;
+    addParent(b, "p", "127.0.0.1:1");
+    addRoute(b, {"p"})->add_hosts("exa*mple.com");
+    EXPECT_NE(error(b).find("routes[0].hosts[0]: "), std::string::npos) << error(b);
+  }
 }
 
 TEST(RoutesTest, HttpsParentsSpeakHttpInsideTls) {
@@ -258,6 +274,38 @@ TEST(RoutesTest, FirstMatchingRouteByPortCidrAndGroup) {
   ASSERT_NE(route, nullptr);
   EXPECT_EQ(route->parents[0]->name, "b");
   EXPECT_EQ(at, 1u);
+}
+
+TEST(RoutesTest, HostsAndWhichRoutesTheParentResolves) {
+  config::v1::Bootstrap b;
+  addParent(b, "a", "127.0.0.1:1");
+  addParent(b, "b", "127.0.0.1:2");
+  config::v1::Route* internal = addRoute(b, {"a"});
+  internal->add_hosts(".corp.example");
+  internal->set_resolve("parent");
+  config::v1::Route* by_range = addRoute(b, {"b"});
+  by_range->add_cidrs("192.0.2.0/24");
+  addRoute(b, {"a"})->set_resolve("parent");  // everything else, named
+  auto routes = buildRoutes(b);
+  ASSERT_TRUE(routes.ok()) << routes.status();
+  proxy::ProxyRequest r;
+  r.host = "git.corp.example";
+  r.port = 443;
+  uint32_t at = 0;
+  const Route* route = (*routes)->resolvedByParent(r);
+  ASSERT_NE(route, nullptr);
+  EXPECT_EQ(route->parents[0]->name, "a");
+  EXPECT_EQ((*routes)->match(r, at), route);
+  // Past a route with cidrs the name cannot tell: sluice resolves.
+  r.host = "www.example.org";
+  EXPECT_EQ((*routes)->resolvedByParent(r), nullptr);
+  // An address is never a host pattern's.
+  r.host = "192.0.2.1";
+  r.pinned[0] = *network::Address::parseHostPort("192.0.2.1:443");
+  r.pinned_count = 1;
+  route = (*routes)->match(r, at);
+  ASSERT_NE(route, nullptr);
+  EXPECT_EQ(route->parents[0]->name, "b");
 }
 
 TEST(RoutesTest, HealthSkipsAfterMaxFailuresAndAReloadKeepsIt) {
