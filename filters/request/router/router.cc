@@ -116,6 +116,13 @@ void RouterFilter::route() {
   uint32_t at = 0;
   route_ = config_->routes->empty() ? nullptr : config_->routes->match(*request_, at);
   if (route_ != nullptr && route_->parents.empty()) route_ = nullptr;  // direct
+  if (route_ == nullptr && request_->kind == proxy::RequestKind::UdpAssociation) {
+    // Direct datagrams are the relay's own to send.
+    error_ =
+        absl::StrFormat("%s:%d: no route through a SOCKS5 parent", request_->host, request_->port);
+    callbacks_->deny(proxy::Denial::BadGateway, error_);
+    return;
+  }
   const network::Egress& egress = policy::egressOf(request_->group);
   if (route_ == nullptr) {
     // Direct: only destinations of the families the group's egress has (through a parent, it
@@ -181,7 +188,11 @@ void RouterFilter::ready(network::ConnectionPtr connection, network::ConnectionS
       policy::egressOf(request_->group).sourceFor(connection->peer().family());
   info.source = source != nullptr ? *source : network::Address();
   upstream::Pool* pool = &callbacks_->worker().pool();
-  if (parent_ != nullptr) {
+  if (request_->kind == proxy::RequestKind::UdpAssociation) {
+    // A control connection: it carries no requests, so it never goes to the pool.
+    pool = nullptr;
+    info.udp_relay = handshake_ ? handshake_->udpRelay() : network::Address();
+  } else if (parent_ != nullptr) {
     // Kept apart from direct connections, under the parent (dialParent looks there).
     info.via = parent_->health->id();
     if (parent_->protocol == upstream::ParentProtocol::Socks5) info.pool_destination = target_;
@@ -219,6 +230,12 @@ bool RouterFilter::nextParent() {
   }
   if (chosen == nullptr) return false;
   parent_ = chosen;
+  if (request_->kind == proxy::RequestKind::UdpAssociation &&
+      parent_->protocol != upstream::ParentProtocol::Socks5) {
+    // Only SOCKS5 carries datagrams: passed by, not the parent's failure.
+    error_ = absl::StrFormat("parent proxy %s cannot carry UDP (not SOCKS5)", parent_->name);
+    return nextParent();
+  }
   const network::Egress& egress = policy::egressOf(request_->group);
   if (parent_->literal.valid() && !egress.reaches(parent_->literal.family())) {
     // Not the parent's fault: no health mark, the next parent is tried.
@@ -458,7 +475,11 @@ void RouterFilter::onAttemptEvent(Attempt& attempt, network::ConnectionEvent eve
       retireHandshake();
       handshake_ =
           std::make_unique<upstream::ParentHandshake>(parent_->protocol, parent_->auth, *this);
-      handshake_->start(*handshaking_, target_, request_->host, request_->port);
+      if (request_->kind == proxy::RequestKind::UdpAssociation) {
+        handshake_->startUdpAssociate(*handshaking_);
+      } else {
+        handshake_->start(*handshaking_, target_, request_->host, request_->port);
+      }
       return;
     }
     if (parent_ != nullptr) parent_->health->recordSuccess();

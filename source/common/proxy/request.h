@@ -26,6 +26,9 @@ enum class RequestKind : uint8_t {
   Tunnel,    // a byte stream to host:port (HTTP CONNECT, SOCKS5 CONNECT)
   Datagram,  // UDP datagrams to host:port (a SOCKS5 UDP relay's destination): checked only
   Bind,      // the peer a SOCKS5 BIND waits for (host:port): checked only, never dialled
+  // A SOCKS5 UDP relay's association through a SOCKS5 parent, for a checked destination: the
+  // router dials only the route's SOCKS5 parents and asks for UDP ASSOCIATE.
+  UdpAssociation,
 };
 
 // What wraps the key in ProxyRequest::credential.
