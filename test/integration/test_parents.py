@@ -3,6 +3,7 @@ Dante for SOCKS5 with username/password) and of another sluice, chosen by routes
 and passive health. Every connection stays on loopback."""
 
 import atexit
+import json
 import re
 import socket
 import subprocess
@@ -508,6 +509,8 @@ def test_bad_parent_config_is_refused_with_its_path(tmp_path):
         ([{"name": "p", "address": "127.0.0.1:3128", "protocol": "socks5",
            "server_name": "localhost"}],
          [{"parents": '["p"]'}], "parents[0].server_name: only for https parents"),
+        ([{"name": "p", "address": "127.0.0.1:3128", "protocol": "http", "proxy_protocol": "v3"}],
+         [{"parents": '["p"]'}], "parents[0].proxy_protocol"),
     ]
     for parents, routes, path in cases:
         cfg = tmp_path / "c.yaml"
@@ -769,3 +772,101 @@ def test_udp_parent_association_ends_with_its_control_connection(start_sluice):
         c.close()
         u.close()
         parent.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# PROXY protocol toward parents
+
+
+def pp_parent(start_sluice, tmp_path, name, extra=""):
+    """A sluice that reads PROXY protocol from loopback and logs every request's client."""
+    log = tmp_path / f"{name}-access.log"
+    parent = start_sluice(extra_short=extra + "proxy_protocol:\n  trusted_cidrs: [127.0.0.1/32]\n"
+                          f"access_log:\n  mode: all\n  format: json\n  path: {log}\n")
+    parent.access_log = log
+    return parent
+
+
+def parent_records(parent, count):
+    deadline = time.time() + 5
+    lines = []
+    while time.time() < deadline:
+        lines = parent.access_log.read_text().splitlines() if parent.access_log.exists() else []
+        if len(lines) >= count:
+            break
+        time.sleep(0.05)
+    return [json.loads(line) for line in lines]
+
+
+def raw_client_request(front, request):
+    """Sends `request` from a socket whose port is known; (its address, the answer)."""
+    c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    c.bind(("127.0.0.1", 0))
+    c.settimeout(5)
+    c.connect(("127.0.0.1", front.port))
+    c.sendall(request)
+    answer = b""
+    while True:  # every request says Connection: close
+        chunk = c.recv(65536)
+        if not chunk:
+            break
+        answer += chunk
+    address = "%s:%d" % c.getsockname()
+    c.close()
+    return address, answer
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_proxy_protocol_to_a_parent_names_the_original_client(start_sluice, py_origin, tmp_path,
+                                                               version):
+    parent = pp_parent(start_sluice, tmp_path, "parent")
+    front = start_sluice(extra_short=parents_yaml(
+        [{"name": "upper", "address": f"127.0.0.1:{parent.port}", "protocol": "http",
+          "username": "front", "password": parent.key, "proxy_protocol": version}],
+        [{"parents": '["upper"]'}]))
+    auth = basic_auth(front.key)
+    url = py_origin.url("/hello")
+    clients = []
+    # Two clients, one after the other: the second must not get the first's connection (and
+    # with it the first's header).
+    for _ in range(2):
+        address, answer = raw_client_request(
+            front, f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1:{py_origin.port}\r\n"
+                   f"Proxy-Authorization: {auth}\r\nConnection: close\r\n\r\n".encode())
+        assert answer.startswith(b"HTTP/1.1 200") and b"hello" in answer, answer
+        clients.append(address)
+    # A tunnel too.
+    authority = f"127.0.0.1:{py_origin.port}"
+    address, answer = raw_client_request(
+        front, f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n"
+               f"Proxy-Authorization: {auth}\r\n\r\n"
+               f"GET /hello HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    clients.append(address)
+    records = parent_records(parent, 3)
+    assert [r["client"] for r in records] == clients, (records, clients)
+    assert parent.stat("listener.http.proxy_protocol.accepted") == 3
+    assert front.stat("upstream.parent.upper.failures") == 0
+
+
+def test_proxy_protocol_to_an_https_parent_goes_before_tls(start_sluice, certs, py_origin,
+                                                           tmp_path):
+    d = certs["dir"]
+    tls_port = free_port()
+    parent = pp_parent(start_sluice, tmp_path, "tls-parent",
+                       extra=f"tls:\n  listen: 127.0.0.1:{tls_port}\n"
+                             f"  cert: {d / 'server-chain.pem'}\n  key: {d / 'server.key'}\n")
+    parent.tls_port = tls_port
+    front = start_sluice(extra_short=parents_yaml(
+        [https_parent(parent, proxy_protocol="v2", ca_file=str(d / "ca.pem"))],
+        [{"parents": '["upper"]'}]))
+    auth = basic_auth(front.key)
+    url = py_origin.url("/hello")
+    address, answer = raw_client_request(
+        front, f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1:{py_origin.port}\r\n"
+               f"Proxy-Authorization: {auth}\r\nConnection: close\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 200") and b"hello" in answer, answer
+    records = parent_records(parent, 1)
+    assert [r["client"] for r in records] == [address], records
+    assert parent.stat("listener.https.proxy_protocol.accepted") == 1
+

@@ -898,6 +898,7 @@ void Socks5Filter::authorize() {
   hs_->request.protocol = proxy::Protocol::Socks5;
   hs_->request.kind = proxy::RequestKind::Tunnel;
   hs_->request.client = downstream().peer();
+  hs_->request.client_fd = downstream().fd();
   if (!config_->has_authenticate_phase) {
     onAuthorized();
     return;

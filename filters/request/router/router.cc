@@ -3,11 +3,13 @@
 #include <cstring>
 
 #include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
 #include "source/common/common/logger.h"
+#include "source/common/network/proxy_protocol.h"
 #include "source/common/policy/policy.h"
 #include "source/common/upstream/pool.h"
 
@@ -19,8 +21,23 @@ RouterFilter::RouterFilter(RouterConfigSharedPtr config) : config_(std::move(con
 
 RouterFilter::~RouterFilter() { onRequestEnd(); }
 
+const network::Address& RouterFilter::clientLocal() {
+  if (!client_local_known_) {
+    client_local_known_ = true;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (request_->client_fd >= 0 &&
+        ::getsockname(request_->client_fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      client_local_ = network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len);
+    }
+  }
+  return client_local_;
+}
+
 proxy::RequestFilterStatus RouterFilter::onRequest(proxy::ProxyRequest& request) {
   request_ = &request;
+  client_local_known_ = false;
+  client_local_ = network::Address();
   next_address_ = 0;
   unbindable_families_ = 0;
   // Addresses an earlier filter checked (or an earlier attempt resolved) are dialled as they are.
@@ -193,6 +210,8 @@ void RouterFilter::ready(network::ConnectionPtr connection, network::ConnectionS
     pool = nullptr;
     info.udp_relay = handshake_ ? handshake_->udpRelay() : network::Address();
   } else if (parent_ != nullptr) {
+    // Its first bytes named this request's client: no other request may take it.
+    if (parent_->proxy_protocol != 0) pool = nullptr;
     // Kept apart from direct connections, under the parent (dialParent looks there).
     info.via = parent_->health->id();
     if (parent_->protocol == upstream::ParentProtocol::Socks5) info.pool_destination = target_;
@@ -296,7 +315,8 @@ void RouterFilter::onParentResolved(const absl::Status& status,
 }
 
 void RouterFilter::dialParent() {
-  if (request_->kind == proxy::RequestKind::Forward && !request_->fresh_connection) {
+  if (request_->kind == proxy::RequestKind::Forward && !request_->fresh_connection &&
+      parent_->proxy_protocol == 0) {
     // A kept-alive connection through this parent: to it (an HTTP parent takes requests for
     // any destination), or a SOCKS5 parent's tunnel to this very destination.
     const network::Egress& egress = policy::egressOf(request_->group);
@@ -372,6 +392,11 @@ bool RouterFilter::startAttempt(Attempt& attempt) {
     if (attempt.connection) {
       if (source != nullptr) group_egress->cx.inc();
       attempt.connection->setCallbacks(&attempt);
+      // A parent that asks for PROXY protocol hears whose connection it is first, before TLS.
+      if (parent_ != nullptr && parent_->proxy_protocol != 0) {
+        attempt.connection->setConnectPrefix(
+            network::writeProxyHeader(parent_->proxy_protocol, request_->client, clientLocal()));
+      }
       // An https parent: TLS first, and Connected once its handshake is done.
       if (parent_ != nullptr && parent_->transport != nullptr) {
         attempt.connection->setTransportSocket(parent_->transport->createTransportSocket());
