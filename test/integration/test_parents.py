@@ -717,12 +717,17 @@ class ScriptedUdpParent:
             t.start()
 
     def _tcp(self):
-        conn, _ = self.listener.accept()
-        self.control = conn
-        conn.recv(3)  # 05 01 00
-        conn.sendall(b"\x05\x00")
-        self.request = conn.recv(10)
-        conn.sendall(b"\x05\x00\x00" + encode_addr(*self.udp.getsockname()))
+        self.listener.settimeout(0.2)
+        while not self._stop:
+            try:
+                conn, _ = self.listener.accept()
+            except (socket.timeout, OSError):
+                continue
+            self.control = conn
+            conn.recv(3)  # 05 01 00
+            conn.sendall(b"\x05\x00")
+            self.request = conn.recv(10)
+            conn.sendall(b"\x05\x00\x00" + encode_addr(*self.udp.getsockname()))
 
     def _udp(self):
         while not self._stop:
@@ -768,6 +773,12 @@ def test_udp_parent_association_ends_with_its_control_connection(start_sluice):
         time.sleep(0.2)
         assert s.stat("socks5.socks5.udp_parent_tx") == sent
         assert not any(b"three" in d for d in parent.received)
+        # 5 s after the end, a datagram makes a new association.
+        time.sleep(5)
+        u.sendto(b"\0\0\0" + encode_addr("127.0.0.1", 9999) + b"four", relay)
+        data, _ = u.recvfrom(65536)
+        assert parse_udp(data) == (0, "127.0.0.1", 9999, b"parent:four")
+        assert s.stat("socks5.socks5.udp_parent_associations") == 2
     finally:
         c.close()
         u.close()

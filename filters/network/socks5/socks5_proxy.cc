@@ -560,7 +560,6 @@ void UdpRelay::sendThroughParent(const Destination& to, std::string_view payload
   if (association != nullptr && association->state == ParentAssociation::State::Ended &&
       now >= association->ended_at + kRefusedDestinationTtl) {
     association->state = ParentAssociation::State::Associating;  // made anew below
-    association->stage.reset();
   } else if (association != nullptr) {
     if (association->state == ParentAssociation::State::Ready) {
       sendToParent(*association, to.address, payload);
