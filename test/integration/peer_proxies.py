@@ -137,7 +137,8 @@ class Dante:
             "clientmethod: none\n"
             "user.privileged: root\nuser.unprivileged: nobody\n"
             "client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 }\n"
-            "socks pass { from: 127.0.0.0/8 to: 0.0.0.0/0 command: connect udpassociate }\n"
+            "socks pass { from: 127.0.0.0/8 to: 0.0.0.0/0 command: connect udpassociate "
+            "\nlog: connect }\n"
             "socks pass { from: 0.0.0.0/0 to: 127.0.0.0/8 command: udpreply }\n")
         cmd = [str(DANTED), "-f", str(conf), "-p", str(self.dir / "danted.pid")]
         if method == "username":

@@ -3,14 +3,20 @@ Dante for SOCKS5 with username/password) and of another sluice, chosen by routes
 and passive health. Every connection stays on loopback."""
 
 import atexit
+import json
 import re
+import socket
 import subprocess
+import threading
+import time
 
 import pytest
 
-from helpers import basic_auth, closed_port_socket, curl, header_values
+from helpers import basic_auth, closed_port_socket, curl, free_port, header_values
 from peer_proxies import DANTE_PASSWORD, DANTE_USER, DANTED, SQUID, Dante, Squid, can_unshare, \
     kill_all
+
+from test_socks5 import SUCCEEDED, UDP_ASSOCIATE, Socks5Client, UdpEcho, encode_addr, parse_udp
 
 atexit.register(kill_all)
 
@@ -503,6 +509,8 @@ def test_bad_parent_config_is_refused_with_its_path(tmp_path):
         ([{"name": "p", "address": "127.0.0.1:3128", "protocol": "socks5",
            "server_name": "localhost"}],
          [{"parents": '["p"]'}], "parents[0].server_name: only for https parents"),
+        ([{"name": "p", "address": "127.0.0.1:3128", "protocol": "http", "proxy_protocol": "v3"}],
+         [{"parents": '["p"]'}], "parents[0].proxy_protocol"),
     ]
     for parents, routes, path in cases:
         cfg = tmp_path / "c.yaml"
@@ -620,3 +628,311 @@ def test_resolve_parent_with_rules_that_need_addresses_is_refused(start_sluice, 
     r = get(s, f"http://localhost:{py_origin.port}/hello")
     assert r.stdout.endswith(b"\n403"), r.describe()
     assert s.stat("upstream.parent.squid.requests") == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# UDP through a SOCKS5 parent
+
+
+def socks5_front(start_sluice, parents, routes):
+    """A sluice with a SOCKS5 port in front of `parents`."""
+    port = free_port()
+    s = start_sluice(extra_short=f'socks5:\n  listen: "127.0.0.1:{port}"\n' +
+                     parents_yaml(parents, routes))
+    s.socks5_addr = ("127.0.0.1", port)
+    return s
+
+
+def udp_association(s):
+    """(control connection, client UDP socket, sluice's relay address)."""
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("127.0.0.1", 0))
+    u.settimeout(3)
+    c = Socks5Client(s.socks5_addr)
+    c.login(s.key)
+    rep, relay = c.request(UDP_ASSOCIATE, "127.0.0.1", u.getsockname()[1])
+    assert rep == SUCCEEDED
+    return c, u, relay
+
+
+def dante_parent(dante, **more):
+    return {"name": "dante", "address": f"127.0.0.1:{dante.port}", "protocol": "socks5",
+            "username": DANTE_USER, "password": DANTE_PASSWORD, **more}
+
+
+def test_udp_through_a_socks5_parent(start_sluice, dante):
+    echo = UdpEcho()
+    s = socks5_front(start_sluice, [dante_parent(dante)], [{"parents": '["dante"]'}])
+    c, u, relay = udp_association(s)
+    try:
+        for i in range(3):
+            # A name: sluice resolves and checks it, and asks Dante for the checked address.
+            host = "localhost" if i == 0 else "127.0.0.1"
+            u.sendto(b"\0\0\0" + encode_addr(host, echo.port) + b"ping-%d" % i, relay)
+            data, src = u.recvfrom(65536)
+            assert src == relay
+            # Back as from the destination.
+            assert parse_udp(data) == (0, "127.0.0.1", echo.port, b"echo:ping-%d" % i)
+        # The echo saw Dante's relay, never sluice's socket nor the client.
+        peers = {peer for _, peer in echo.received}
+        assert len(peers) == 1, peers
+        assert relay[1] not in {p[1] for p in peers} and u.getsockname()[1] not in \
+            {p[1] for p in peers}, (peers, relay)
+        assert s.stat("socks5.socks5.udp_parent_associations") == 1
+        assert s.stat("socks5.socks5.udp_parent_tx") == 3
+        assert s.stat("socks5.socks5.udp_parent_rx") == 3
+        assert s.stat("upstream.parent.dante.requests") == 1
+        assert s.stat("upstream.parent.dante.failures") == 0
+        # Dante logged the association, for sluice's credentials.
+        log = dante.log()
+        assert re.search(rf"udpassociate \[: username%{DANTE_USER}@", log), log
+    finally:
+        c.close()
+        u.close()
+        echo.stop()
+
+
+def test_udp_fails_over_to_the_next_socks5_parent(start_sluice, dante):
+    echo = UdpEcho()
+    with closed_port_socket() as closed:
+        down = {"name": "down", "address": f"127.0.0.1:{closed.getsockname()[1]}",
+                "protocol": "socks5"}
+        s = socks5_front(start_sluice, [down, dante_parent(dante)],
+                         [{"parents": '["down", "dante"]'}])
+        c, u, relay = udp_association(s)
+        try:
+            u.sendto(b"\0\0\0" + encode_addr("127.0.0.1", echo.port) + b"ping", relay)
+            data, _ = u.recvfrom(65536)
+            assert parse_udp(data)[3] == b"echo:ping"
+            assert s.stat("upstream.parent.down.failures") == 1
+            assert s.stat("upstream.parent.dante.requests") == 1
+        finally:
+            c.close()
+            u.close()
+            echo.stop()
+
+
+def test_udp_routed_to_an_http_parent_is_dropped_and_counted(start_sluice, py_origin):
+    echo = UdpEcho()
+    # Never dialled: an HTTP parent cannot carry datagrams.
+    http = {"name": "web", "address": f"127.0.0.1:{py_origin.port}", "protocol": "http"}
+    s = socks5_front(start_sluice, [http], [{"parents": '["web"]'}])
+    c, u, relay = udp_association(s)
+    try:
+        u.sendto(b"\0\0\0" + encode_addr("127.0.0.1", echo.port) + b"ping", relay)
+        u.settimeout(0.5)
+        with pytest.raises(socket.timeout):
+            u.recvfrom(65536)
+        assert echo.received == []
+        assert s.stat("socks5.socks5.udp_dropped_no_udp_parent") == 1
+        assert s.stat("upstream.parent.web.requests") == 0
+    finally:
+        c.close()
+        u.close()
+        echo.stop()
+
+
+def test_udp_parent_association_that_cannot_be_made_drops_and_counts(start_sluice):
+    echo = UdpEcho()
+    with closed_port_socket() as closed:
+        down = {"name": "down", "address": f"127.0.0.1:{closed.getsockname()[1]}",
+                "protocol": "socks5"}
+        s = socks5_front(start_sluice, [down], [{"parents": '["down"]'}])
+        c, u, relay = udp_association(s)
+        try:
+            u.sendto(b"\0\0\0" + encode_addr("127.0.0.1", echo.port) + b"ping", relay)
+            u.settimeout(0.5)
+            with pytest.raises(socket.timeout):
+                u.recvfrom(65536)
+            assert s.stat("socks5.socks5.udp_dropped_parent") == 1
+            assert s.stat("upstream.parent.down.failures") == 1
+            assert echo.received == []
+        finally:
+            c.close()
+            u.close()
+            echo.stop()
+
+
+class ScriptedUdpParent:
+    """A SOCKS5 parent (no authentication) that grants one UDP association, answers each
+    datagram as its destination would (header kept, payload prefixed), and closes the control
+    connection when told to."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.udp.settimeout(0.2)
+        self.control = None
+        self.received = []
+        self._stop = False
+        self.threads = [threading.Thread(target=f, daemon=True) for f in (self._tcp, self._udp)]
+        for t in self.threads:
+            t.start()
+
+    def _tcp(self):
+        self.listener.settimeout(0.2)
+        while not self._stop:
+            try:
+                conn, _ = self.listener.accept()
+            except (socket.timeout, OSError):
+                continue
+            self.control = conn
+            conn.recv(3)  # 05 01 00
+            conn.sendall(b"\x05\x00")
+            self.request = conn.recv(10)
+            conn.sendall(b"\x05\x00\x00" + encode_addr(*self.udp.getsockname()))
+
+    def _udp(self):
+        while not self._stop:
+            try:
+                data, peer = self.udp.recvfrom(65536)
+            except (socket.timeout, OSError):
+                continue
+            self.received.append(data)
+            frag, host, port, payload = parse_udp(data)
+            self.udp.sendto(b"\0\0\0" + encode_addr(host, port) + b"parent:" + payload, peer)
+
+    def close_control(self):
+        self.control.close()
+
+    def stop(self):
+        self._stop = True
+        for t in self.threads:
+            t.join(1)
+        self.listener.close()
+        self.udp.close()
+
+
+def test_udp_parent_association_ends_with_its_control_connection(start_sluice):
+    parent = ScriptedUdpParent()
+    s = socks5_front(start_sluice, [{"name": "scripted", "address": f"127.0.0.1:{parent.port}",
+                                     "protocol": "socks5"}], [{"parents": '["scripted"]'}])
+    c, u, relay = udp_association(s)
+    try:
+        u.sendto(b"\0\0\0" + encode_addr("127.0.0.1", 9999) + b"one", relay)
+        data, _ = u.recvfrom(65536)
+        assert parse_udp(data) == (0, "127.0.0.1", 9999, b"parent:one")
+        # UDP ASSOCIATE, sluice's source not named.
+        assert parent.request == b"\x05\x03\x00\x01\0\0\0\0\0\0", parent.request
+        parent.close_control()
+        deadline = time.time() + 3
+        while time.time() < deadline and s.stat("socks5.socks5.udp_dropped_parent") == 0:
+            u.sendto(b"\0\0\0" + encode_addr("127.0.0.1", 9999) + b"two", relay)
+            time.sleep(0.1)
+        assert s.stat("socks5.socks5.udp_dropped_parent") >= 1
+        # After the close, nothing more went to the parent's relay.
+        sent = s.stat("socks5.socks5.udp_parent_tx")
+        u.sendto(b"\0\0\0" + encode_addr("127.0.0.1", 9999) + b"three", relay)
+        time.sleep(0.2)
+        assert s.stat("socks5.socks5.udp_parent_tx") == sent
+        assert not any(b"three" in d for d in parent.received)
+        # 5 s after the end, a datagram makes a new association.
+        time.sleep(5)
+        u.sendto(b"\0\0\0" + encode_addr("127.0.0.1", 9999) + b"four", relay)
+        data, _ = u.recvfrom(65536)
+        assert parse_udp(data) == (0, "127.0.0.1", 9999, b"parent:four")
+        assert s.stat("socks5.socks5.udp_parent_associations") == 2
+    finally:
+        c.close()
+        u.close()
+        parent.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# PROXY protocol toward parents
+
+
+def pp_parent(start_sluice, tmp_path, name, extra=""):
+    """A sluice that reads PROXY protocol from loopback and logs every request's client."""
+    log = tmp_path / f"{name}-access.log"
+    parent = start_sluice(extra_short=extra + "proxy_protocol:\n  trusted_cidrs: [127.0.0.1/32]\n"
+                          f"access_log:\n  mode: all\n  format: json\n  path: {log}\n")
+    parent.access_log = log
+    return parent
+
+
+def parent_records(parent, count):
+    deadline = time.time() + 5
+    lines = []
+    while time.time() < deadline:
+        lines = parent.access_log.read_text().splitlines() if parent.access_log.exists() else []
+        if len(lines) >= count:
+            break
+        time.sleep(0.05)
+    return [json.loads(line) for line in lines]
+
+
+def raw_client_request(front, request):
+    """Sends `request` from a socket whose port is known; (its address, the answer)."""
+    c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    c.bind(("127.0.0.1", 0))
+    c.settimeout(5)
+    c.connect(("127.0.0.1", front.port))
+    c.sendall(request)
+    answer = b""
+    while True:  # every request says Connection: close
+        chunk = c.recv(65536)
+        if not chunk:
+            break
+        answer += chunk
+    address = "%s:%d" % c.getsockname()
+    c.close()
+    return address, answer
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_proxy_protocol_to_a_parent_names_the_original_client(start_sluice, py_origin, tmp_path,
+                                                               version):
+    parent = pp_parent(start_sluice, tmp_path, "parent")
+    front = start_sluice(extra_short=parents_yaml(
+        [{"name": "upper", "address": f"127.0.0.1:{parent.port}", "protocol": "http",
+          "username": "front", "password": parent.key, "proxy_protocol": version}],
+        [{"parents": '["upper"]'}]))
+    auth = basic_auth(front.key)
+    url = py_origin.url("/hello")
+    clients = []
+    # Two clients, one after the other: the second must not get the first's connection (and
+    # with it the first's header).
+    for _ in range(2):
+        address, answer = raw_client_request(
+            front, f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1:{py_origin.port}\r\n"
+                   f"Proxy-Authorization: {auth}\r\nConnection: close\r\n\r\n".encode())
+        assert answer.startswith(b"HTTP/1.1 200") and b"hello" in answer, answer
+        clients.append(address)
+    # A tunnel too.
+    authority = f"127.0.0.1:{py_origin.port}"
+    address, answer = raw_client_request(
+        front, f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n"
+               f"Proxy-Authorization: {auth}\r\n\r\n"
+               f"GET /hello HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    clients.append(address)
+    records = parent_records(parent, 3)
+    assert [r["client"] for r in records] == clients, (records, clients)
+    assert parent.stat("listener.http.proxy_protocol.accepted") == 3
+    assert front.stat("upstream.parent.upper.failures") == 0
+
+
+def test_proxy_protocol_to_an_https_parent_goes_before_tls(start_sluice, certs, py_origin,
+                                                           tmp_path):
+    d = certs["dir"]
+    tls_port = free_port()
+    parent = pp_parent(start_sluice, tmp_path, "tls-parent",
+                       extra=f"tls:\n  listen: 127.0.0.1:{tls_port}\n"
+                             f"  cert: {d / 'server-chain.pem'}\n  key: {d / 'server.key'}\n")
+    parent.tls_port = tls_port
+    front = start_sluice(extra_short=parents_yaml(
+        [https_parent(parent, proxy_protocol="v2", ca_file=str(d / "ca.pem"))],
+        [{"parents": '["upper"]'}]))
+    auth = basic_auth(front.key)
+    url = py_origin.url("/hello")
+    address, answer = raw_client_request(
+        front, f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1:{py_origin.port}\r\n"
+               f"Proxy-Authorization: {auth}\r\nConnection: close\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 200") and b"hello" in answer, answer
+    records = parent_records(parent, 1)
+    assert [r["client"] for r in records] == [address], records
+    assert parent.stat("listener.https.proxy_protocol.accepted") == 1
+

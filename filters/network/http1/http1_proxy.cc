@@ -280,6 +280,7 @@ void Http1ProxyFilter::startRequest() {
   pending_->request.host = head.host;
   pending_->request.port = head.port;
   pending_->request.client = downstream().peer();
+  pending_->request.client_fd = downstream().fd();
   if (head.proxy_authorization >= 0) {
     // As sent: sluice.auth decodes it only when it is not what this connection last
     // authenticated with.

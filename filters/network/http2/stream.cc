@@ -123,6 +123,7 @@ void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
   request_.host = info_.host;
   request_.port = info_.port;
   request_.client = parent_.downstream().peer();
+  request_.client_fd = parent_.downstream().fd();
   if (info_.proxy_authorization >= 0) {
     // As sent (the first field): sluice.auth decodes it only when it is not what this stream
     // object last authenticated with.

@@ -70,6 +70,19 @@ Socks5Stats makeStats(const std::string& chain) {
       scope.counter("udp_dropped_pending",
                     "Datagrams dropped: more than max_udp_pending_datagrams awaiting checks.");
   s.udp_send_error = scope.counter("udp_send_error", "Datagrams dropped: sendto failed.");
+  s.udp_parent_tx =
+      scope.counter("udp_parent_tx", "Datagrams from clients sent on through a SOCKS5 parent.");
+  s.udp_parent_rx = scope.counter("udp_parent_rx",
+                                  "Datagrams to clients that came back through a SOCKS5 parent.");
+  s.udp_dropped_parent = scope.counter(
+      "udp_dropped_parent",
+      "Datagrams dropped: their parent UDP association could not be made, or its control "
+      "connection closed.");
+  s.udp_dropped_no_udp_parent = scope.counter(
+      "udp_dropped_no_udp_parent",
+      "Datagrams dropped: routed to parents none of which is SOCKS5 (HTTP cannot carry UDP).");
+  s.udp_parent_associations =
+      scope.counter("udp_parent_associations", "UDP associations made with SOCKS5 parents.");
   s.udp_bytes_rx = scope.counter("udp_bytes_rx", "UDP payload bytes from clients.");
   s.udp_bytes_tx = scope.counter("udp_bytes_tx", "UDP payload bytes to clients.");
   return s;
@@ -116,6 +129,7 @@ class Socks5Factory : public extensions::FactoryBase<extensions::NetworkFilterFa
     config->stats = makeStats(context.chain_name);
     config->tunnel_stats = upstream::listenerTunnelStats(context.listener_name);
     config->listener_name = context.listener_name;
+    if (context.routes != nullptr) config->routes = context.routes;
     config->request_duration =
         upstream::requestDurationHistogram(context.listener_name, proxy::Protocol::Socks5);
     Socks5ProxyConfigSharedPtr shared = std::move(config);

@@ -157,6 +157,9 @@ UdpRelay::~UdpRelay() { shutdown(); }
 
 void UdpRelay::shutdown() {
   if (check_) check_->end();
+  for (std::unique_ptr<ParentAssociation>& association : associations_) {
+    endAssociation(*association);
+  }
   checking_ = false;
   pending_.clear();
   idle_timer_.disable();
@@ -250,9 +253,15 @@ void UdpRelay::onEgressReadable(EgressSocket& socket) {
       config_->stats.udp_dropped_too_large.inc();
       continue;
     }
-    // Only destinations write here: the client was told the other socket.
-    onPeerDatagram(network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len),
-                   std::string_view(t_udp_buffer, static_cast<size_t>(n)));
+    // Only destinations (and parents' relays) write here: the client was told the other socket.
+    const network::Address from =
+        network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len);
+    const std::string_view datagram(t_udp_buffer, static_cast<size_t>(n));
+    if (ParentAssociation* association = associationAt(from)) {
+      onParentDatagram(*association, datagram);
+    } else {
+      onPeerDatagram(from, datagram);
+    }
   }
   if (socket.fd >= 0) socket.event->activate(event::FileEvent::kRead);
 }
@@ -288,6 +297,8 @@ void UdpRelay::onReadable() {
         client_port_known_ = true;
       }
       onClientDatagram(datagram);
+    } else if (ParentAssociation* association = associationAt(from)) {
+      onParentDatagram(*association, datagram);
     } else if (policy::egressOf(group_).empty()) {
       onPeerDatagram(from, datagram);
     } else {
@@ -348,6 +359,11 @@ void UdpRelay::onPeerDatagram(const network::Address& from, std::string_view pay
     stats.udp_dropped_source.inc();
     return;
   }
+  sendToClient(from, payload);
+}
+
+void UdpRelay::sendToClient(const network::Address& from, std::string_view payload) {
+  const Socks5Stats& stats = config_->stats;
   const size_t header = writeUdpHeader(reinterpret_cast<uint8_t*>(t_udp_out), from);
   if (header + payload.size() > config_->max_udp_datagram_bytes ||
       header + payload.size() > sizeof(t_udp_out)) {
@@ -383,6 +399,10 @@ UdpRelay::Destination* UdpRelay::findDestination(std::string_view host, uint16_t
 
 void UdpRelay::sendTo(const Destination& to, std::string_view payload) {
   const Socks5Stats& stats = config_->stats;
+  if (to.route != nullptr) {
+    sendThroughParent(to, payload);
+    return;
+  }
   const ssize_t n = ::sendto(socketToward(to.address), payload.data(), payload.size(), MSG_NOSIGNAL,
                              to.address.sockaddr_ptr(), to.address.length());
   if (n < 0) {
@@ -432,6 +452,20 @@ void UdpRelay::runPending() {
 }
 
 void UdpRelay::onStagePassed(Stage&) {
+  uint32_t at = 0;
+  const upstream::Route* route =
+      config_->routes->empty() ? nullptr : config_->routes->match(check_request_, at);
+  if (route != nullptr && !route->parents.empty()) {
+    // Through parents: the checked address the route matched (or a literal nothing pinned).
+    network::Address address;
+    if (check_request_.pinned_count > 0) {
+      address = check_request_.pinned[at];
+    } else if (network::parseIpLiteral(check_request_.host, address)) {
+      address.setPort(check_request_.port);
+    }
+    finishCheck(address.valid(), address, route);
+    return;
+  }
   const network::Egress& egress = policy::egressOf(group_);
   // Through the client's socket, a destination must be expressible in its family; through the
   // egress sockets, it must be of a family the egress has.
@@ -459,18 +493,32 @@ void UdpRelay::onStagePassed(Stage&) {
   finishCheck(found, chosen);
 }
 
-void UdpRelay::onStageUpstream(Stage&, upstream::UpstreamHandle upstream) {
+void UdpRelay::onStageUpstream(Stage& stage, upstream::UpstreamHandle upstream) {
+  for (std::unique_ptr<ParentAssociation>& association : associations_) {
+    if (association->stage.get() == &stage) {
+      onAssociated(*association, std::move(upstream));
+      return;
+    }
+  }
   // The check stage has no router; a custom terminal filter must not hand a connection here.
   upstream.release(false);
   finishCheck(false, network::Address());
 }
 
-void UdpRelay::onStageDenied(Stage&, proxy::Denial, std::string_view) {
+void UdpRelay::onStageDenied(Stage& stage, proxy::Denial, std::string_view reason) {
+  for (std::unique_ptr<ParentAssociation>& association : associations_) {
+    if (association->stage.get() == &stage) {
+      SLUICE_LOG(Debug, "socks5: UDP association through a parent: %s", reason);
+      endAssociation(*association);
+      return;
+    }
+  }
   parent_.onDestinationRule(check_request_.policy_rule, check_request_.policy_report_only);
   finishCheck(false, network::Address());
 }
 
-void UdpRelay::finishCheck(bool allowed, const network::Address& address) {
+void UdpRelay::finishCheck(bool allowed, const network::Address& address,
+                           const upstream::Route* route) {
   if (check_) check_->end();
   if (destinations_.size() >= config_->max_udp_destinations) {
     destinations_.erase(destinations_.begin());
@@ -480,10 +528,171 @@ void UdpRelay::finishCheck(bool allowed, const network::Address& address) {
   d.port = check_request_.port;
   d.allowed = allowed;
   d.address = address;
+  d.route = allowed ? route : nullptr;
   d.expires = worker_.dispatcher().now() + (allowed ? kDestinationTtl : kRefusedDestinationTtl);
   destinations_.push_back(std::move(d));
   checking_ = false;
   runPending();
+}
+
+UdpRelay::ParentAssociation* UdpRelay::associationAt(const network::Address& from) {
+  for (std::unique_ptr<ParentAssociation>& association : associations_) {
+    if (association->state == ParentAssociation::State::Ready && association->relay_at == from) {
+      return association.get();
+    }
+  }
+  return nullptr;
+}
+
+void UdpRelay::sendThroughParent(const Destination& to, std::string_view payload) {
+  const Socks5Stats& stats = config_->stats;
+  bool carries_udp = false;
+  for (const upstream::Parent* parent : to.route->parents) {
+    carries_udp |= parent->protocol == upstream::ParentProtocol::Socks5 && !parent->transport;
+  }
+  if (!carries_udp) {
+    stats.udp_dropped_no_udp_parent.inc();
+    return;
+  }
+  ParentAssociation* association = nullptr;
+  for (std::unique_ptr<ParentAssociation>& a : associations_) {
+    if (a->route == to.route) association = a.get();
+  }
+  const event::MonotonicTime now = worker_.dispatcher().now();
+  if (association != nullptr && association->state == ParentAssociation::State::Ended &&
+      now >= association->ended_at + kRefusedDestinationTtl) {
+    association->state = ParentAssociation::State::Associating;  // made anew below
+  } else if (association != nullptr) {
+    if (association->state == ParentAssociation::State::Ready) {
+      sendToParent(*association, to.address, payload);
+    } else if (association->state == ParentAssociation::State::Ended) {
+      stats.udp_dropped_parent.inc();
+    } else if (association->waiting.size() >= config_->max_udp_pending) {
+      stats.udp_dropped_pending.inc();
+    } else {
+      association->waiting.emplace_back(to.address, std::string(payload));
+    }
+    return;
+  }
+  if (association == nullptr) {
+    associations_.push_back(std::make_unique<ParentAssociation>(*this, to.route));
+    association = associations_.back().get();
+  }
+  association->waiting.emplace_back(to.address, std::string(payload));
+  // The router alone: the destination is checked already. It asks the route's SOCKS5 parents
+  // for a UDP association, in the route's order, for the client's share of the budget.
+  ParentAssociation& a = *association;
+  a.host = to.host;
+  a.request = proxy::ProxyRequest();
+  a.request.protocol = proxy::Protocol::Socks5;
+  a.request.kind = proxy::RequestKind::UdpAssociation;
+  a.request.host = a.host;
+  a.request.port = to.port;
+  a.request.client = control_peer_;
+  a.request.group = group_;
+  a.request.pinned[0] = to.address;
+  a.request.pinned_count = 1;
+  a.stage = std::make_unique<Stage>(*this, worker_, *config_, proxy::RequestPhase::Route,
+                                    proxy::RequestPhase::Route);
+  a.stage->start(a.request);
+}
+
+void UdpRelay::onAssociated(ParentAssociation& association, upstream::UpstreamHandle control) {
+  association.stage->end();
+  worker_.dispatcher().deferredDelete(std::move(association.stage));
+  const network::Address relay = control.info().udp_relay;
+  association.fd = socketToward(relay);
+  const network::Address socket_at = association.fd == fd_ ? bound_ : relay;
+  if (!relay.valid() || !toFamily(relay, socket_at.family(), association.relay_at)) {
+    // A relay of a family sluice's socket cannot reach.
+    SLUICE_LOG(Debug, "socks5: a parent's UDP relay %s is of no family the relay can reach",
+               relay.valid() ? relay.asString() : std::string("?"));
+    association.control = std::move(control);
+    endAssociation(association);
+    return;
+  }
+  config_->stats.udp_parent_associations.inc();
+  association.control = std::move(control);
+  association.control->setCallbacks(&association);
+  association.state = ParentAssociation::State::Ready;
+  auto waiting = std::move(association.waiting);
+  association.waiting.clear();
+  for (const auto& [to, payload] : waiting) sendToParent(association, to, payload);
+}
+
+void UdpRelay::sendToParent(ParentAssociation& association, const network::Address& to,
+                            std::string_view payload) {
+  const Socks5Stats& stats = config_->stats;
+  const size_t header = writeUdpHeader(reinterpret_cast<uint8_t*>(t_udp_out), to);
+  if (header + payload.size() > sizeof(t_udp_out)) {
+    stats.udp_dropped_too_large.inc();
+    return;
+  }
+  memcpy(t_udp_out + header, payload.data(), payload.size());
+  const ssize_t n = ::sendto(association.fd, t_udp_out, header + payload.size(), MSG_NOSIGNAL,
+                             association.relay_at.sockaddr_ptr(), association.relay_at.length());
+  if (n < 0) {
+    stats.udp_send_error.inc();
+    return;
+  }
+  stats.udp_client_rx.inc();
+  stats.udp_parent_tx.inc();
+  stats.udp_bytes_rx.add(payload.size());
+  bytes_to_destinations_ += payload.size();
+  idle_timer_.enable(config_->udp_idle_timeout);
+}
+
+void UdpRelay::onParentDatagram(ParentAssociation& association, std::string_view datagram) {
+  const Socks5Stats& stats = config_->stats;
+  UdpHeader header;
+  if (parseUdpHeader(datagram, header) != ParseStatus::Ok) {
+    stats.udp_dropped_malformed.inc();
+    return;
+  }
+  if (header.frag != 0) {
+    stats.udp_dropped_fragment.inc();
+    return;
+  }
+  // Only the destinations the client wrote to through this association may answer it.
+  const network::Address from = header.target.address();
+  bool known = false;
+  for (const Destination& d : destinations_) {
+    known |= d.allowed && d.route == association.route && d.address == from;
+  }
+  if (!known || !client_port_known_) {
+    stats.udp_dropped_source.inc();
+    return;
+  }
+  stats.udp_parent_rx.inc();
+  sendToClient(from, datagram.substr(header.size));
+}
+
+void UdpRelay::endAssociation(ParentAssociation& association) {
+  if (association.stage) {
+    // Its callback may be on the stack: freed from the loop.
+    association.stage->end();
+    worker_.dispatcher().deferredDelete(std::move(association.stage));
+  }
+  if (association.control) association.control.release(false);
+  if (association.state != ParentAssociation::State::Ended) {
+    config_->stats.udp_dropped_parent.add(association.waiting.size());
+  }
+  association.waiting.clear();
+  association.state = ParentAssociation::State::Ended;
+  association.ended_at = worker_.dispatcher().now();
+  association.fd = -1;
+}
+
+void UdpRelay::ParentAssociation::onData(buffer::Buffer& data, bool end_stream) {
+  data.drain(data.length());
+  if (end_stream) relay.endAssociation(*this);
+}
+
+void UdpRelay::ParentAssociation::onEvent(network::ConnectionEvent event) {
+  if (event == network::ConnectionEvent::RemoteClose ||
+      event == network::ConnectionEvent::LocalClose) {
+    relay.endAssociation(*this);
+  }
 }
 
 void UdpRelay::onIdle() {
@@ -691,6 +900,7 @@ void Socks5Filter::authorize() {
   hs_->request.protocol = proxy::Protocol::Socks5;
   hs_->request.kind = proxy::RequestKind::Tunnel;
   hs_->request.client = downstream().peer();
+  hs_->request.client_fd = downstream().fd();
   if (!config_->has_authenticate_phase) {
     onAuthorized();
     return;

@@ -17,6 +17,7 @@
 #include "source/common/socks5/wire.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/request_record.h"
+#include "source/common/upstream/routes.h"
 #include "source/common/upstream/tunnel_relay.h"
 #include "source/common/upstream/upstream_budget.h"
 
@@ -65,6 +66,12 @@ struct Socks5Stats {
   stats::Counter udp_dropped_denied;          // the destination was refused by the request filters
   stats::Counter udp_dropped_pending;         // more than max_udp_pending_datagrams awaiting checks
   stats::Counter udp_send_error;              // sendto failed (no route, buffer full, ...)
+  stats::Counter udp_parent_tx;               // datagrams sent on through a SOCKS5 parent
+  stats::Counter udp_parent_rx;               // replies that came back through one
+  stats::Counter udp_dropped_parent;          // for a parent association that could not be
+                                              // made, or whose control connection closed
+  stats::Counter udp_dropped_no_udp_parent;   // routed to HTTP/HTTPS parents only
+  stats::Counter udp_parent_associations;     // parent associations made
   stats::Counter udp_bytes_rx, udp_bytes_tx;  // payload bytes from / to the client
 };
 
@@ -86,8 +93,11 @@ struct Socks5ProxyConfig {
   bool bind_splice = true;
   Socks5Stats stats;
   upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
-  std::string listener_name;           // for the end-of-request records
-  stats::Histogram request_duration;   // request.<listener>.socks5.duration_seconds
+  // The routes the router follows (Bootstrap.routes): datagrams to a destination a route sends
+  // through SOCKS5 parents go through one of them.
+  upstream::RoutesSharedPtr routes = upstream::Routes::none();
+  std::string listener_name;          // for the end-of-request records
+  stats::Histogram request_duration;  // request.<listener>.socks5.duration_seconds
 };
 using Socks5ProxyConfigSharedPtr = std::shared_ptr<const Socks5ProxyConfig>;
 
@@ -137,6 +147,13 @@ class Stage : public proxy::RequestSink, public event::DeferredDeletable {
 // client's socket stays on the address it reached sluice at: the one it is told), and only
 // destinations of the families the egress has are reached. Lives as long as the control
 // connection; tells its owner when it idles out.
+//
+// A destination that a route sends through parents goes through a UDP association with one of
+// the route's SOCKS5 parents, which the router makes (RequestKind::UdpAssociation: dial,
+// handshake, failover, health): one per route and relay, made at the first datagram for it.
+// Datagrams go to the parent's relay wrapped in the SOCKS5 UDP header naming the checked
+// destination address; the parent's replies are unwrapped and reach the client as from the
+// destination. The association ends with the relay, or when its control connection closes.
 class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
  public:
   // `group`: the association's policy group (its destinations are checked in it, and reached
@@ -172,6 +189,30 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
     bool allowed = false;
     network::Address address;  // where datagrams go (allowed only)
     event::MonotonicTime expires;
+    // Set when a route sends it through parents: `address` is then the checked address the
+    // parent is asked for, in its own family.
+    const upstream::Route* route = nullptr;
+  };
+  // A UDP association with a SOCKS5 parent, for the destinations of one route.
+  struct ParentAssociation : public network::ConnectionCallbacks {
+    enum class State : uint8_t { Associating, Ready, Ended };
+    ParentAssociation(UdpRelay& relay, const upstream::Route* route) : relay(relay), route(route) {}
+    // network::ConnectionCallbacks: the control connection carries nothing after the reply.
+    void onData(buffer::Buffer& data, bool end_stream) override;
+    void onEvent(network::ConnectionEvent event) override;
+
+    UdpRelay& relay;
+    const upstream::Route* route;
+    State state = State::Associating;
+    std::unique_ptr<Stage> stage;  // the router, while it associates
+    proxy::ProxyRequest request;
+    std::string host;  // request.host points here
+    upstream::UpstreamHandle control;
+    int fd = -1;                // the relay's socket toward the parent's relay
+    network::Address relay_at;  // the parent's relay, in that socket's family
+    // Datagrams that came while it associates: destination address and payload.
+    std::deque<std::pair<network::Address, std::string>> waiting;
+    event::MonotonicTime ended_at{};  // a new one may be made kRefusedDestinationTtl later
   };
   struct Pending {
     std::string host;
@@ -195,8 +236,19 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   void onPeerDatagram(const network::Address& from, std::string_view payload);
   Destination* findDestination(std::string_view host, uint16_t port);
   void sendTo(const Destination& to, std::string_view payload);
+  // Through the destination's route's parent association (made here if there is none).
+  void sendThroughParent(const Destination& to, std::string_view payload);
+  void sendToParent(ParentAssociation& association, const network::Address& to,
+                    std::string_view payload);
+  void onAssociated(ParentAssociation& association, upstream::UpstreamHandle control);
+  void endAssociation(ParentAssociation& association);
+  ParentAssociation* associationAt(const network::Address& from);
+  void onParentDatagram(ParentAssociation& association, std::string_view datagram);
+  // Wraps `payload` in a UDP header naming `from` and sends it to the client.
+  void sendToClient(const network::Address& from, std::string_view payload);
   void runPending();
-  void finishCheck(bool allowed, const network::Address& address);
+  void finishCheck(bool allowed, const network::Address& address,
+                   const upstream::Route* route = nullptr);
   void onIdle();
 
   Socks5Filter& parent_;
@@ -223,6 +275,7 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   std::string check_host_;  // check_request_.host points here
   bool checking_ = false;
   bool in_run_pending_ = false;
+  std::vector<std::unique_ptr<ParentAssociation>> associations_;
 };
 
 // The "sluice.socks5" codec of one client connection: method negotiation, RFC 1929

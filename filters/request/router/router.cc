@@ -3,11 +3,13 @@
 #include <cstring>
 
 #include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
 #include "source/common/common/logger.h"
+#include "source/common/network/proxy_protocol.h"
 #include "source/common/policy/policy.h"
 #include "source/common/upstream/pool.h"
 
@@ -19,8 +21,23 @@ RouterFilter::RouterFilter(RouterConfigSharedPtr config) : config_(std::move(con
 
 RouterFilter::~RouterFilter() { onRequestEnd(); }
 
+const network::Address& RouterFilter::clientLocal() {
+  if (!client_local_known_) {
+    client_local_known_ = true;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (request_->client_fd >= 0 &&
+        ::getsockname(request_->client_fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      client_local_ = network::Address::fromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len);
+    }
+  }
+  return client_local_;
+}
+
 proxy::RequestFilterStatus RouterFilter::onRequest(proxy::ProxyRequest& request) {
   request_ = &request;
+  client_local_known_ = false;
+  client_local_ = network::Address();
   next_address_ = 0;
   unbindable_families_ = 0;
   // Addresses an earlier filter checked (or an earlier attempt resolved) are dialled as they are;
@@ -122,6 +139,13 @@ void RouterFilter::route() {
   uint32_t at = 0;
   route_ = config_->routes->empty() ? nullptr : config_->routes->match(*request_, at);
   if (route_ != nullptr && route_->parents.empty()) route_ = nullptr;  // direct
+  if (route_ == nullptr && request_->kind == proxy::RequestKind::UdpAssociation) {
+    // Direct datagrams are the relay's own to send.
+    error_ =
+        absl::StrFormat("%s:%d: no route through a SOCKS5 parent", request_->host, request_->port);
+    callbacks_->deny(proxy::Denial::BadGateway, error_);
+    return;
+  }
   const network::Egress& egress = policy::egressOf(request_->group);
   if (route_ == nullptr) {
     // Direct: only destinations of the families the group's egress has (through a parent, it
@@ -214,7 +238,13 @@ void RouterFilter::ready(network::ConnectionPtr connection, network::ConnectionS
       policy::egressOf(request_->group).sourceFor(connection->peer().family());
   info.source = source != nullptr ? *source : network::Address();
   upstream::Pool* pool = &callbacks_->worker().pool();
-  if (parent_ != nullptr) {
+  if (request_->kind == proxy::RequestKind::UdpAssociation) {
+    // A control connection: it carries no requests, so it never goes to the pool.
+    pool = nullptr;
+    info.udp_relay = handshake_ ? handshake_->udpRelay() : network::Address();
+  } else if (parent_ != nullptr) {
+    // Its first bytes named this request's client: no other request may take it.
+    if (parent_->proxy_protocol != 0) pool = nullptr;
     // Kept apart from direct connections, under the parent (dialParent looks there).
     info.via = parent_->health->id();
     if (parent_->protocol == upstream::ParentProtocol::Socks5) {
@@ -260,6 +290,12 @@ bool RouterFilter::nextParent() {
   }
   if (chosen == nullptr) return false;
   parent_ = chosen;
+  if (request_->kind == proxy::RequestKind::UdpAssociation &&
+      parent_->protocol != upstream::ParentProtocol::Socks5) {
+    // Only SOCKS5 carries datagrams: passed by, not the parent's failure.
+    error_ = absl::StrFormat("parent proxy %s cannot carry UDP (not SOCKS5)", parent_->name);
+    return nextParent();
+  }
   const network::Egress& egress = policy::egressOf(request_->group);
   if (parent_->literal.valid() && !egress.reaches(parent_->literal.family())) {
     // Not the parent's fault: no health mark, the next parent is tried.
@@ -320,7 +356,8 @@ void RouterFilter::onParentResolved(const absl::Status& status,
 }
 
 void RouterFilter::dialParent() {
-  if (request_->kind == proxy::RequestKind::Forward && !request_->fresh_connection) {
+  if (request_->kind == proxy::RequestKind::Forward && !request_->fresh_connection &&
+      parent_->proxy_protocol == 0) {
     // A kept-alive connection through this parent: to it (an HTTP parent takes requests for
     // any destination), or a SOCKS5 parent's tunnel to this very destination.
     const network::Egress& egress = policy::egressOf(request_->group);
@@ -397,6 +434,11 @@ bool RouterFilter::startAttempt(Attempt& attempt) {
     if (attempt.connection) {
       if (source != nullptr) group_egress->cx.inc();
       attempt.connection->setCallbacks(&attempt);
+      // A parent that asks for PROXY protocol hears whose connection it is first, before TLS.
+      if (parent_ != nullptr && parent_->proxy_protocol != 0) {
+        attempt.connection->setConnectPrefix(
+            network::writeProxyHeader(parent_->proxy_protocol, request_->client, clientLocal()));
+      }
       // An https parent: TLS first, and Connected once its handshake is done.
       if (parent_ != nullptr && parent_->transport != nullptr) {
         attempt.connection->setTransportSocket(parent_->transport->createTransportSocket());
@@ -500,7 +542,11 @@ void RouterFilter::onAttemptEvent(Attempt& attempt, network::ConnectionEvent eve
       retireHandshake();
       handshake_ =
           std::make_unique<upstream::ParentHandshake>(parent_->protocol, parent_->auth, *this);
-      handshake_->start(*handshaking_, target_, request_->host, request_->port);
+      if (request_->kind == proxy::RequestKind::UdpAssociation) {
+        handshake_->startUdpAssociate(*handshaking_);
+      } else {
+        handshake_->start(*handshaking_, target_, request_->host, request_->port);
+      }
       return;
     }
     if (parent_ != nullptr) parent_->health->recordSuccess();

@@ -123,6 +123,9 @@ class RouterFilter : public proxy::RequestFilter, public upstream::ParentHandsha
   // refusal.
   void parentFailed();
   void retireHandshake();
+  // Where the client reached sluice (its connection's local address), looked up once per
+  // request and only for a parent that wants a PROXY protocol header; invalid when unknown.
+  const network::Address& clientLocal();
   // upstream::ParentHandshakeCallbacks
   void onParentReady() override;
   void onParentFailed(upstream::Failure failure, std::string_view reason) override;
@@ -158,6 +161,8 @@ class RouterFilter : public proxy::RequestFilter, public upstream::ParentHandsha
   uint8_t unbindable_families_ = 0;
   static uint8_t familyBit(int family) { return family == AF_INET ? 1 : 2; }
   std::string error_;  // detail of the last failure, for the refusal text
+  network::Address client_local_;
+  bool client_local_known_ = false;
   // When the lookup or the connect began (the request's record takes their durations).
   event::MonotonicTime started_{};
 };

@@ -102,6 +102,17 @@ void Connection::onFileEvent(uint32_t events) {
       socklen_t len = sizeof(err);
       if (getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
     }
+    if (err == 0 && connect_prefix_ != nullptr) {
+      // A freshly connected socket's send buffer is empty: a short header goes out whole.
+      const ssize_t n = ::send(fd_, connect_prefix_->data(), connect_prefix_->size(),
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n != static_cast<ssize_t>(connect_prefix_->size())) {
+        err = n < 0 ? errno : EIO;
+      } else {
+        counters_.tx.add(static_cast<uint64_t>(n));
+      }
+      connect_prefix_.reset();
+    }
     if (err != 0) {
       connect_error_ = err;
       closeNow(ConnectionEvent::RemoteClose);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "source/common/buffer/buffer.h"
 #include "source/common/event/dispatcher.h"
@@ -98,6 +99,13 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   // ever writes and reads plaintext; bytes written before wait in the write buffer. A
   // transport that fails first is a RemoteClose, transportFailure() saying why.
   void setTransportSocket(TransportSocketPtr transport);
+  // An outbound connection: bytes sent on the socket as they are the moment the connect
+  // completes, before anything of the transport socket or the owner (a PROXY protocol header
+  // toward a parent, ahead of its TLS). A socket that does not take them all at once fails the
+  // connect (RemoteClose, connectError() EIO).
+  void setConnectPrefix(std::string prefix) {
+    connect_prefix_ = std::make_unique<std::string>(std::move(prefix));
+  }
   // Why the transport closed the connection before its handshake completed (None for plain
   // TCP, and for a connection that closed for any other reason).
   TransportFailure transportFailure() const {
@@ -205,6 +213,7 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   bool awaiting_transport_ = false;  // outbound: TCP is up, Connected waits for the handshake
   ConnectionEvent deferred_event_ = ConnectionEvent::RemoteClose;
   int connect_error_ = 0;
+  std::unique_ptr<std::string> connect_prefix_;  // null: none (the usual case)
 };
 
 using ConnectionPtr = std::unique_ptr<Connection>;

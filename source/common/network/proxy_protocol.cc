@@ -169,7 +169,78 @@ bool startsLike(std::string_view data, std::string_view signature) {
   return data.substr(0, n) == signature.substr(0, n);
 }
 
+bool isV4(const Address& a) {
+  return a.family() == AF_INET ||
+         (a.family() == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&a.v6().sin6_addr));
+}
+
+// The address's 4 bytes (network order) when isV4().
+void v4Bytes(const Address& a, uint8_t out[4]) {
+  if (a.family() == AF_INET) {
+    memcpy(out, &a.v4().sin_addr.s_addr, 4);
+  } else {
+    memcpy(out, a.v6().sin6_addr.s6_addr + 12, 4);
+  }
+}
+
+// The address's 16 bytes, an IPv4 one mapped; zeros when invalid.
+void v6Bytes(const Address& a, uint8_t out[16]) {
+  memset(out, 0, 16);
+  if (a.family() == AF_INET6) {
+    memcpy(out, a.v6().sin6_addr.s6_addr, 16);
+  } else if (a.family() == AF_INET) {
+    out[10] = out[11] = 0xff;
+    memcpy(out + 12, &a.v4().sin_addr.s_addr, 4);
+  }
+}
+
 }  // namespace
+
+std::string writeProxyHeader(int version, const Address& source, const Address& destination) {
+  if (!source.valid()) {
+    if (version == 1) return "PROXY UNKNOWN\r\n";
+    std::string out(kV2Signature, sizeof(kV2Signature));
+    out += '\x20';  // version 2, LOCAL
+    out += '\x00';  // unspecified family and transport
+    out.append(2, '\0');
+    return out;
+  }
+  const bool v4 = isV4(source) && (!destination.valid() || isV4(destination));
+  const uint16_t sport = source.port();
+  const uint16_t dport = destination.valid() ? destination.port() : 0;
+  uint8_t src[16] = {}, dst[16] = {};
+  if (v4) {
+    v4Bytes(source, src);
+    if (destination.valid()) v4Bytes(destination, dst);
+  } else {
+    v6Bytes(source, src);
+    v6Bytes(destination, dst);
+  }
+  if (version == 1) {
+    const int family = v4 ? AF_INET : AF_INET6;
+    char src_text[INET6_ADDRSTRLEN], dst_text[INET6_ADDRSTRLEN];
+    inet_ntop(family, src, src_text, sizeof(src_text));
+    inet_ntop(family, dst, dst_text, sizeof(dst_text));
+    std::string out = v4 ? "PROXY TCP4 " : "PROXY TCP6 ";
+    out.append(src_text).append(" ").append(dst_text).append(" ");
+    out.append(std::to_string(sport)).append(" ").append(std::to_string(dport)).append("\r\n");
+    return out;
+  }
+  const size_t bytes = v4 ? 4 : 16;
+  const size_t length = 2 * bytes + 4;
+  std::string out(kV2Signature, sizeof(kV2Signature));
+  out += '\x21';                // version 2, PROXY
+  out += v4 ? '\x11' : '\x21';  // TCP over IPv4 / IPv6
+  out += static_cast<char>(length >> 8);
+  out += static_cast<char>(length & 0xff);
+  out.append(reinterpret_cast<const char*>(src), bytes);
+  out.append(reinterpret_cast<const char*>(dst), bytes);
+  for (uint16_t port : {sport, dport}) {
+    out += static_cast<char>(port >> 8);
+    out += static_cast<char>(port & 0xff);
+  }
+  return out;
+}
 
 ProxyParse parseProxyHeader(std::string_view data, size_t max_bytes, ProxyHeader& out,
                             std::string_view& error) {

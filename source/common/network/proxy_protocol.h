@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "source/common/network/address.h"
@@ -37,6 +38,13 @@ enum class ProxyParse : uint8_t {
 // is Malformed, never waited for). On Malformed, `error` says what was wrong (a static string).
 ProxyParse parseProxyHeader(std::string_view data, size_t max_bytes, ProxyHeader& out,
                             std::string_view& error);
+
+// The header sluice sends a parent proxy that asks for one (`version` 1 or 2): `source`
+// connected to `destination`. Both are written in one family, as the protocol requires: IPv4
+// when both are IPv4 (or IPv4-mapped IPv6), else IPv6 with IPv4 ones mapped. An invalid
+// `destination` is written as the unspecified address of that family, port 0; an invalid
+// `source` makes an UNKNOWN (v1) or LOCAL (v2) header, which tells the parent nothing.
+std::string writeProxyHeader(int version, const Address& source, const Address& destination);
 
 }  // namespace network
 }  // namespace sluice

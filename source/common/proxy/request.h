@@ -27,6 +27,9 @@ enum class RequestKind : uint8_t {
   Tunnel,    // a byte stream to host:port (HTTP CONNECT, SOCKS5 CONNECT)
   Datagram,  // UDP datagrams to host:port (a SOCKS5 UDP relay's destination): checked only
   Bind,      // the peer a SOCKS5 BIND waits for (host:port): checked only, never dialled
+  // A SOCKS5 UDP relay's association through a SOCKS5 parent, for a checked destination: the
+  // router dials only the route's SOCKS5 parents and asks for UDP ASSOCIATE.
+  UdpAssociation,
 };
 
 // What wraps the key in ProxyRequest::credential.
@@ -80,6 +83,10 @@ struct ProxyRequest {
   // A Forward request that asks for a WebSocket (HTTP/1.1 Upgrade, RFC 8441 extended CONNECT).
   bool websocket = false;
   network::Address client;
+  // The client connection's socket (-1: none, e.g. a UDP association's parent): the router
+  // asks it where the client reached sluice (getsockname) only when dialling a parent that
+  // wants a PROXY protocol header, so no other request pays for the syscall.
+  int client_fd = -1;
   // Set by the codec when it retries after a pooled connection failed: dial a new one.
   bool fresh_connection = false;
   // Set by a filter that refuses the request: the client connection must not carry another

@@ -231,6 +231,13 @@ size_t writeConnect(uint8_t* out, const network::Address& address, std::string_v
   return static_cast<size_t>(p - out);
 }
 
+size_t writeUdpAssociate(uint8_t* out, const network::Address& from) {
+  out[0] = kVersion;
+  out[1] = static_cast<uint8_t>(Command::UdpAssociate);
+  out[2] = 0;
+  return 3 + writeAddress(out + 3, from);
+}
+
 ParseStatus parseReply(std::string_view in, uint8_t& reply, Target& bound, size_t& size) {
   Request parsed;
   Reply unused;

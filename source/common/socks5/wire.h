@@ -126,6 +126,9 @@ ParseStatus parseUserPassStatus(std::string_view in, bool& accepted, size_t& siz
 // domain `host` (1 to 255 bytes) and `port` when `address` is not valid.
 size_t writeConnect(uint8_t* out, const network::Address& address, std::string_view host,
                     uint16_t port);
+// VER CMD RSV ATYP DST.ADDR DST.PORT for a UDP ASSOCIATE: `from` is where sluice's datagrams
+// will come from, all zeros (IPv4) when it is not valid (RFC 1928: not known yet).
+size_t writeUdpAssociate(uint8_t* out, const network::Address& from);
 // The server's VER REP RSV ATYP BND.ADDR BND.PORT; `reply` is REP as sent (it may be none of
 // Reply). Error: a version other than 5 or an unknown ATYP.
 ParseStatus parseReply(std::string_view in, uint8_t& reply, Target& bound, size_t& size);

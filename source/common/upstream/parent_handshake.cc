@@ -72,6 +72,11 @@ void ParentHandshake::start(network::Connection& connection, const network::Addr
   connection.write(greeting);
 }
 
+void ParentHandshake::startUdpAssociate(network::Connection& connection) {
+  udp_associate_ = true;
+  start(connection, network::Address(), std::string_view(), 0);
+}
+
 void ParentHandshake::writeHttpConnect() {
   std::string authority;
   if (address_.valid()) {
@@ -91,10 +96,11 @@ void ParentHandshake::writeHttpConnect() {
   connection_->write(out);
 }
 
-void ParentHandshake::writeSocks5Connect() {
+void ParentHandshake::writeSocks5Request() {
   uint8_t out[socks5::kMaxClientMessageBytes];
   buffer::Buffer request;
-  request.add(out, socks5::writeConnect(out, address_, host_, port_));
+  request.add(out, udp_associate_ ? socks5::writeUdpAssociate(out, network::Address())
+                                  : socks5::writeConnect(out, address_, host_, port_));
   stage_ = Stage::Socks5Reply;
   connection_->write(request);
 }
@@ -161,7 +167,7 @@ bool ParentHandshake::onSocks5(buffer::Buffer& data) {
       if (st != socks5::ParseStatus::Ok) break;
       data.drain(size);
       if (method == socks5::kMethodNoAuth) {
-        writeSocks5Connect();
+        writeSocks5Request();
       } else if (method == socks5::kMethodUserPass && !auth_.empty()) {
         uint8_t out[socks5::kMaxClientMessageBytes];
         buffer::Buffer request;
@@ -185,7 +191,7 @@ bool ParentHandshake::onSocks5(buffer::Buffer& data) {
         fail(FailureKind::ParentRefused, "the SOCKS5 parent refused sluice's credentials");
         return false;
       }
-      writeSocks5Connect();
+      writeSocks5Request();
     } else {
       uint8_t reply = 0;
       socks5::Target bound;
@@ -193,6 +199,18 @@ bool ParentHandshake::onSocks5(buffer::Buffer& data) {
       if (st != socks5::ParseStatus::Ok) break;
       if (reply != static_cast<uint8_t>(socks5::Reply::Succeeded)) {
         fail(kindForSocks5Reply(reply), socks5ReplyText(reply));
+      } else if (udp_associate_) {
+        udp_relay_ = bound.address();
+        if (bound.type == socks5::AddressType::Domain || bound.port == 0) {
+          fail(FailureKind::ProtocolError, "the SOCKS5 parent's UDP relay is no address");
+          return false;
+        }
+        if (bound.unspecified()) {
+          // "Any": the parent's own address, the one the control connection reached.
+          udp_relay_ = connection_->peer();
+          udp_relay_.setPort(bound.port);
+        }
+        succeed(data, size);
       } else {
         succeed(data, size);
       }

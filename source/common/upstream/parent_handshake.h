@@ -59,6 +59,14 @@ class ParentHandshake : public network::ConnectionCallbacks, public event::Defer
   // callback.
   void start(network::Connection& connection, const network::Address& address,
              std::string_view host, uint16_t port);
+  // A SOCKS5 parent only: asks for a UDP association instead of a tunnel (RFC 1928 UDP
+  // ASSOCIATE, sluice's source not named: all zeros). On success udpRelay() is where the
+  // parent takes the association's datagrams; the connection then only keeps it alive.
+  void startUdpAssociate(network::Connection& connection);
+  // The parent's relay address from its reply (a reply of "any" address means the control
+  // connection's peer, at the port it names); valid once onParentReady() ran for a UDP
+  // association.
+  const network::Address& udpRelay() const { return udp_relay_; }
 
   // network::ConnectionCallbacks
   void onData(buffer::Buffer& data, bool end_stream) override;
@@ -68,7 +76,8 @@ class ParentHandshake : public network::ConnectionCallbacks, public event::Defer
   enum class Stage : uint8_t { Idle, HttpAnswer, Socks5Method, Socks5Auth, Socks5Reply, Done };
 
   void writeHttpConnect();
-  void writeSocks5Connect();
+  // CONNECT, or UDP ASSOCIATE for startUdpAssociate().
+  void writeSocks5Request();
   // Each returns false once the handshake ended (a callback ran).
   bool onHttpAnswer(buffer::Buffer& data);
   bool onSocks5(buffer::Buffer& data);
@@ -83,6 +92,8 @@ class ParentHandshake : public network::ConnectionCallbacks, public event::Defer
   std::string_view host_;
   uint16_t port_ = 0;
   Stage stage_ = Stage::Idle;
+  bool udp_associate_ = false;
+  network::Address udp_relay_;
 };
 
 }  // namespace upstream

@@ -144,6 +144,14 @@ absl::StatusOr<std::unique_ptr<Parent>> buildParent(const config::v1::Parent& in
   parent->host = std::string(host);
   parent->port = port;
   if (network::parseIpLiteral(parent->host, parent->literal)) parent->literal.setPort(port);
+  if (in.proxy_protocol() == "v1") {
+    parent->proxy_protocol = 1;
+  } else if (in.proxy_protocol() == "v2") {
+    parent->proxy_protocol = 2;
+  } else if (!in.proxy_protocol().empty() && in.proxy_protocol() != "none") {
+    return pathError(path + ".proxy_protocol",
+                     absl::StrFormat("\"%s\" is not one of none, v1, v2", in.proxy_protocol()));
+  }
   absl::Status credentials = loadCredentials(in, path, *parent);
   if (!credentials.ok()) return credentials;
   if (in.max_failures() > 1000) return pathError(path + ".max_failures", "at most 1000");

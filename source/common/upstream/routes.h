@@ -69,6 +69,9 @@ struct Parent {
   std::string ca_file;
   std::string server_name;
   ParentAuth auth;
+  // PROXY protocol version sent ahead of every connection to it (1 or 2); 0: none. Its
+  // connections are never pooled: each carries its own client's header.
+  int proxy_protocol = 0;
   uint32_t max_failures = 3;
   std::chrono::milliseconds unhealthy_for{30000};
   std::shared_ptr<ParentHealth> health;

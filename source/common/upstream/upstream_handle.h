@@ -36,6 +36,9 @@ struct UpstreamInfo {
   // the destination its tunnel reaches (the pool keeps it there, not under the parent).
   uint64_t via = 0;
   network::Address pool_destination;
+  // A UDP association through a SOCKS5 parent (RequestKind::UdpAssociation): where the parent
+  // takes its datagrams. The connection is its control connection, never pooled.
+  network::Address udp_relay;
 };
 
 // An origin connection as the router hands it over: the connection, where it came from, and

@@ -129,6 +129,23 @@ TEST_F(ConnectionTest, WritesQueuedWhileConnectingAreSent) {
   EXPECT_EQ(0u, client_->writeBufferLength());
 }
 
+TEST_F(ConnectionTest, ConnectPrefixGoesFirstOnTheWire) {
+  client_ = Connection::connectTo(dispatcher_, listener_.address());
+  ASSERT_NE(nullptr, client_);
+  client_->setCallbacks(&client_cb_);
+  client_->setConnectPrefix("PROXY UNKNOWN\r\n");
+  // Written before the connect completes: still behind the prefix.
+  send(*client_, "early bytes");
+  int fd = listener_.accept();
+  ASSERT_GE(fd, 0);
+  server_ = std::make_unique<Connection>(dispatcher_, fd, listener_.address());
+  server_->setCallbacks(&server_cb_);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.received.size() >= 26; }));
+  EXPECT_EQ("PROXY UNKNOWN\r\nearly bytes", server_cb_.received);
+  ASSERT_FALSE(client_cb_.events.empty());
+  EXPECT_EQ(ConnectionEvent::Connected, client_cb_.events[0]);
+}
+
 TEST_F(ConnectionTest, DataFlowsBothWays) {
   connectPair();
   send(*client_, "request");

@@ -134,6 +134,67 @@ TEST(ProxyProtocolTest, V2Malformed) {
   EXPECT_EQ(ProxyParse::Header, parse(big, h, 4096));
 }
 
+Address at(const char* text) {
+  auto a = Address::parseHostPort(text);
+  EXPECT_TRUE(a.ok()) << text;
+  return a.ok() ? *a : Address();
+}
+
+// What sluice writes toward a parent, read back by the parser its own PROXY listener runs.
+TEST(ProxyProtocolWriteTest, RoundTripsBothVersionsAndFamilies) {
+  const struct {
+    const char* source;
+    const char* destination;
+    const char* parsed_source;  // after the one-family rule
+    const char* parsed_destination;
+  } cases[] = {
+      {"192.0.2.7:56324", "198.51.100.1:8080", "192.0.2.7:56324", "198.51.100.1:8080"},
+      {"[2001:db8::7]:1", "[2001:db8::1]:443", "[2001:db8::7]:1", "[2001:db8::1]:443"},
+      // Mixed: IPv6, the IPv4 one mapped.
+      {"192.0.2.7:65535", "[2001:db8::1]:443", "[::ffff:192.0.2.7]:65535", "[2001:db8::1]:443"},
+      {"[2001:db8::7]:2", "198.51.100.1:80", "[2001:db8::7]:2", "[::ffff:198.51.100.1]:80"},
+      // A mapped IPv6 address with an IPv4 one: both IPv4.
+      {"[::ffff:192.0.2.7]:3", "198.51.100.1:80", "192.0.2.7:3", "198.51.100.1:80"},
+  };
+  for (const auto& c : cases) {
+    for (int version : {1, 2}) {
+      SCOPED_TRACE(std::string(c.source) + " v" + std::to_string(version));
+      const std::string header = writeProxyHeader(version, at(c.source), at(c.destination));
+      ProxyHeader h;
+      ASSERT_EQ(ProxyParse::Header, parse(header + "GET / HTTP/1.1\r\n", h));
+      EXPECT_FALSE(h.local);
+      EXPECT_EQ(header.size(), h.length);
+      EXPECT_EQ(c.parsed_source, h.source.asString());
+      EXPECT_EQ(c.parsed_destination, h.destination.asString());
+      if (version == 1) {
+        EXPECT_EQ(0u, header.rfind("PROXY TCP", 0)) << header;
+        EXPECT_LE(header.size(), kProxyV1MaxBytes);
+      } else {
+        EXPECT_EQ(kSig, header.substr(0, 12));
+      }
+    }
+  }
+}
+
+TEST(ProxyProtocolWriteTest, V1IsTheSpecsText) {
+  EXPECT_EQ("PROXY TCP4 192.0.2.7 198.51.100.1 56324 8080\r\n",
+            writeProxyHeader(1, at("192.0.2.7:56324"), at("198.51.100.1:8080")));
+  EXPECT_EQ(v2(1, 0x11, tcp4Body()),
+            writeProxyHeader(2, at("192.0.2.7:56324"), at("198.51.100.1:8080")));
+}
+
+TEST(ProxyProtocolWriteTest, UnknownDestinationAndUnknownSource) {
+  for (int version : {1, 2}) {
+    ProxyHeader h;
+    ASSERT_EQ(ProxyParse::Header,
+              parse(writeProxyHeader(version, at("192.0.2.7:9"), Address()), h));
+    EXPECT_EQ("192.0.2.7:9", h.source.asString());
+    EXPECT_EQ("0.0.0.0:0", h.destination.asString());
+    ASSERT_EQ(ProxyParse::Header, parse(writeProxyHeader(version, Address(), Address()), h));
+    EXPECT_TRUE(h.local);
+  }
+}
+
 }  // namespace
 }  // namespace network
 }  // namespace sluice

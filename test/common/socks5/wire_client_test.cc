@@ -73,6 +73,26 @@ TEST(Socks5ClientTest, UserPassStatus) {
   EXPECT_FALSE(accepted);
 }
 
+TEST(Socks5ClientTest, UdpAssociateParsesAsTheServerSeesIt) {
+  uint8_t out[kMaxClientMessageBytes];
+  Request parsed;
+  Reply reply;
+  // Not known yet: all zeros.
+  size_t n = writeUdpAssociate(out, network::Address());
+  ASSERT_EQ(parseRequest(view(out, n), parsed, reply), ParseStatus::Ok);
+  EXPECT_EQ(parsed.command, static_cast<uint8_t>(Command::UdpAssociate));
+  EXPECT_EQ(parsed.target.type, AddressType::IPv4);
+  EXPECT_TRUE(parsed.target.unspecified());
+  EXPECT_EQ(parsed.target.port, 0);
+  EXPECT_EQ(parsed.size, n);
+  auto v6 = network::Address::parseHostPort("[2001:db8::5]:4000");
+  ASSERT_TRUE(v6.ok());
+  n = writeUdpAssociate(out, *v6);
+  ASSERT_EQ(parseRequest(view(out, n), parsed, reply), ParseStatus::Ok);
+  EXPECT_EQ(parsed.target.type, AddressType::IPv6);
+  EXPECT_EQ(parsed.target.address(), *v6);
+}
+
 TEST(Socks5ClientTest, ConnectToAnAddressOrAName) {
   uint8_t out[kMaxClientMessageBytes];
   Request parsed;

@@ -47,7 +47,7 @@ class ParentHandshakeTest : public testing::Test, public ParentHandshakeCallback
 
   // Connects to the parent and starts the handshake toward the target.
   void begin(ParentProtocol protocol, const network::Address& address, std::string_view host = {},
-             uint16_t port = 0) {
+             uint16_t port = 0, bool udp = false) {
     connection_ = Connection::connectTo(dispatcher_, listener_.address());
     ASSERT_NE(nullptr, connection_);
     connection_->setCallbacks(&idle_);
@@ -57,7 +57,11 @@ class ParentHandshakeTest : public testing::Test, public ParentHandshakeCallback
     Connection* raw = connection_.get();
     ASSERT_TRUE(runUntil(dispatcher_, [raw] { return !raw->connecting(); }));
     handshake_ = std::make_unique<ParentHandshake>(protocol, auth_, *this);
-    handshake_->start(*connection_, address, host, port);
+    if (udp) {
+      handshake_->startUdpAssociate(*connection_);
+    } else {
+      handshake_->start(*connection_, address, host, port);
+    }
   }
 
   // What the parent has received, once it holds `n` bytes.
@@ -245,6 +249,46 @@ TEST_F(ParentHandshakeTest, Socks5RefusalsAreTyped) {
     EXPECT_FALSE(ready_);
     TearDown();
   }
+}
+
+TEST_F(ParentHandshakeTest, Socks5UdpAssociateGivesTheParentsRelay) {
+  auth_.user = "sluice";
+  auth_.password = "secret";
+  begin(ParentProtocol::Socks5, network::Address(), {}, 0, /*udp=*/true);
+  EXPECT_EQ(parentReceived(4), std::string("\x05\x02\x00\x02", 4));
+  parent_->send(std::string("\x05\x02", 2));
+  EXPECT_EQ(parentReceived(15), std::string("\x01\x06sluice\x06secret", 15));
+  parent_->send(std::string("\x01\x00", 2));
+  // UDP ASSOCIATE, sluice's source not named.
+  EXPECT_EQ(parentReceived(10), std::string("\x05\x03\x00\x01\0\0\0\0\0\0", 10));
+  parent_->send(std::string("\x05\x00\x00\x01\x7f\x00\x00\x02\x9c\x41", 10));
+  waitEnd();
+  ASSERT_TRUE(ready_);
+  EXPECT_EQ(handshake_->udpRelay().asString(), "127.0.0.2:40001");
+}
+
+TEST_F(ParentHandshakeTest, Socks5UdpRelayOfAnyAddressIsTheParents) {
+  begin(ParentProtocol::Socks5, network::Address(), {}, 0, /*udp=*/true);
+  parentReceived(3);
+  parent_->send(std::string("\x05\x00", 2));
+  parentReceived(10);
+  parent_->send(std::string("\x05\x00\x00\x01\0\0\0\0\x9c\x41", 10));
+  waitEnd();
+  ASSERT_TRUE(ready_);
+  network::Address expected = connection_->peer();
+  expected.setPort(40001);
+  EXPECT_EQ(handshake_->udpRelay(), expected);
+}
+
+TEST_F(ParentHandshakeTest, Socks5UdpRelayOfPortZeroIsRefused) {
+  begin(ParentProtocol::Socks5, network::Address(), {}, 0, /*udp=*/true);
+  parentReceived(3);
+  parent_->send(std::string("\x05\x00", 2));
+  parentReceived(10);
+  parent_->send(std::string("\x05\x00\x00\x01\x7f\0\0\x01\0\0", 10));
+  waitEnd();
+  ASSERT_TRUE(failure_.has_value());
+  EXPECT_EQ(failure_->kind, FailureKind::ProtocolError);
 }
 
 TEST_F(ParentHandshakeTest, Socks5AskingForCredentialsSluiceLacks) {
