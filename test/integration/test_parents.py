@@ -936,3 +936,18 @@ def test_proxy_protocol_to_an_https_parent_goes_before_tls(start_sluice, certs, 
     assert [r["client"] for r in records] == [address], records
     assert parent.stat("listener.https.proxy_protocol.accepted") == 1
 
+
+
+def test_round_robin_spreads_requests_over_the_parents(start_sluice, squid, py_origin):
+    upper = start_sluice()
+    s = start_sluice(extra_short=parents_yaml(
+        [squid_parent(squid),
+         {"name": "upper", "address": f"127.0.0.1:{upper.port}", "protocol": "http",
+          "username": "front", "password": upper.key}],
+        [{"parents": '["squid", "upper"]', "balance": "round_robin"}]))
+    for _ in range(4):
+        r = tunnel_get(s, py_origin.url("/hello"))
+        assert r.stdout.endswith(b"\n200 200"), r.describe()
+    assert s.stat("upstream.parent.squid.requests") == 2
+    assert s.stat("upstream.parent.upper.requests") == 2
+    assert upper.stat("http1.http.rq_connect") == 2
