@@ -43,6 +43,17 @@ def dante():
     d.stop()
 
 
+def squid_logged(squid, pattern, timeout=5):
+    """Squid's access log once a line matches `pattern` (a regex): Squid writes a transaction's
+    line when it ends, which for a tunnel is after the client has gone."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = squid.access_log()
+        if re.search(pattern, log) or time.monotonic() > deadline:
+            return log
+        time.sleep(0.05)
+
+
 def parents_yaml(parents, routes):
     """The `parents:` and `routes:` keys of a short config."""
     out = "parents:\n"
@@ -79,7 +90,7 @@ def test_http_forward_through_squid_asks_for_the_checked_address(start_sluice, s
     assert r.stdout.startswith(b"hello"), r.describe()
     assert s.stat("upstream.parent.squid.requests") == 1
     assert s.stat("upstream.parent.squid.failures") == 0
-    log = squid.access_log()
+    log = squid_logged(squid, re.escape(f"http://127.0.0.1:{py_origin.port}/hello"))
     assert f"http://127.0.0.1:{py_origin.port}/hello" in log, log
     assert "localhost" not in log, log
     assert SQUID_USER in log, "Squid saw no authenticated user: " + log
@@ -92,7 +103,8 @@ def test_connect_through_squid(start_sluice, squid, py_origin):
     assert r.returncode == 0, r.describe()
     assert r.stdout.endswith(b"\n200 200"), r.describe()
     assert s.stat("upstream.parent.squid.requests") == 1
-    assert re.search(rf"CONNECT 127\.0\.0\.1:{py_origin.port} {SQUID_USER}", squid.access_log())
+    pattern = rf"CONNECT 127\.0\.0\.1:{py_origin.port} {SQUID_USER}"
+    assert re.search(pattern, squid_logged(squid, pattern))
 
 
 def test_wrong_credentials_for_the_parent_are_a_502_that_says_so(start_sluice, squid, py_origin,
@@ -540,7 +552,7 @@ def test_http2_streams_through_squid(start_sluice, squid, py_origin):
         assert c.wait(lambda: bytes(c.streams[sid].body) == b"ping through squid")
         c.close()
         assert s.stat("upstream.parent.squid.requests") == 2
-        log = squid.access_log()
+        log = squid_logged(squid, re.escape(f"http://127.0.0.1:{py_origin.port}/hello"))
         assert f"http://127.0.0.1:{py_origin.port}/hello" in log, log
     finally:
         echo.stop()
@@ -600,7 +612,7 @@ def test_resolve_parent_sends_the_name_to_the_parent(start_sluice, squid, py_ori
     assert r.stdout.startswith(b"hello") and r.stdout.endswith(b"\n200"), r.describe()
     r = tunnel_get(s, f"http://localhost:{py_origin.port}/hello")
     assert r.stdout.endswith(b"\n200 200"), r.describe()
-    log = squid.access_log()
+    log = squid_logged(squid, f"CONNECT localhost:{py_origin.port}")
     assert f"http://localhost:{py_origin.port}/hello" in log, log
     assert f"CONNECT localhost:{py_origin.port}" in log, log
     assert s.stat("upstream.dns_fail") == 0
