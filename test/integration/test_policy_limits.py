@@ -616,7 +616,7 @@ def test_a_refused_reload_changes_no_limit(start_sluice, origin):
                                    "outside 0.001-1e+07"),
     ({"quota_bytes": 10}, "policy.groups[0].limits.quota_bytes: not supported by this build"),
     ({"upload_bytes_per_second": 10},
-     "policy.groups[0].limits.upload_bytes_per_second: not supported by this build"),
+     "policy.groups[0].limits.upload_bytes_per_second: 10 is outside 1024-1099511627776"),
 ])
 def test_bad_limits_are_refused_with_their_path(tmp_path, limits, error):
     from sluice_proc import run_cli

@@ -820,7 +820,11 @@ bool Socks5Filter::admitCommand() {
   policy::KeyLimiter* limiter = hs_->request.limiter;
   if (limiter == nullptr) return true;
   policy::LimitRefusal refusal;
-  if (limiter->admit(*trace_.limitSlot(), refusal)) return true;
+  if (limiter->admit(*trace_.limitSlot(), refusal)) {
+    // The router hands the limits on with the upstream (bandwidth is charged where bytes move).
+    hs_->request.limit_slot = trace_.limitSlot();
+    return true;
+  }
   trace_.routed(hs_->request);
   trace_.fail(refusal.reason);
   sendReply(replyForDenial(proxy::Denial::TooManyRequests, hs_->request), network::Address());
@@ -980,6 +984,7 @@ void Socks5Filter::onBindAccept() {
     upstream::UpstreamInfo info;
     info.tunnel_idle_timeout = config_->bind_idle_timeout;
     info.splice = config_->bind_splice;
+    info.limiter = trace_.limitSlot()->limiter();
     upstream::UpstreamHandle inbound(
         std::make_unique<network::Connection>(downstream().dispatcher(), fd, peer,
                                               network::Connection::Blocking::NonBlocking),

@@ -35,10 +35,7 @@ absl::StatusOr<LimitSpec> parseLimitSpec(const config::v1::GroupLimits& proto,
                                          std::string_view path) {
   // Parts of the message this build does not enforce yet are refused, never silently ignored.
   for (const auto& [set, field] :
-       {std::pair<bool, const char*>{proto.upload_bytes_per_second() != 0,
-                                     "upload_bytes_per_second"},
-        {proto.download_bytes_per_second() != 0, "download_bytes_per_second"},
-        {proto.quota_bytes() != 0, "quota_bytes"},
+       {std::pair<bool, const char*>{proto.quota_bytes() != 0, "quota_bytes"},
         {!proto.quota_period().empty(), "quota_period"}}) {
     if (set) {
       return absl::InvalidArgumentError(
@@ -72,6 +69,18 @@ absl::StatusOr<LimitSpec> parseLimitSpec(const config::v1::GroupLimits& proto,
             : static_cast<uint32_t>(std::max(1.0, std::min<double>(std::ceil(rate), kMaxBurst)));
   }
   spec.max_concurrent = proto.max_concurrent();
+  for (const auto& [value, field] :
+       {std::pair<uint64_t, const char*>{proto.upload_bytes_per_second(),
+                                         "upload_bytes_per_second"},
+        {proto.download_bytes_per_second(), "download_bytes_per_second"}}) {
+    if (value != 0 && (value < kMinBytesPerSecond || value > kMaxBytesPerSecond)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.%s: %d is outside %d-%d (0 leaves it off)", path, field, value,
+                          kMinBytesPerSecond, kMaxBytesPerSecond));
+    }
+  }
+  spec.upload_bytes_per_second = proto.upload_bytes_per_second();
+  spec.download_bytes_per_second = proto.download_bytes_per_second();
   return spec;
 }
 
@@ -169,6 +178,26 @@ double TokenBucket::tokens(int64_t now) const {
 }
 
 // ------------------------------------------------------------------------------------------
+// ByteBucket
+
+int64_t ByteBucket::charge(uint64_t bytes, int64_t now) {
+  const uint64_t rate = rate_.load(std::memory_order_relaxed);
+  if (rate == 0 || bytes == 0) return 0;
+  const int64_t cost =
+      static_cast<int64_t>(static_cast<unsigned __int128>(bytes) * kNanosPerSecond / rate);
+  const int64_t tolerance = std::max<int64_t>(
+      kBurstNanos, static_cast<int64_t>(static_cast<unsigned __int128>(kMinBurstBytes) *
+                                        kNanosPerSecond / rate));
+  int64_t full_at = full_at_.load(std::memory_order_relaxed);
+  int64_t next;
+  do {
+    // A bucket that was full (full_at in the past) starts from now: no credit beyond a burst.
+    next = std::max(full_at, now - tolerance) + cost;
+  } while (!full_at_.compare_exchange_weak(full_at, next, std::memory_order_relaxed));
+  return std::max<int64_t>(0, next - now);
+}
+
+// ------------------------------------------------------------------------------------------
 // ConcurrencyLimit
 
 ConcurrencyLimit::Take ConcurrencyLimit::tryTake() {
@@ -205,6 +234,12 @@ void GroupLimiter::registerStats() {
                     "Requests of the group's keys refused (429) by their own max_concurrent.");
   concurrent_ = scope.gauge("concurrent",
                             "Requests, tunnels and streams open under the group's max_concurrent.");
+  bandwidth_paused_ = scope.counter(
+      "bandwidth_paused",
+      "Reads paused (a transfer slowed) by the group's upload/download_bytes_per_second.");
+  key_bandwidth_paused_ = scope.counter(
+      "key_bandwidth_paused",
+      "Reads paused (a transfer slowed) by the group's keys' own bytes_per_second limits.");
 }
 
 KeyLimiter::KeyLimiter(std::shared_ptr<GroupLimiter> group, std::string name)
@@ -218,7 +253,7 @@ void KeyLimiter::registerStats(uint32_t stats_reserve) {
   stats_registered_ = true;
   stats::Store& store = stats::Store::get();
   stats::Scope scope = stats::Scope("policy").scope("key", "key", name_);
-  if (!store.hasRoomFor(scope.name("rate_limited"), 3, stats_reserve)) {
+  if (!store.hasRoomFor(scope.name("rate_limited"), 4, stats_reserve)) {
     // Thousands of keys: those past the store's room share one set.
     scope = stats::Scope("policy").scope("key_overflow");
   }
@@ -229,6 +264,24 @@ void KeyLimiter::registerStats(uint32_t stats_reserve) {
       "Requests of the key refused (429) for concurrency, by its own or its group's.");
   concurrent_ = scope.gauge("concurrent",
                             "Requests, tunnels and streams open under the key's max_concurrent.");
+  bandwidth_paused_ =
+      scope.counter("bandwidth_paused",
+                    "Reads of the key's transfers paused, by its own or its group's bandwidth.");
+}
+
+int64_t KeyLimiter::chargeBytes(Direction way, uint64_t bytes, int64_t now) {
+  GroupLimiter& group = *group_;
+  const bool up = way == Direction::Upload;
+  const int64_t own = (up ? own_.upload : own_.download).charge(bytes, now);
+  const int64_t shared = (up ? group.state_.upload : group.state_.download).charge(bytes, now);
+  if (own == 0 && shared == 0) return 0;
+  bandwidth_paused_.inc();
+  if (own >= shared) {
+    group.key_bandwidth_paused_.inc();
+    return own;
+  }
+  group.bandwidth_paused_.inc();
+  return shared;
 }
 
 bool KeyLimiter::admitLimited(LimitSlot& slot, LimitRefusal& refusal) {

@@ -29,23 +29,31 @@ namespace policy {
 // Nanoseconds of the monotonic clock (CLOCK_MONOTONIC, steady_clock): never goes backwards.
 int64_t monotonicNanos();
 
-// The rate and concurrency parts of one GroupLimits message, checked.
+// The rate, concurrency and bandwidth parts of one GroupLimits message, checked.
 struct LimitSpec {
-  double requests_per_second = 0;  // 0: no rate limit
-  uint32_t burst = 0;              // tokens of a full bucket: at least 1 when the rate is set
-  uint32_t max_concurrent = 0;     // 0: no concurrency limit
+  double requests_per_second = 0;        // 0: no rate limit
+  uint32_t burst = 0;                    // tokens of a full bucket: at least 1 when the rate is set
+  uint32_t max_concurrent = 0;           // 0: no concurrency limit
+  uint64_t upload_bytes_per_second = 0;  // 0: not shaped
+  uint64_t download_bytes_per_second = 0;
 
   bool limitsRate() const { return requests_per_second > 0; }
   bool limitsConcurrency() const { return max_concurrent > 0; }
-  bool any() const { return limitsRate() || limitsConcurrency(); }
+  bool limitsBandwidth() const {
+    return upload_bytes_per_second > 0 || download_bytes_per_second > 0;
+  }
+  bool any() const { return limitsRate() || limitsConcurrency() || limitsBandwidth(); }
 };
 
 inline constexpr double kMinRequestsPerSecond = 0.001;
 inline constexpr double kMaxRequestsPerSecond = 10'000'000;
 inline constexpr uint32_t kMaxBurst = 1'000'000;
 
+inline constexpr uint64_t kMinBytesPerSecond = 1024;
+inline constexpr uint64_t kMaxBytesPerSecond = 1ull << 40;
+
 // Checks a GroupLimits message (errors start with `path`). The fields this build does not
-// enforce (bandwidth, quotas) are refused, never silently ignored.
+// enforce (quotas) are refused, never silently ignored.
 absl::StatusOr<LimitSpec> parseLimitSpec(const config::v1::GroupLimits& proto,
                                          std::string_view path);
 
@@ -114,15 +122,49 @@ class ConcurrencyLimit {
   std::atomic<uint32_t> max_{0};
 };
 
+// Bytes per second for shaping: bytes already moved are charged (a transfer is never refused),
+// and the answer is how long the side that produced them should not be read. One word holds
+// the time at which the bucket is full again, as in TokenBucket; charging is one
+// compare-and-swap. The bucket holds kBurst of the rate (at least kMinBurstBytes), so a
+// transfer that starts after a quiet spell runs ahead of the rate by at most that.
+class ByteBucket {
+ public:
+  static constexpr int64_t kBurstNanos = 100'000'000;  // 100 ms of the rate
+  static constexpr uint64_t kMinBurstBytes = 64 * 1024;
+
+  ByteBucket() = default;
+  ByteBucket(const ByteBucket&) = delete;
+  ByteBucket& operator=(const ByteBucket&) = delete;
+
+  // Charges `bytes` moved at `now`: the nanoseconds to pause the producer (0: go on).
+  int64_t charge(uint64_t bytes, int64_t now);
+  // Any thread; 0 turns it off. The debt already charged stays (in time, at the old rate).
+  void configure(uint64_t bytes_per_second) {
+    rate_.store(bytes_per_second, std::memory_order_relaxed);
+  }
+  uint64_t rate() const { return rate_.load(std::memory_order_relaxed); }
+
+ private:
+  alignas(64) std::atomic<int64_t> full_at_{0};
+  std::atomic<uint64_t> rate_{0};
+};
+
 // What one limit (a group's shared one or a key's own) keeps.
 struct LimitState {
   TokenBucket bucket;
   ConcurrencyLimit concurrency;
+  ByteBucket upload;    // client -> destination
+  ByteBucket download;  // destination -> client
   void configure(const LimitSpec& spec, int64_t now) {
     bucket.configure(spec.requests_per_second, spec.burst, now);
     concurrency.configure(spec.max_concurrent);
+    upload.configure(spec.upload_bytes_per_second);
+    download.configure(spec.download_bytes_per_second);
   }
 };
+
+// Which way bytes move, for shaping.
+enum class Direction : uint8_t { Upload, Download };
 
 // A group's limits shared by all its keys (Group.limits), for as long as the group is
 // configured; and the group's counters.
@@ -150,6 +192,8 @@ class GroupLimiter {
   stats::Counter key_rate_limited_;         // refused by a key's own rate
   stats::Counter key_concurrency_limited_;  // refused by a key's own max_concurrent
   stats::Gauge concurrent_;                 // in flight under the group's max_concurrent
+  stats::Counter bandwidth_paused_;         // reads paused by the group's bandwidth
+  stats::Counter key_bandwidth_paused_;     // reads paused by a key's own bandwidth
 };
 
 class LimitSlot;
@@ -184,6 +228,12 @@ class KeyLimiter {
   // Whether some limit applies to this key now (its own or its group's).
   bool active() const { return active_.load(std::memory_order_relaxed); }
 
+  // Shaping (upload_/download_bytes_per_second of the key's and its group's limits): charges
+  // `bytes` just moved `way` to both buckets and returns the nanoseconds the side that
+  // produced them should not be read, the longer of the two (the stricter limit wins); 0 when
+  // neither limits that way or both have room. Any worker, lock-free.
+  int64_t chargeBytes(Direction way, uint64_t bytes, int64_t now);
+
  private:
   friend class LimitSlot;
   friend class GroupLimiters;
@@ -201,6 +251,7 @@ class KeyLimiter {
   stats::Counter rate_limited_;         // refused for rate, by the key's or the group's bucket
   stats::Counter concurrency_limited_;  // refused for concurrency, either limit
   stats::Gauge concurrent_;             // in flight under the key's own max_concurrent
+  stats::Counter bandwidth_paused_;     // reads paused, by the key's or the group's bandwidth
 };
 
 // A request's place under its key's limits, from its admission until it ends and whatever it

@@ -6,6 +6,9 @@
 #include "source/common/network/connection_limiter.h"
 
 namespace sluice {
+namespace policy {
+class KeyLimiter;
+}
 namespace upstream {
 
 class Pool;
@@ -32,6 +35,10 @@ struct UpstreamInfo {
   // the destination its tunnel reaches (the pool keeps it there, not under the parent).
   uint64_t via = 0;
   network::Address pool_destination;
+  // The limits the request was admitted under (its LimitSlot's limiter), or null: the relay or
+  // exchange that moves its bytes charges them to its bandwidth buckets. Lives as long as the
+  // config the request runs under.
+  policy::KeyLimiter* limiter = nullptr;
 };
 
 // An origin connection as the router hands it over: the connection, where it came from, and

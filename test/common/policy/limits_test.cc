@@ -294,15 +294,96 @@ TEST(LimitSpecTest, DefaultsAndErrors) {
             }),
             "policy.groups[0].limits.burst: 2000000 is above 1000000");
   EXPECT_EQ(error([](auto& p) { p.set_download_bytes_per_second(1000); }),
-            "policy.groups[0].limits.download_bytes_per_second: not supported by this build of "
-            "sluice");
-  EXPECT_EQ(error([](auto& p) { p.set_upload_bytes_per_second(1000); }),
-            "policy.groups[0].limits.upload_bytes_per_second: not supported by this build of "
-            "sluice");
+            "policy.groups[0].limits.download_bytes_per_second: 1000 is outside "
+            "1024-1099511627776 (0 leaves it off)");
+  EXPECT_EQ(error([](auto& p) { p.set_upload_bytes_per_second(1ull << 41); }),
+            "policy.groups[0].limits.upload_bytes_per_second: 2199023255552 is outside "
+            "1024-1099511627776 (0 leaves it off)");
+  EXPECT_EQ(error([](auto& p) { p.set_upload_bytes_per_second(1024); }), "ok");
   EXPECT_EQ(error([](auto& p) { p.set_quota_bytes(1000); }),
             "policy.groups[0].limits.quota_bytes: not supported by this build of sluice");
   EXPECT_EQ(error([](auto& p) { p.set_quota_period("day"); }),
             "policy.groups[0].limits.quota_period: not supported by this build of sluice");
+}
+
+TEST(LimitSpecTest, BandwidthIsALimit) {
+  config::v1::GroupLimits proto;
+  proto.set_download_bytes_per_second(8 << 20);
+  auto spec = parseLimitSpec(proto, "p");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->download_bytes_per_second, 8u << 20);
+  EXPECT_EQ(spec->upload_bytes_per_second, 0u);
+  EXPECT_TRUE(spec->limitsBandwidth());
+  EXPECT_TRUE(spec->any());
+  EXPECT_FALSE(spec->limitsRate());
+}
+
+// ------------------------------------------------------------------------------------------
+// ByteBucket
+
+TEST(ByteBucketTest, OffNeverPauses) {
+  ByteBucket b;
+  EXPECT_EQ(b.charge(1 << 30, kSecond), 0);
+}
+
+TEST(ByteBucketTest, ABurstGoesThroughThenTheRateHolds) {
+  ByteBucket b;
+  b.configure(1 << 20);  // 1 MiB/s: the burst is 100 ms, 104857.6 bytes
+  const int64_t t = 10 * kSecond;
+  EXPECT_EQ(b.charge(100'000, t), 0);
+  // Past the burst: the producer waits until the bucket has paid for what it took.
+  const int64_t wait = b.charge(1 << 20, t);
+  EXPECT_NEAR(static_cast<double>(wait), 0.9 * kSecond + 100'000.0 / (1 << 20) * kSecond, 1e3);
+  // Once it waited that long, a read of 64 KiB costs its own time only.
+  EXPECT_NEAR(static_cast<double>(b.charge(64 << 10, t + wait)), kSecond / 16.0, 1e3);
+}
+
+TEST(ByteBucketTest, SteadyProducerGetsTheRate) {
+  ByteBucket b;
+  b.configure(8 << 20);
+  int64_t now = kSecond;
+  uint64_t moved = 0;
+  // A producer that reads 64 KiB, then sleeps as told, 1 ms late each time (a timer's rounding).
+  while (moved < (64u << 20)) {
+    const int64_t wait = b.charge(64 << 10, now);
+    moved += 64 << 10;
+    now += wait > 0 ? wait + kMs : 0;
+  }
+  const double seconds = static_cast<double>(now - kSecond) / kSecond;
+  EXPECT_NEAR(seconds, 8.0 - 0.1, 0.05);
+}
+
+TEST(ByteBucketTest, AQuietSpellEarnsNoMoreThanABurst) {
+  ByteBucket b;
+  b.configure(1 << 20);
+  EXPECT_EQ(b.charge(1000, kSecond), 0);
+  // An hour later the bucket holds 100 ms of the rate, not an hour's.
+  const int64_t later = 3600 * kSecond;
+  EXPECT_GT(b.charge(1 << 20, later), 0);
+}
+
+TEST(KeyLimiterTest, BandwidthTheStricterOfKeyAndGroupWins) {
+  config::v1::Group proto;
+  proto.mutable_limits()->set_download_bytes_per_second(1 << 20);
+  proto.mutable_key_limits()->set_download_bytes_per_second(4 << 20);
+  auto built = GroupLimiters::build("ci", proto, "g", nullptr);
+  ASSERT_TRUE(built.ok());
+  auto a = (*built)->forKey("a");
+  auto b = (*built)->forKey("b");
+  EXPECT_TRUE(a->active());
+  LimitSlot slot;
+  LimitRefusal refusal;
+  ASSERT_TRUE(a->admit(slot, refusal));
+  EXPECT_EQ(slot.limiter(), a.get());
+  const int64_t t = 5 * kSecond;
+  // 1 MiB more than the burst: the group's 1 MiB/s makes that a second's wait, the key's own
+  // 4 MiB/s only a quarter.
+  const int64_t wait = a->chargeBytes(Direction::Download, (1 << 20) + 104858, t);
+  EXPECT_NEAR(static_cast<double>(wait), kSecond, kMs);
+  // The group's bucket is shared: b's first bytes wait behind a's.
+  EXPECT_GT(b->chargeBytes(Direction::Download, 1024, t), kSecond - kMs);
+  // Uploads are not limited.
+  EXPECT_EQ(a->chargeBytes(Direction::Upload, 1 << 30, t), 0);
 }
 
 // ------------------------------------------------------------------------------------------

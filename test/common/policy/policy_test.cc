@@ -91,14 +91,15 @@ TEST(PolicyTest, EveryGroupHasLimitersAndTheRunningOnesCarryOn) {
   EXPECT_NE((*third)->find("crew")->limiters->groupLimiter(), staff->limiters->groupLimiter());
 }
 
-TEST(PolicyTest, BandwidthAndQuotasAreRefusedStill) {
+TEST(PolicyTest, QuotasAreRefusedStill) {
   config::v1::Policy proto = withLimits(10, 4);
-  proto.mutable_groups(0)->mutable_key_limits()->set_upload_bytes_per_second(1000);
+  proto.mutable_groups(0)->mutable_key_limits()->set_upload_bytes_per_second(1 << 20);
+  EXPECT_TRUE(buildPolicy(proto).ok());
+  proto.mutable_groups(0)->mutable_key_limits()->set_quota_bytes(1000);
   auto refused = buildPolicy(proto);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().message(),
-            "policy.groups[0].key_limits.upload_bytes_per_second: not supported by this build of "
-            "sluice");
+            "policy.groups[0].key_limits.quota_bytes: not supported by this build of sluice");
   config::v1::Policy bad = withLimits(-3, 0);
   EXPECT_FALSE(buildPolicy(bad).ok());
 }

@@ -1,0 +1,164 @@
+"""Bandwidth limits of policy groups and their keys (upload_bytes_per_second,
+download_bytes_per_second) against the real binary: a limit slows a transfer (its reads are
+paused) rather than refusing it, both ways, through a spliced CONNECT tunnel and a relayed HTTP
+response, and keys of a group share the group's limit."""
+
+import threading
+import time
+
+from helpers import RawConnection, basic_auth
+from test_policy_limits import connect_tunnel, start_limited
+
+MiB = 1 << 20
+RATE = 8 * MiB
+SIZE = 64 * MiB
+# The bucket lets 100 ms of the rate through ahead of it (ByteBucket::kBurstNanos).
+BURST_S = 0.1
+
+
+def expected_seconds(size, rate):
+    return size / rate - BURST_S
+
+
+def assert_within(elapsed, size, rate):
+    want = expected_seconds(size, rate)
+    assert abs(elapsed - want) <= 0.1 * want, f"{size} bytes took {elapsed:.2f} s, want {want:.2f} s"
+
+
+def download(c, n):
+    """Asks the origin's source for n bytes through tunnel c and reads them all."""
+    c.send(f"{n}\n".encode())
+    got = len(c.buf)
+    c.buf = b""
+    while got < n:
+        d = c.sock.recv(1 << 20)
+        assert d, f"tunnel closed after {got} of {n} bytes"
+        got += len(d)
+    return got
+
+
+def upload(c, n):
+    """Sends n bytes to the origin's sink through tunnel c; returns once the sink counted them."""
+    c.send(f"{n}\n".encode())
+    block = b"u" * MiB
+    left = n
+    while left > 0:
+        k = min(left, len(block))
+        c.sock.sendall(block[:k])
+        left -= k
+    line = b""
+    while not line.endswith(b"\n"):
+        d = c.sock.recv(64)
+        assert d, "tunnel closed before the sink answered"
+        line += d
+    assert int(line) == n
+    return n
+
+
+def group(name, limits=None, key_limits=None):
+    g = {"name": name}
+    if limits:
+        g["limits"] = limits
+    if key_limits:
+        g["key_limits"] = key_limits
+    return g
+
+
+def test_download_through_spliced_tunnel_is_shaped(start_sluice, sluice_origin):
+    s = start_limited(start_sluice, [group("ci", key_limits={"download_bytes_per_second": RATE})],
+                      {"ci-1": "ci"})
+    c, resp = connect_tunnel(s, s.keys["ci-1"], f"127.0.0.1:{sluice_origin.source}")
+    assert resp.status == 200
+    t0 = time.monotonic()
+    download(c, SIZE)
+    elapsed = time.monotonic() - t0
+    c.close()
+    assert_within(elapsed, SIZE, RATE)
+    s.wait_stat("tunnel.listener.http.tunnels_active", lambda v: v == 0)
+    # The bulk of it went socket to socket, and was shaped there.
+    assert s.stat("tunnel.listener.http.bytes_spliced") > SIZE // 2
+    assert s.stat("policy.key.ci-1.bandwidth_paused") > 0
+    assert s.stat("policy.group.ci.key_bandwidth_paused") > 0
+    assert s.stat("policy.group.ci.bandwidth_paused") == 0
+
+
+def test_upload_through_spliced_tunnel_is_shaped(start_sluice, sluice_origin):
+    s = start_limited(start_sluice, [group("ci", limits={"upload_bytes_per_second": RATE})],
+                      {"ci-1": "ci"})
+    c, resp = connect_tunnel(s, s.keys["ci-1"], f"127.0.0.1:{sluice_origin.sink}")
+    assert resp.status == 200
+    t0 = time.monotonic()
+    upload(c, SIZE)
+    elapsed = time.monotonic() - t0
+    c.close()
+    assert_within(elapsed, SIZE, RATE)
+    s.wait_stat("tunnel.listener.http.tunnels_active", lambda v: v == 0)
+    assert s.stat("tunnel.listener.http.bytes_spliced") > SIZE // 2
+    assert s.stat("policy.group.ci.bandwidth_paused") > 0
+    # The download direction has no limit: its answer was not held back.
+    assert s.stat("policy.key.ci-1.bandwidth_paused") == s.stat("policy.group.ci.bandwidth_paused")
+
+
+def test_relayed_http_response_is_shaped(start_sluice, sluice_origin):
+    s = start_limited(start_sluice, [group("ci", limits={"download_bytes_per_second": RATE})],
+                      {"ci-1": "ci"})
+    c = RawConnection(s.proxy_addr, timeout=30)
+    host = f"127.0.0.1:{sluice_origin.port}"
+    t0 = time.monotonic()
+    c.send(f"GET http://{host}/bytes/{SIZE} HTTP/1.1\r\nHost: {host}\r\n"
+           f"Proxy-Authorization: {basic_auth(s.keys['ci-1'])}\r\n\r\n".encode())
+    # The head, then the body counted as it comes (not kept: 64 MiB).
+    while b"\r\n\r\n" not in c.buf:
+        c._fill()
+    head, _, rest = c.buf.partition(b"\r\n\r\n")
+    c.buf = b""
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert f"content-length: {SIZE}".encode() in head.lower(), head
+    got = len(rest)
+    while got < SIZE:
+        d = c.sock.recv(1 << 20)
+        assert d, f"closed after {got} bytes of the body"
+        got += len(d)
+    elapsed = time.monotonic() - t0
+    assert got == SIZE
+    assert_within(elapsed, SIZE, RATE)
+    # Slowed, not refused: the keep-alive connection serves the next request at once.
+    c.send(f"GET http://{host}/bytes/16 HTTP/1.1\r\nHost: {host}\r\n"
+           f"Proxy-Authorization: {basic_auth(s.keys['ci-1'])}\r\n\r\n".encode())
+    assert c.read_response().status == 200
+    c.close()
+    assert s.stat("policy.group.ci.bandwidth_paused") > 0
+
+
+def test_two_keys_share_the_group_limit_and_the_stricter_wins(start_sluice, sluice_origin):
+    # The group allows 8 MiB/s for both keys together; ci-2's own limit is higher, so the
+    # group's is the stricter and the two downloads share it.
+    s = start_limited(start_sluice,
+                      [group("ci", limits={"download_bytes_per_second": RATE},
+                             key_limits={"download_bytes_per_second": 4 * RATE})],
+                      {"ci-1": "ci", "ci-2": "ci"}, workers=2)
+    half = SIZE // 2
+    tunnels = []
+    for name in ("ci-1", "ci-2"):
+        c, resp = connect_tunnel(s, s.keys[name], f"127.0.0.1:{sluice_origin.source}")
+        assert resp.status == 200
+        tunnels.append(c)
+    done = {}
+
+    def run(i, c):
+        download(c, half)
+        done[i] = time.monotonic()
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(tunnels)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(done) == 2
+    elapsed = max(done.values()) - t0
+    for c in tunnels:
+        c.close()
+    assert_within(elapsed, SIZE, RATE)
+    assert s.stat("policy.group.ci.bandwidth_paused") > 0
+
