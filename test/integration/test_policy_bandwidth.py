@@ -8,6 +8,7 @@ import time
 
 from helpers import RawConnection, basic_auth
 from test_policy_limits import connect_tunnel, start_limited
+from test_socks5 import CONNECT, Socks5Client
 
 MiB = 1 << 20
 RATE = 8 * MiB
@@ -162,3 +163,21 @@ def test_two_keys_share_the_group_limit_and_the_stricter_wins(start_sluice, slui
     assert_within(elapsed, SIZE, RATE)
     assert s.stat("policy.group.ci.bandwidth_paused") > 0
 
+
+
+def test_socks5_connect_download_is_shaped(start_sluice, sluice_origin):
+    s = start_limited(start_sluice, [group("g", key_limits={"download_bytes_per_second": RATE})],
+                      {"a": "g"}, socks5=True)
+    size = SIZE // 2
+    sc = Socks5Client(s.socks_addr, timeout=30)
+    sc.login(s.keys["a"])
+    rep, _ = sc.request(CONNECT, "127.0.0.1", sluice_origin.source)
+    assert rep == 0
+    c = RawConnection.__new__(RawConnection)
+    c.sock, c.buf = sc.sock, b""
+    t0 = time.monotonic()
+    download(c, size)
+    elapsed = time.monotonic() - t0
+    sc.close()
+    assert_within(elapsed, size, RATE)
+    assert s.stat("policy.key.a.bandwidth_paused") > 0

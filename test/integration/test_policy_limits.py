@@ -599,7 +599,7 @@ def test_a_refused_reload_changes_no_limit(start_sluice, origin):
     bad = set_groups(s, [{"name": "g", "limits": {"requests_per_second": 100, "burst": 100,
                                                   "download_bytes_per_second": 1000}}])
     assert bad.status != 200
-    assert "policy.groups[0].limits.download_bytes_per_second: not supported" in bad.text
+    assert "policy.groups[0].limits.download_bytes_per_second: 1000 is outside" in bad.text
     with RawConnection(s.proxy_addr) as c:
         statuses = [get(c, s.keys["a"], origin.url()).status for _ in range(3)]
     assert statuses == [200, 200, 429]
