@@ -385,6 +385,9 @@ void GroupLimiters::configureKey(KeyLimiter& key, int64_t now) const {
   key.own_.configure(key.name_.empty() ? LimitSpec() : key_spec_, now);
   const bool own = !key.name_.empty() && key_spec_.any();
   key.active_.store(own || group_spec_.any(), std::memory_order_relaxed);
+  key.shapes_.store(
+      (!key.name_.empty() && key_spec_.limitsBandwidth()) || group_spec_.limitsBandwidth(),
+      std::memory_order_relaxed);
 }
 
 std::shared_ptr<KeyLimiter> GroupLimiters::forKey(std::string_view key_name,

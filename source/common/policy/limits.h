@@ -233,6 +233,9 @@ class KeyLimiter {
   // produced them should not be read, the longer of the two (the stricter limit wins); 0 when
   // neither limits that way or both have room. Any worker, lock-free.
   int64_t chargeBytes(Direction way, uint64_t bytes, int64_t now);
+  // Whether a bandwidth limit applies to this key now (its own or its group's): transfers of
+  // keys with only rate or concurrency limits pay this one relaxed load per read.
+  bool shapes() const { return shapes_.load(std::memory_order_relaxed); }
 
  private:
   friend class LimitSlot;
@@ -245,6 +248,7 @@ class KeyLimiter {
   const std::string name_;
   LimitState own_;
   std::atomic<bool> active_{false};
+  std::atomic<bool> shapes_{false};
   const std::string rate_reason_;
   const std::string concurrency_reason_;
   bool stats_registered_ = false;       // main thread

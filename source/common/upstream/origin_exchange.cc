@@ -304,7 +304,7 @@ void OriginExchange::write(buffer::Buffer& out) {
   bytes_to_origin_ += n;
   if (options_->stats != nullptr) options_->stats->bytes_upstream_tx.add(n);
   upstream_->write(out);
-  if (limiter_ != nullptr) shape(0, n);
+  if (shaping()) shape(0, n);
 }
 
 void OriginExchange::shape(size_t way, size_t bytes) {
@@ -419,7 +419,7 @@ void OriginExchange::onData(buffer::Buffer& data, bool end_stream) {
   }
   bytes_from_origin_ += data.length();
   if (options_->stats != nullptr) options_->stats->bytes_upstream_rx.add(data.length());
-  if (limiter_ != nullptr && !data.empty()) shape(1, data.length());
+  if (shaping() && !data.empty()) shape(1, data.length());
   if (!data.empty() && !any_response_byte_) {
     any_response_byte_ = true;
     first_byte_at_ = upstream_->dispatcher().now();

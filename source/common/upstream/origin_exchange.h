@@ -222,6 +222,7 @@ class OriginExchange : private network::ConnectionCallbacks {
   // the origin, 1 from it) and, when the limit says so, pauses the side that produced them: the
   // origin's reads, or the client's body (onOriginBackedUp) while more of it is due.
   void shape(size_t way, size_t bytes);
+  bool shaping() const { return limiter_ != nullptr && limiter_->shapes(); }
   void onShapeTimer();
   void armShapeTimer(int64_t now);
   // Ends any pause (the exchange ends or hands its connection over); tell_owner: a paused

@@ -116,7 +116,7 @@ void TunnelRelay::onDownstreamData(buffer::Buffer& data, bool end_stream) {
     countToUpstream(n);
     touch();
     upstream_->write(data);
-    if (limiter_ != nullptr) shape(0, n);
+    if (shaping()) shape(0, n);
   }
   if (end_stream && !downstream_ended_) {
     downstream_ended_ = true;
@@ -141,7 +141,7 @@ void TunnelRelay::onData(buffer::Buffer& data, bool end_stream) {
   const bool end = end_stream && !upstream_ended_;
   if (end) upstream_ended_ = true;
   if (n > 0 || end) downstream_.writeDownstream(data, end);
-  if (limiter_ != nullptr && n > 0 && !finished_) shape(1, n);
+  if (shaping() && n > 0 && !finished_) shape(1, n);
   if (end) {
     maybeDone();
     return;
@@ -418,7 +418,7 @@ void TunnelRelay::pump(Direction& d) {
       d.in_pipe = static_cast<size_t>(n);
       d.from->countRawBytes(d.in_pipe, 0);
       touch();
-      if (limiter_ != nullptr) shape(d.to_upstream ? 0 : 1, d.in_pipe);
+      if (shaping()) shape(d.to_upstream ? 0 : 1, d.in_pipe);
       continue;
     }
     if (n == 0) {

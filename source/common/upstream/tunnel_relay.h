@@ -186,6 +186,7 @@ class TunnelRelay : public event::DeferredDeletable,
   // when the limit says so, stops reading the side that produced them until the shaping timer
   // resumes it (readDisable while buffered; while spliced, pump() does not read it).
   void shape(size_t way, size_t bytes);
+  bool shaping() const { return limiter_ != nullptr && limiter_->shapes(); }
   bool shapePaused(size_t way) const { return shaped_[way].paused; }
   void onShapeTimer();
   void armShapeTimer(int64_t now);

@@ -371,6 +371,7 @@ TEST(KeyLimiterTest, BandwidthTheStricterOfKeyAndGroupWins) {
   auto a = (*built)->forKey("a");
   auto b = (*built)->forKey("b");
   EXPECT_TRUE(a->active());
+  EXPECT_TRUE(a->shapes());
   LimitSlot slot;
   LimitRefusal refusal;
   ASSERT_TRUE(a->admit(slot, refusal));
@@ -384,6 +385,18 @@ TEST(KeyLimiterTest, BandwidthTheStricterOfKeyAndGroupWins) {
   EXPECT_GT(b->chargeBytes(Direction::Download, 1024, t), kSecond - kMs);
   // Uploads are not limited.
   EXPECT_EQ(a->chargeBytes(Direction::Upload, 1 << 30, t), 0);
+}
+
+TEST(KeyLimiterTest, OnlyABandwidthLimitShapes) {
+  config::v1::Group proto;
+  proto.mutable_limits()->set_requests_per_second(10);
+  proto.mutable_key_limits()->set_upload_bytes_per_second(1 << 20);
+  auto built = GroupLimiters::build("ci", proto, "g", nullptr);
+  ASSERT_TRUE(built.ok());
+  EXPECT_TRUE((*built)->forKey("a")->shapes());
+  // Requests without a key have no key limits: the group's rate does not shape.
+  EXPECT_FALSE((*built)->keyless()->shapes());
+  EXPECT_TRUE((*built)->keyless()->active());
 }
 
 // ------------------------------------------------------------------------------------------
