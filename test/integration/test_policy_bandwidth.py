@@ -212,3 +212,40 @@ def test_http2_connect_stream_is_shaped(start_sluice, sluice_origin, way):
     c.close()
     assert_within(elapsed, size, rate)
     assert s.stat("policy.key.a.bandwidth_paused") > 0
+
+
+def test_relayed_request_body_is_shaped(start_sluice, sluice_origin):
+    # The client's body is not read while the upload is paused; the origin echoes it back as it
+    # comes, so the echo's end marks when the last byte went up. The connection then serves its
+    # next request: the pauses were all undone.
+    size = SIZE // 2
+    s = start_limited(start_sluice, [group("ci", key_limits={"upload_bytes_per_second": RATE})],
+                      {"ci-1": "ci"})
+    c = RawConnection(s.proxy_addr, timeout=30)
+    host = f"127.0.0.1:{sluice_origin.port}"
+    auth = basic_auth(s.keys["ci-1"])
+    t0 = time.monotonic()
+    c.send(f"POST http://{host}/echo HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: {auth}\r\n"
+           f"Content-Length: {size}\r\n\r\n".encode())
+    sender = threading.Thread(target=lambda: c.sock.sendall(b"p" * size))
+    sender.start()
+    while b"\r\n\r\n" not in c.buf:
+        c._fill()
+    head, _, rest = c.buf.partition(b"\r\n\r\n")
+    c.buf = b""
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"chunked" not in head.lower(), head
+    got = len(rest)
+    while got < size:
+        d = c.sock.recv(1 << 20)
+        assert d, f"closed after {got} bytes of the echo"
+        got += len(d)
+    elapsed = time.monotonic() - t0
+    sender.join(10)
+    assert got == size
+    assert_within(elapsed, size, RATE)
+    c.send(f"GET http://{host}/bytes/16 HTTP/1.1\r\nHost: {host}\r\n"
+           f"Proxy-Authorization: {auth}\r\n\r\n".encode())
+    assert c.read_response().status == 200
+    c.close()
+    assert s.stat("policy.key.ci-1.bandwidth_paused") > 0
