@@ -249,3 +249,40 @@ def test_relayed_request_body_is_shaped(start_sluice, sluice_origin):
     assert c.read_response().status == 200
     c.close()
     assert s.stat("policy.key.ci-1.bandwidth_paused") > 0
+
+
+def test_websocket_download_is_shaped(start_sluice, sluice_origin):
+    # An accepted upgrade becomes a tunnel under the same limits: the origin's echo of 16 MiB
+    # of frames comes back at the download rate (the upload is not limited).
+    rate, size = 4 * MiB, 16 * MiB
+    s = start_limited(start_sluice, [group("g", key_limits={"download_bytes_per_second": rate})],
+                      {"a": "g"})
+    c = RawConnection(s.proxy_addr, timeout=30)
+    host = f"127.0.0.1:{sluice_origin.port}"
+    c.send(f"GET http://{host}/ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+           f"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+           f"Sec-WebSocket-Version: 13\r\n"
+           f"Proxy-Authorization: {basic_auth(s.keys['a'])}\r\n\r\n".encode())
+    while b"\r\n\r\n" not in c.buf:
+        c._fill()
+    head, _, rest = c.buf.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101"), head
+    # Binary frames of 64 KiB, masked with the key 0 (the payload goes as it is).
+    payload = 65536
+    frame = bytes([0x82, 0x80 | 127]) + payload.to_bytes(8, "big") + b"\0\0\0\0" + b"w" * payload
+    count = size // payload
+    t0 = time.monotonic()
+    sender = threading.Thread(target=lambda: [c.sock.sendall(frame) for _ in range(count)])
+    sender.start()
+    # Each echo is a 10-byte head (unmasked, 64-bit length) and the payload.
+    want = count * (10 + payload)
+    got = len(rest)
+    while got < want:
+        d = c.sock.recv(1 << 20)
+        assert d, f"closed after {got} of {want} bytes"
+        got += len(d)
+    elapsed = time.monotonic() - t0
+    sender.join(10)
+    c.close()
+    assert_within(elapsed, want, rate)
+    assert s.stat("policy.key.a.bandwidth_paused") > 0
