@@ -614,7 +614,9 @@ def test_a_refused_reload_changes_no_limit(start_sluice, origin):
     ({"requests_per_second": -1}, "policy.groups[0].limits.requests_per_second: -1 is not a rate"),
     ({"requests_per_second": 1e9}, "policy.groups[0].limits.requests_per_second: 1e+09 is "
                                    "outside 0.001-1e+07"),
-    ({"quota_bytes": 10}, "policy.groups[0].limits.quota_bytes: not supported by this build"),
+    ({"quota_bytes": 10}, "policy.state_file: required when a group has a quota_bytes"),
+    ({"quota_bytes": 10, "quota_period": "year"},
+     'policy.groups[0].limits.quota_period: "year" is not day or month'),
     ({"upload_bytes_per_second": 10},
      "policy.groups[0].limits.upload_bytes_per_second: 10 is outside 1024-1099511627776"),
 ])

@@ -196,6 +196,7 @@ BodyProgress OriginExchange::start(UpstreamHandle upstream, const OriginRequest&
   timer_ = &timer;
   response_timeout_ = upstream_.info().response_timeout;
   limiter_ = upstream_.info().limiter;
+  quota_reached_ = false;
   ++generation_;
   state_ = State::Head;
   upgrade_ = request.upgrade;
@@ -311,6 +312,10 @@ void OriginExchange::shape(size_t way, size_t bytes) {
   const int64_t now = policy::monotonicNanos();
   const int64_t wait = limiter_->chargeBytes(
       way == 0 ? policy::Direction::Upload : policy::Direction::Download, bytes, now);
+  if (wait == policy::KeyLimiter::kQuotaReached) {
+    quota_reached_ = true;
+    return;
+  }
   // A request body that is all out has nothing left to hold back.
   if (wait <= 0 || (way == 0 && request_done_)) return;
   Shaped& s = shaped_[way];
@@ -419,7 +424,14 @@ void OriginExchange::onData(buffer::Buffer& data, bool end_stream) {
   }
   bytes_from_origin_ += data.length();
   if (options_->stats != nullptr) options_->stats->bytes_upstream_rx.add(data.length());
-  if (shaping() && !data.empty()) shape(1, data.length());
+  if (shaping() && !data.empty()) {
+    shape(1, data.length());
+    if (quota_reached_) {
+      data.clear();
+      fail(ExchangeError::OriginClosed, "byte quota reached");
+      return;
+    }
+  }
   if (!data.empty() && !any_response_byte_) {
     any_response_byte_ = true;
     first_byte_at_ = upstream_->dispatcher().now();

@@ -264,7 +264,8 @@ class OriginExchange : private network::ConnectionCallbacks {
     bool paused = false;
     int64_t resume_at = 0;  // monotonicNanos()
   };
-  Shaped shaped_[2];  // [0] request body to the origin, [1] response from it
+  Shaped shaped_[2];            // [0] request body to the origin, [1] response from it
+  bool quota_reached_ = false;  // a charge reached a byte quota: the exchange ends
   // Made on the first pause and kept while the exchange sits in the worker's free list.
   std::optional<event::Timer> shape_timer_;
   // The key of a handshake the proxy makes (Upgrade::WebSocketOwnKey), base64 of 16 bytes.

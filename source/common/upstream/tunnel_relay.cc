@@ -25,6 +25,8 @@ const char* tunnelEndName(TunnelEnd end) {
       return "upstream_reset";
     case TunnelEnd::DownstreamReset:
       return "downstream_reset";
+    case TunnelEnd::QuotaReached:
+      return "quota_reached";
   }
   return "done";
 }
@@ -181,6 +183,10 @@ void TunnelRelay::shape(size_t way, size_t bytes) {
   const int64_t now = policy::monotonicNanos();
   const int64_t wait = limiter_->chargeBytes(
       way == 0 ? policy::Direction::Upload : policy::Direction::Download, bytes, now);
+  if (wait == policy::KeyLimiter::kQuotaReached) {
+    finish(TunnelEnd::QuotaReached);
+    return;
+  }
   if (wait <= 0) return;
   Shaped& s = shaped_[way];
   s.resume_at = std::max(s.resume_at, now + wait);

@@ -23,6 +23,7 @@ enum class TunnelEnd : uint8_t {
   IdleTimeout,      // no byte either way for the idle timeout
   UpstreamReset,    // the destination reset or closed before both sides ended
   DownstreamReset,  // the client's socket failed (seen by the relay while splicing)
+  QuotaReached,     // the request's key or group reached its byte quota
 };
 const char* tunnelEndName(TunnelEnd end);
 

@@ -300,10 +300,14 @@ TEST(LimitSpecTest, DefaultsAndErrors) {
             "policy.groups[0].limits.upload_bytes_per_second: 2199023255552 is outside "
             "1024-1099511627776 (0 leaves it off)");
   EXPECT_EQ(error([](auto& p) { p.set_upload_bytes_per_second(1024); }), "ok");
-  EXPECT_EQ(error([](auto& p) { p.set_quota_bytes(1000); }),
-            "policy.groups[0].limits.quota_bytes: not supported by this build of sluice");
+  EXPECT_EQ(error([](auto& p) { p.set_quota_bytes(1000); }), "ok");
   EXPECT_EQ(error([](auto& p) { p.set_quota_period("day"); }),
-            "policy.groups[0].limits.quota_period: not supported by this build of sluice");
+            "policy.groups[0].limits.quota_period: set without quota_bytes");
+  EXPECT_EQ(error([](auto& p) {
+              p.set_quota_bytes(1000);
+              p.set_quota_period("week");
+            }),
+            "policy.groups[0].limits.quota_period: \"week\" is not day or month");
 }
 
 TEST(LimitSpecTest, BandwidthIsALimit) {
@@ -316,6 +320,68 @@ TEST(LimitSpecTest, BandwidthIsALimit) {
   EXPECT_TRUE(spec->limitsBandwidth());
   EXPECT_TRUE(spec->any());
   EXPECT_FALSE(spec->limitsRate());
+}
+
+// ------------------------------------------------------------------------------------------
+// Quotas
+
+TEST(QuotaPeriodTest, DaysAndMonthsInUtc) {
+  // 2026-12-01T22:15:00Z
+  const int64_t t = 1796163300;
+  EXPECT_EQ(quotaPeriodStart(QuotaPeriod::Day, t), 1796083200);  // 2026-12-01T00:00Z
+  EXPECT_EQ(quotaPeriodEnd(QuotaPeriod::Day, t), 1796169600);    // 2026-12-02T00:00Z
+  EXPECT_EQ(quotaPeriodStart(QuotaPeriod::Month, t), 1796083200);
+  EXPECT_EQ(quotaPeriodEnd(QuotaPeriod::Month, t), 1798761600);  // 2027-01-01T00:00Z
+  // The last second of a period is in it; the next one starts the next.
+  EXPECT_EQ(quotaPeriodStart(QuotaPeriod::Month, 1798761599), 1796083200);
+  EXPECT_EQ(quotaPeriodStart(QuotaPeriod::Month, 1798761600), 1798761600);
+  // February of a leap year: 2028-02-10 is in [2028-02-01, 2028-03-01).
+  EXPECT_EQ(quotaPeriodStart(QuotaPeriod::Month, 1833753600), 1832976000);
+  EXPECT_EQ(quotaPeriodEnd(QuotaPeriod::Month, 1833753600), 1835481600);
+}
+
+TEST(ByteQuotaTest, CountsRollsAndRestores) {
+  ByteQuota q;
+  EXPECT_FALSE(q.charge(1 << 30));  // off
+  const int64_t day = 1796163300;
+  q.configure(1000, QuotaPeriod::Day, day);
+  EXPECT_FALSE(q.charge(999));
+  EXPECT_FALSE(q.exhausted());
+  EXPECT_TRUE(q.charge(1));
+  EXPECT_TRUE(q.exhausted());
+  q.roll(day + 3600);  // the same day
+  EXPECT_EQ(q.used(), 1000u);
+  q.roll(day + 86400);  // the next
+  EXPECT_EQ(q.used(), 0u);
+  EXPECT_FALSE(q.exhausted());
+  // A saved count of the current period is taken, one of a past period is not.
+  q.restore(q.periodStart(), 700);
+  EXPECT_EQ(q.used(), 700u);
+  q.restore(q.periodStart() - 86400, 5);
+  EXPECT_EQ(q.used(), 700u);
+}
+
+TEST(KeyLimiterTest, AQuotaReachedClosesAndRefusesUntilThePeriodEnds) {
+  config::v1::Group proto;
+  proto.mutable_key_limits()->set_quota_bytes(1 << 20);
+  auto built = GroupLimiters::build("ci", proto, "g", nullptr);
+  ASSERT_TRUE(built.ok());
+  auto a = (*built)->forKey("a");
+  EXPECT_TRUE(a->shapes());
+  LimitSlot slot;
+  LimitRefusal refusal;
+  ASSERT_TRUE(a->admit(slot, refusal));
+  EXPECT_EQ(a->chargeBytes(Direction::Download, (1 << 20) - 1, kSecond), 0);
+  EXPECT_EQ(a->chargeBytes(Direction::Upload, 1, kSecond), KeyLimiter::kQuotaReached);
+  LimitSlot next;
+  EXPECT_FALSE(a->admit(next, refusal));
+  EXPECT_EQ(refusal.kind, LimitRefusal::Kind::Quota);
+  EXPECT_EQ(refusal.reason, "byte quota of key a");
+  EXPECT_GE(refusal.retry_after, 1u);
+  EXPECT_LE(refusal.retry_after, 86400u);
+  // Another key has its own.
+  LimitSlot other;
+  EXPECT_TRUE((*built)->forKey("b")->admit(other, refusal));
 }
 
 // ------------------------------------------------------------------------------------------
