@@ -132,3 +132,35 @@ def test_a_quota_needs_a_state_file(tmp_path):
     r = run_cli("check", "-c", cfg)
     assert r.returncode != 0
     assert "policy.state_file: required when a group has a quota_bytes" in r.stderr, r.stderr
+
+
+def test_http2_stream_past_the_quota_gets_429_and_a_crossing_tunnel_is_reset(
+        start_sluice, tmp_path, sluice_origin):
+    from test_http2 import H2Client, use_http2
+    names = {"a": secrets.token_urlsafe(18)}
+    state = tmp_path / "quota.state"
+
+    def patch(full):
+        for auth in find_typed_configs(full, ".AuthConfig"):
+            auth["api_keys"] = [{"name": "a", "key": names["a"], "group": "g"}]
+        full["policy"] = {"groups": [{"name": "g", "key_limits": {"quota_bytes": MiB}}],
+                          "state_file": str(state)}
+        use_http2()(full)
+
+    s = start_sluice(patch=patch)
+    c = H2Client(s, timeout=30)
+    c.key = names["a"]
+    sid = c.open("CONNECT", f"127.0.0.1:{sluice_origin.source}", end=False)
+    assert c.wait(lambda: c.streams[sid].status is not None)
+    assert c.streams[sid].status == 200
+    c.send_body(sid, f"{4 * MiB}\n".encode(), end=False)
+    st = c.streams[sid]
+    assert c.wait(lambda: st.reset is not None, timeout=20), len(st.body)
+    assert len(st.body) <= MiB + 64 * 1024
+    sid = c.open("GET", f"127.0.0.1:{sluice_origin.port}", "/bytes/16")
+    st = c.response(sid)
+    assert st.status == 429, vars(st)
+    assert st.headers["proxy-status"] == \
+        'sluice; error=http_request_denied; details="byte quota of key a"'
+    assert 1 <= int(st.headers["retry-after"]) <= 86400
+    assert c.goaway is None and not c.closed
