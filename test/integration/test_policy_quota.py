@@ -164,3 +164,30 @@ def test_http2_stream_past_the_quota_gets_429_and_a_crossing_tunnel_is_reset(
         'sluice; error=http_request_denied; details="byte quota of key a"'
     assert 1 <= int(st.headers["retry-after"]) <= 86400
     assert c.goaway is None and not c.closed
+
+
+def test_a_reload_keeps_the_count_and_applies_the_new_quota(start_sluice, tmp_path,
+                                                            sluice_origin):
+    import yaml
+    s = start_quota(start_sluice, tmp_path, limits={"quota_bytes": MiB})
+    part = f"http://127.0.0.1:{sluice_origin.port}/bytes/{600 * 1024}"
+    small = f"http://127.0.0.1:{sluice_origin.port}/bytes/16"
+    with RawConnection(s.proxy_addr, timeout=30) as h:
+        assert get(h, s.keys["ci-1"], part).status == 200
+    # The second crosses the quota: its response is cut.
+    with RawConnection(s.proxy_addr, timeout=30) as h:
+        h.send(f"GET {part} HTTP/1.1\r\nHost: 127.0.0.1:{sluice_origin.port}\r\n"
+               f"Proxy-Authorization: {basic_auth(s.keys['ci-1'])}\r\n\r\n".encode())
+        assert drain(h) < 600 * 1024
+    with RawConnection(s.proxy_addr) as h:
+        assert_quota_refused(get(h, s.keys["ci-1"], small), "byte quota of group ci")
+    full = yaml.safe_load(s.config_path.read_text())
+    full["policy"]["groups"][0]["limits"]["quota_bytes"] = 4 * MiB
+    s.config_path.write_text(yaml.safe_dump(full, sort_keys=False))
+    assert s.admin("/reload", method="POST", data=b"").status == 200
+    # A higher quota admits again; the count goes on from where it was (about 1 MiB), so after
+    # one more part it is past 1.5 MiB.
+    with RawConnection(s.proxy_addr, timeout=30) as h:
+        assert get(h, s.keys["ci-2"], part).status == 200
+    got = s.wait_stat("policy.group.ci.quota_bytes", lambda v: v >= 1600 * 1024, timeout=5)
+    assert 1600 * 1024 <= got <= 1800 * 1024, got
