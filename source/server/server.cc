@@ -328,6 +328,8 @@ absl::Status Server::start() {
     }
     // A raised or lowered open-files limit (prlimit) moves the reserve's line.
     upstream::UpstreamBudget::get().refreshDescriptorLimit();
+    // Quotas: new periods, and the counts saved to the state file (this thread, not a worker).
+    config_->policy->tickQuotas();
     host_address_timer_->enable(kHostAddressInterval);
   });
   host_address_timer_->enable(kHostAddressInterval);
@@ -412,6 +414,8 @@ std::string Server::servingStatus() const {
 void Server::run() {
   dispatcher_.run();
   for (auto& w : workers_) w->join();
+  // What the quotas counted until the workers stopped.
+  config_->policy->tickQuotas();
   // The workers handed over their last lines as they exited.
   upstream::AccessLog::get().stop();
   SLUICE_LOG(Info, "stopped");

@@ -599,7 +599,7 @@ def test_a_refused_reload_changes_no_limit(start_sluice, origin):
     bad = set_groups(s, [{"name": "g", "limits": {"requests_per_second": 100, "burst": 100,
                                                   "download_bytes_per_second": 1000}}])
     assert bad.status != 200
-    assert "policy.groups[0].limits.download_bytes_per_second: not supported" in bad.text
+    assert "policy.groups[0].limits.download_bytes_per_second: 1000 is outside" in bad.text
     with RawConnection(s.proxy_addr) as c:
         statuses = [get(c, s.keys["a"], origin.url()).status for _ in range(3)]
     assert statuses == [200, 200, 429]
@@ -614,9 +614,11 @@ def test_a_refused_reload_changes_no_limit(start_sluice, origin):
     ({"requests_per_second": -1}, "policy.groups[0].limits.requests_per_second: -1 is not a rate"),
     ({"requests_per_second": 1e9}, "policy.groups[0].limits.requests_per_second: 1e+09 is "
                                    "outside 0.001-1e+07"),
-    ({"quota_bytes": 10}, "policy.groups[0].limits.quota_bytes: not supported by this build"),
+    ({"quota_bytes": 10}, "policy.state_file: required when a group has a quota_bytes"),
+    ({"quota_bytes": 10, "quota_period": "year"},
+     'policy.groups[0].limits.quota_period: "year" is not day or month'),
     ({"upload_bytes_per_second": 10},
-     "policy.groups[0].limits.upload_bytes_per_second: not supported by this build"),
+     "policy.groups[0].limits.upload_bytes_per_second: 10 is outside 1024-1099511627776"),
 ])
 def test_bad_limits_are_refused_with_their_path(tmp_path, limits, error):
     from sluice_proc import run_cli

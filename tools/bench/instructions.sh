@@ -10,7 +10,8 @@
 # shutdown cancel out. Needs valgrind and built sluice, sluice-origin and sluice-load.
 #
 # GROUP_LIMITS and KEY_LIMITS (YAML flow maps, e.g. GROUP_LIMITS='{requests_per_second: 1e6}')
-# put the key in a policy group "bench" with those limits and key_limits.
+# put the key in a policy group "bench" with those limits and key_limits (and a state_file, so
+# quota_bytes may be set).
 # SLUICE_EXTRA_CONFIG: a file of YAML appended to the config (e.g. a policy for the key's group,
 # "default"; not with GROUP_LIMITS or KEY_LIMITS, which write a policy of their own).
 set -euo pipefail
@@ -39,7 +40,9 @@ destinations:
 YAML
   if [ -n "${GROUP_LIMITS:-}${KEY_LIMITS:-}" ]; then
     printf 'auth:\n  api_keys: [{name: bench, key: "kkkkkkkkkkkkkkkk", group: bench}]\n' >>"$dir/s.yaml"
-    printf 'policy:\n  groups:\n    - name: bench\n' >>"$dir/s.yaml"
+    # A state file for quotas (quota_bytes needs one; without a quota it is never written).
+    printf 'policy:\n  state_file: %s/quota.state\n  groups:\n    - name: bench\n' "$dir" \
+      >>"$dir/s.yaml"
     if [ -n "${GROUP_LIMITS:-}" ]; then printf '      limits: %s\n' "$GROUP_LIMITS" >>"$dir/s.yaml"; fi
     if [ -n "${KEY_LIMITS:-}" ]; then printf '      key_limits: %s\n' "$KEY_LIMITS" >>"$dir/s.yaml"; fi
   else

@@ -568,6 +568,7 @@ void Http1ProxyFilter::onTunnelEnd(upstream::TunnelEnd end) {
   if (end == upstream::TunnelEnd::UpstreamReset) {
     trace_.fail("the destination closed the tunnel", upstream::FailureKind::Reset);
   }
+  if (end == upstream::TunnelEnd::QuotaReached) trace_.fail("byte quota reached");
   if (end == upstream::TunnelEnd::IdleTimeout) config_->stats.tunnel_idle_timeout.inc();
   if (end == upstream::TunnelEnd::UpstreamReset) config_->stats.upstream_reset.inc();
   if (end == upstream::TunnelEnd::DownstreamReset) config_->stats.downstream_reset.inc();

@@ -378,6 +378,10 @@ void Http2ProxyFilter::Stream::onTunnelEnd(upstream::TunnelEnd end) {
       config().stats.downstream_reset.inc();
       reset(ErrorCode::ConnectError);
       break;
+    case upstream::TunnelEnd::QuotaReached:
+      trace_.fail("byte quota reached");
+      reset(ErrorCode::Cancel);
+      break;
   }
 }
 

@@ -1033,7 +1033,11 @@ bool Socks5Filter::admitCommand() {
   policy::KeyLimiter* limiter = hs_->request.limiter;
   if (limiter == nullptr) return true;
   policy::LimitRefusal refusal;
-  if (limiter->admit(*trace_.limitSlot(), refusal)) return true;
+  if (limiter->admit(*trace_.limitSlot(), refusal)) {
+    // The router hands the limits on with the upstream (bandwidth is charged where bytes move).
+    hs_->request.limit_slot = trace_.limitSlot();
+    return true;
+  }
   trace_.routed(hs_->request);
   trace_.fail(refusal.reason);
   sendReply(replyForDenial(proxy::Denial::TooManyRequests, hs_->request), network::Address());
@@ -1190,6 +1194,7 @@ void Socks5Filter::onBindAccept() {
     upstream::UpstreamInfo info;
     info.tunnel_idle_timeout = config_->bind_idle_timeout;
     info.splice = config_->bind_splice;
+    info.limiter = trace_.limitSlot()->limiter();
     upstream::UpstreamHandle inbound(
         std::make_unique<network::Connection>(downstream().dispatcher(), fd, peer,
                                               network::Connection::Blocking::NonBlocking),
@@ -1277,6 +1282,7 @@ void Socks5Filter::onTunnelEnd(upstream::TunnelEnd end) {
   if (end == upstream::TunnelEnd::UpstreamReset) {
     trace_.fail("the destination closed the tunnel", upstream::FailureKind::Reset);
   }
+  if (end == upstream::TunnelEnd::QuotaReached) trace_.fail("byte quota reached");
   if (end == upstream::TunnelEnd::IdleTimeout) config_->stats.tunnel_idle_timeout.inc();
   if (end == upstream::TunnelEnd::UpstreamReset) config_->stats.upstream_reset.inc();
   if (end == upstream::TunnelEnd::DownstreamReset) config_->stats.downstream_reset.inc();

@@ -233,6 +233,7 @@ void RouterFilter::ready(network::ConnectionPtr connection, network::ConnectionS
                          bool reused) {
   proxy::UpstreamInfo info = config_->upstream;
   info.reused = reused;
+  info.limiter = request_->limit_slot != nullptr ? request_->limit_slot->limiter() : nullptr;
   // The pool keeps it under the source it was made from.
   const network::Address* source =
       policy::egressOf(request_->group).sourceFor(connection->peer().family());

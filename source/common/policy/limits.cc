@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <ctime>
 
 #include "absl/strings/str_format.h"
 
@@ -31,21 +33,50 @@ int64_t monotonicNanos() {
       .count();
 }
 
+int64_t quotaPeriodStart(QuotaPeriod period, int64_t unix_seconds) {
+  if (period == QuotaPeriod::Day) return unix_seconds - (unix_seconds % 86400 + 86400) % 86400;
+  const time_t t = static_cast<time_t>(unix_seconds);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  tm.tm_mday = 1;
+  tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+  return static_cast<int64_t>(timegm(&tm));
+}
+
+int64_t quotaPeriodEnd(QuotaPeriod period, int64_t unix_seconds) {
+  if (period == QuotaPeriod::Day) return quotaPeriodStart(period, unix_seconds) + 86400;
+  const time_t t = static_cast<time_t>(unix_seconds);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  tm.tm_mday = 1;
+  tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+  tm.tm_mon += 1;  // timegm normalizes December + 1 into January of the next year
+  return static_cast<int64_t>(timegm(&tm));
+}
+
+int64_t wallSeconds() {
+  static const int64_t offset = [] {
+    const char* v = std::getenv("SLUICE_TEST_CLOCK_OFFSET_SECONDS");
+    return v != nullptr ? std::strtoll(v, nullptr, 10) : 0;
+  }();
+  return static_cast<int64_t>(std::time(nullptr)) + offset;
+}
+
 absl::StatusOr<LimitSpec> parseLimitSpec(const config::v1::GroupLimits& proto,
                                          std::string_view path) {
-  // Parts of the message this build does not enforce yet are refused, never silently ignored.
-  for (const auto& [set, field] :
-       {std::pair<bool, const char*>{proto.upload_bytes_per_second() != 0,
-                                     "upload_bytes_per_second"},
-        {proto.download_bytes_per_second() != 0, "download_bytes_per_second"},
-        {proto.quota_bytes() != 0, "quota_bytes"},
-        {!proto.quota_period().empty(), "quota_period"}}) {
-    if (set) {
+  LimitSpec spec;
+  if (!proto.quota_period().empty()) {
+    if (proto.quota_period() != "day" && proto.quota_period() != "month") {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.quota_period: \"%s\" is not day or month", path, proto.quota_period()));
+    }
+    if (proto.quota_bytes() == 0) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s.%s: not supported by this build of sluice", path, field));
+          absl::StrFormat("%s.quota_period: set without quota_bytes", path));
     }
   }
-  LimitSpec spec;
+  spec.quota_bytes = proto.quota_bytes();
+  spec.quota_period = proto.quota_period() == "month" ? QuotaPeriod::Month : QuotaPeriod::Day;
   const double rate = proto.requests_per_second();
   if (!std::isfinite(rate) || rate < 0) {
     return absl::InvalidArgumentError(
@@ -72,6 +103,18 @@ absl::StatusOr<LimitSpec> parseLimitSpec(const config::v1::GroupLimits& proto,
             : static_cast<uint32_t>(std::max(1.0, std::min<double>(std::ceil(rate), kMaxBurst)));
   }
   spec.max_concurrent = proto.max_concurrent();
+  for (const auto& [value, field] :
+       {std::pair<uint64_t, const char*>{proto.upload_bytes_per_second(),
+                                         "upload_bytes_per_second"},
+        {proto.download_bytes_per_second(), "download_bytes_per_second"}}) {
+    if (value != 0 && (value < kMinBytesPerSecond || value > kMaxBytesPerSecond)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.%s: %d is outside %d-%d (0 leaves it off)", path, field, value,
+                          kMinBytesPerSecond, kMaxBytesPerSecond));
+    }
+  }
+  spec.upload_bytes_per_second = proto.upload_bytes_per_second();
+  spec.download_bytes_per_second = proto.download_bytes_per_second();
   return spec;
 }
 
@@ -169,6 +212,51 @@ double TokenBucket::tokens(int64_t now) const {
 }
 
 // ------------------------------------------------------------------------------------------
+// ByteBucket
+
+int64_t ByteBucket::charge(uint64_t bytes, int64_t now) {
+  const uint64_t rate = rate_.load(std::memory_order_relaxed);
+  if (rate == 0 || bytes == 0) return 0;
+  const int64_t cost =
+      static_cast<int64_t>(static_cast<unsigned __int128>(bytes) * kNanosPerSecond / rate);
+  const int64_t tolerance = std::max<int64_t>(
+      kBurstNanos, static_cast<int64_t>(static_cast<unsigned __int128>(kMinBurstBytes) *
+                                        kNanosPerSecond / rate));
+  int64_t full_at = full_at_.load(std::memory_order_relaxed);
+  int64_t next;
+  do {
+    // A bucket that was full (full_at in the past) starts from now: no credit beyond a burst.
+    next = std::max(full_at, now - tolerance) + cost;
+  } while (!full_at_.compare_exchange_weak(full_at, next, std::memory_order_relaxed));
+  return std::max<int64_t>(0, next - now);
+}
+
+// ------------------------------------------------------------------------------------------
+// ByteQuota
+
+void ByteQuota::configure(uint64_t limit, QuotaPeriod period, int64_t now_seconds) {
+  const bool changed_period = period_.load(std::memory_order_relaxed) != period;
+  period_.store(period, std::memory_order_relaxed);
+  limit_.store(limit, std::memory_order_relaxed);
+  if (changed_period || period_start_.load(std::memory_order_relaxed) == 0) {
+    // A new period kind counts from its own start; what was counted stays.
+    period_start_.store(quotaPeriodStart(period, now_seconds), std::memory_order_relaxed);
+  }
+}
+
+void ByteQuota::roll(int64_t now_seconds) {
+  const int64_t start = quotaPeriodStart(period(), now_seconds);
+  if (start == periodStart()) return;
+  period_start_.store(start, std::memory_order_relaxed);
+  used_.store(0, std::memory_order_relaxed);
+}
+
+void ByteQuota::restore(int64_t period_start, uint64_t used) {
+  if (period_start != periodStart()) return;  // counted in a past period
+  used_.store(used, std::memory_order_relaxed);
+}
+
+// ------------------------------------------------------------------------------------------
 // ConcurrencyLimit
 
 ConcurrencyLimit::Take ConcurrencyLimit::tryTake() {
@@ -187,7 +275,8 @@ ConcurrencyLimit::Take ConcurrencyLimit::tryTake() {
 GroupLimiter::GroupLimiter(std::string name)
     : name_(std::move(name)),
       rate_reason_("request rate limit of group " + name_),
-      concurrency_reason_("concurrency limit of group " + name_) {}
+      concurrency_reason_("concurrency limit of group " + name_),
+      quota_reason_("byte quota of group " + name_) {}
 
 void GroupLimiter::registerStats() {
   if (stats_registered_) return;
@@ -205,20 +294,35 @@ void GroupLimiter::registerStats() {
                     "Requests of the group's keys refused (429) by their own max_concurrent.");
   concurrent_ = scope.gauge("concurrent",
                             "Requests, tunnels and streams open under the group's max_concurrent.");
+  bandwidth_paused_ = scope.counter(
+      "bandwidth_paused",
+      "Reads paused (a transfer slowed) by the group's upload/download_bytes_per_second.");
+  key_bandwidth_paused_ = scope.counter(
+      "key_bandwidth_paused",
+      "Reads paused (a transfer slowed) by the group's keys' own bytes_per_second limits.");
+  quota_refused_ =
+      scope.counter("quota_refused", "Requests refused (429) by the group's shared quota_bytes.");
+  key_quota_refused_ = scope.counter(
+      "key_quota_refused", "Requests of the group's keys refused (429) by their own quota_bytes.");
+  quota_closed_ = scope.counter("quota_closed",
+                                "Tunnels and transfers of the group closed on reaching a quota.");
+  quota_bytes_ =
+      scope.gauge("quota_bytes", "Bytes counted against the group's quota_bytes this period.");
 }
 
 KeyLimiter::KeyLimiter(std::shared_ptr<GroupLimiter> group, std::string name)
     : group_(std::move(group)),
       name_(std::move(name)),
       rate_reason_("request rate limit of key " + name_),
-      concurrency_reason_("concurrency limit of key " + name_) {}
+      concurrency_reason_("concurrency limit of key " + name_),
+      quota_reason_("byte quota of key " + name_) {}
 
 void KeyLimiter::registerStats(uint32_t stats_reserve) {
   if (stats_registered_ || name_.empty()) return;
   stats_registered_ = true;
   stats::Store& store = stats::Store::get();
   stats::Scope scope = stats::Scope("policy").scope("key", "key", name_);
-  if (!store.hasRoomFor(scope.name("rate_limited"), 3, stats_reserve)) {
+  if (!store.hasRoomFor(scope.name("rate_limited"), 6, stats_reserve)) {
     // Thousands of keys: those past the store's room share one set.
     scope = stats::Scope("policy").scope("key_overflow");
   }
@@ -229,11 +333,50 @@ void KeyLimiter::registerStats(uint32_t stats_reserve) {
       "Requests of the key refused (429) for concurrency, by its own or its group's.");
   concurrent_ = scope.gauge("concurrent",
                             "Requests, tunnels and streams open under the key's max_concurrent.");
+  bandwidth_paused_ =
+      scope.counter("bandwidth_paused",
+                    "Reads of the key's transfers paused, by its own or its group's bandwidth.");
+  quota_refused_ = scope.counter(
+      "quota_refused", "Requests of the key refused (429) by its own or its group's quota.");
+  quota_bytes_ =
+      scope.gauge("quota_bytes", "Bytes counted against the key's own quota_bytes this period.");
+}
+
+int64_t KeyLimiter::chargeBytes(Direction way, uint64_t bytes, int64_t now) {
+  GroupLimiter& group = *group_;
+  const bool up = way == Direction::Upload;
+  const bool own_reached = own_.quota.charge(bytes);
+  if (group.state_.quota.charge(bytes) || own_reached) {
+    group.quota_closed_.inc();
+    return kQuotaReached;
+  }
+  const int64_t own = (up ? own_.upload : own_.download).charge(bytes, now);
+  const int64_t shared = (up ? group.state_.upload : group.state_.download).charge(bytes, now);
+  if (own == 0 && shared == 0) return 0;
+  bandwidth_paused_.inc();
+  if (own >= shared) {
+    group.key_bandwidth_paused_.inc();
+    return own;
+  }
+  group.bandwidth_paused_.inc();
+  return shared;
 }
 
 bool KeyLimiter::admitLimited(LimitSlot& slot, LimitRefusal& refusal) {
   if (slot.admitted()) return true;
   GroupLimiter& group = *group_;
+  // A quota reached refuses until its period ends.
+  for (const bool own : {true, false}) {
+    const ByteQuota& quota = own ? own_.quota : group.state_.quota;
+    if (!quota.exhausted()) continue;
+    quota_refused_.inc();
+    (own ? group.key_quota_refused_ : group.quota_refused_).inc();
+    const int64_t now = wallSeconds();
+    const int64_t left = quotaPeriodEnd(quota.period(), now) - now;
+    refusal = {LimitRefusal::Kind::Quota, own ? quota_reason_ : group.quota_reason_,
+               static_cast<uint32_t>(std::clamp<int64_t>(left, 1, UINT32_MAX))};
+    return false;
+  }
   // Concurrency first: it needs no clock, and a place taken is simply given back if the rate
   // refuses after all.
   const ConcurrencyLimit::Take key_place = own_.concurrency.tryTake();
@@ -332,6 +475,11 @@ void GroupLimiters::configureKey(KeyLimiter& key, int64_t now) const {
   key.own_.configure(key.name_.empty() ? LimitSpec() : key_spec_, now);
   const bool own = !key.name_.empty() && key_spec_.any();
   key.active_.store(own || group_spec_.any(), std::memory_order_relaxed);
+  // Bytes are charged for a bandwidth limit or a quota, the key's own or its group's.
+  const bool own_bytes =
+      !key.name_.empty() && (key_spec_.limitsBandwidth() || key_spec_.limitsQuota());
+  key.shapes_.store(own_bytes || group_spec_.limitsBandwidth() || group_spec_.limitsQuota(),
+                    std::memory_order_relaxed);
 }
 
 std::shared_ptr<KeyLimiter> GroupLimiters::forKey(std::string_view key_name,
@@ -346,6 +494,9 @@ std::shared_ptr<KeyLimiter> GroupLimiters::forKey(std::string_view key_name,
   } else {
     key = std::make_shared<KeyLimiter>(group_, std::string(key_name));
     configureKey(*key, monotonicNanos());
+    if (auto saved = saved_.find(key_name); saved != saved_.end() && !key_name.empty()) {
+      key->own_.quota.restore(saved->second.first, saved->second.second);
+    }
   }
   if (group_spec_.any() || key_spec_.any()) key->registerStats(stats_reserve);
   keys_.emplace(std::string(key_name), key);
@@ -353,6 +504,37 @@ std::shared_ptr<KeyLimiter> GroupLimiters::forKey(std::string_view key_name,
 }
 
 std::shared_ptr<KeyLimiter> GroupLimiters::keyless() const { return forKey({}, 0); }
+
+void GroupLimiters::restoreQuotas(SavedQuotas saved) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = saved.find(std::string_view()); it != saved.end() && group_is_new_) {
+    group_->state_.quota.restore(it->second.first, it->second.second);
+  }
+  for (const auto& [name, key] : keys_) {
+    if (auto it = saved.find(name); it != saved.end() && !name.empty()) {
+      key->own_.quota.restore(it->second.first, it->second.second);
+    }
+  }
+  saved_ = std::move(saved);
+}
+
+void GroupLimiters::tickQuotas(int64_t now_seconds) const {
+  auto show = [](stats::Gauge& gauge, int64_t& shown, uint64_t used) {
+    gauge.add(static_cast<int64_t>(used) - shown);
+    shown = static_cast<int64_t>(used);
+  };
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (group_spec_.limitsQuota()) {
+    group_->state_.quota.roll(now_seconds);
+    show(group_->quota_bytes_, group_->quota_bytes_shown_, group_->state_.quota.used());
+  }
+  if (!key_spec_.limitsQuota()) return;
+  for (const auto& [name, key] : keys_) {
+    if (name.empty()) continue;
+    key->own_.quota.roll(now_seconds);
+    show(key->quota_bytes_, key->quota_bytes_shown_, key->own_.quota.used());
+  }
+}
 
 void GroupLimiters::apply(int64_t now) const {
   if (!group_is_new_) group_->state_.configure(group_spec_, now);

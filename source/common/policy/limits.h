@@ -29,23 +29,45 @@ namespace policy {
 // Nanoseconds of the monotonic clock (CLOCK_MONOTONIC, steady_clock): never goes backwards.
 int64_t monotonicNanos();
 
-// The rate and concurrency parts of one GroupLimits message, checked.
-struct LimitSpec {
-  double requests_per_second = 0;  // 0: no rate limit
-  uint32_t burst = 0;              // tokens of a full bucket: at least 1 when the rate is set
-  uint32_t max_concurrent = 0;     // 0: no concurrency limit
+// Byte quotas count per UTC day or month.
+enum class QuotaPeriod : uint8_t { Day, Month };
+// The start and the end (the next period's start) of the period holding `unix_seconds`.
+int64_t quotaPeriodStart(QuotaPeriod period, int64_t unix_seconds);
+int64_t quotaPeriodEnd(QuotaPeriod period, int64_t unix_seconds);
+// Seconds of the wall clock (UTC). For tests only, SLUICE_TEST_CLOCK_OFFSET_SECONDS (read once)
+// is added, so a test can move into the next period; it is not a setting.
+int64_t wallSeconds();
 
+// The rate, concurrency and bandwidth parts of one GroupLimits message, checked.
+struct LimitSpec {
+  double requests_per_second = 0;        // 0: no rate limit
+  uint32_t burst = 0;                    // tokens of a full bucket: at least 1 when the rate is set
+  uint32_t max_concurrent = 0;           // 0: no concurrency limit
+  uint64_t upload_bytes_per_second = 0;  // 0: not shaped
+  uint64_t download_bytes_per_second = 0;
+  uint64_t quota_bytes = 0;  // 0: no quota
+  QuotaPeriod quota_period = QuotaPeriod::Day;
+
+  bool limitsQuota() const { return quota_bytes > 0; }
   bool limitsRate() const { return requests_per_second > 0; }
   bool limitsConcurrency() const { return max_concurrent > 0; }
-  bool any() const { return limitsRate() || limitsConcurrency(); }
+  bool limitsBandwidth() const {
+    return upload_bytes_per_second > 0 || download_bytes_per_second > 0;
+  }
+  bool any() const {
+    return limitsRate() || limitsConcurrency() || limitsBandwidth() || limitsQuota();
+  }
 };
 
 inline constexpr double kMinRequestsPerSecond = 0.001;
 inline constexpr double kMaxRequestsPerSecond = 10'000'000;
 inline constexpr uint32_t kMaxBurst = 1'000'000;
 
+inline constexpr uint64_t kMinBytesPerSecond = 1024;
+inline constexpr uint64_t kMaxBytesPerSecond = 1ull << 40;
+
 // Checks a GroupLimits message (errors start with `path`). The fields this build does not
-// enforce (bandwidth, quotas) are refused, never silently ignored.
+// enforce (quotas) are refused, never silently ignored.
 absl::StatusOr<LimitSpec> parseLimitSpec(const config::v1::GroupLimits& proto,
                                          std::string_view path);
 
@@ -114,15 +136,89 @@ class ConcurrencyLimit {
   std::atomic<uint32_t> max_{0};
 };
 
+// Bytes per second for shaping: bytes already moved are charged (a transfer is never refused),
+// and the answer is how long the side that produced them should not be read. One word holds
+// the time at which the bucket is full again, as in TokenBucket; charging is one
+// compare-and-swap. The bucket holds kBurst of the rate (at least kMinBurstBytes), so a
+// transfer that starts after a quiet spell runs ahead of the rate by at most that.
+class ByteBucket {
+ public:
+  static constexpr int64_t kBurstNanos = 100'000'000;  // 100 ms of the rate
+  static constexpr uint64_t kMinBurstBytes = 64 * 1024;
+
+  ByteBucket() = default;
+  ByteBucket(const ByteBucket&) = delete;
+  ByteBucket& operator=(const ByteBucket&) = delete;
+
+  // Charges `bytes` moved at `now`: the nanoseconds to pause the producer (0: go on).
+  int64_t charge(uint64_t bytes, int64_t now);
+  // Any thread; 0 turns it off. The debt already charged stays (in time, at the old rate).
+  void configure(uint64_t bytes_per_second) {
+    rate_.store(bytes_per_second, std::memory_order_relaxed);
+  }
+  uint64_t rate() const { return rate_.load(std::memory_order_relaxed); }
+
+ private:
+  alignas(64) std::atomic<int64_t> full_at_{0};
+  std::atomic<uint64_t> rate_{0};
+};
+
+// Bytes both ways per period (quota_bytes, quota_period). Workers add what moves (one relaxed
+// fetch_add); the main thread starts a new period (roll) and saves the count to the state file.
+class ByteQuota {
+ public:
+  ByteQuota() = default;
+  ByteQuota(const ByteQuota&) = delete;
+  ByteQuota& operator=(const ByteQuota&) = delete;
+
+  bool enabled() const { return limit_.load(std::memory_order_relaxed) != 0; }
+  bool exhausted() const {
+    const uint64_t limit = limit_.load(std::memory_order_relaxed);
+    return limit != 0 && used_.load(std::memory_order_relaxed) >= limit;
+  }
+  // Adds `bytes`: true when the count has reached the limit.
+  bool charge(uint64_t bytes) {
+    const uint64_t limit = limit_.load(std::memory_order_relaxed);
+    if (limit == 0) return false;
+    return used_.fetch_add(bytes, std::memory_order_relaxed) + bytes >= limit;
+  }
+  // Main thread.
+  void configure(uint64_t limit, QuotaPeriod period, int64_t now_seconds);
+  // Main thread: a new period starts the count at 0.
+  void roll(int64_t now_seconds);
+  // Main thread, at start: a count saved in the state file for the period it was counted in
+  // (ignored unless that is the current period).
+  void restore(int64_t period_start, uint64_t used);
+  uint64_t used() const { return used_.load(std::memory_order_relaxed); }
+  uint64_t limit() const { return limit_.load(std::memory_order_relaxed); }
+  int64_t periodStart() const { return period_start_.load(std::memory_order_relaxed); }
+  QuotaPeriod period() const { return period_.load(std::memory_order_relaxed); }
+
+ private:
+  alignas(64) std::atomic<uint64_t> used_{0};
+  std::atomic<uint64_t> limit_{0};
+  std::atomic<int64_t> period_start_{0};
+  std::atomic<QuotaPeriod> period_{QuotaPeriod::Day};
+};
+
 // What one limit (a group's shared one or a key's own) keeps.
 struct LimitState {
   TokenBucket bucket;
   ConcurrencyLimit concurrency;
+  ByteBucket upload;    // client -> destination
+  ByteBucket download;  // destination -> client
+  ByteQuota quota;
   void configure(const LimitSpec& spec, int64_t now) {
     bucket.configure(spec.requests_per_second, spec.burst, now);
     concurrency.configure(spec.max_concurrent);
+    upload.configure(spec.upload_bytes_per_second);
+    download.configure(spec.download_bytes_per_second);
+    quota.configure(spec.quota_bytes, spec.quota_period, wallSeconds());
   }
 };
+
+// Which way bytes move, for shaping.
+enum class Direction : uint8_t { Upload, Download };
 
 // A group's limits shared by all its keys (Group.limits), for as long as the group is
 // configured; and the group's counters.
@@ -150,13 +246,21 @@ class GroupLimiter {
   stats::Counter key_rate_limited_;         // refused by a key's own rate
   stats::Counter key_concurrency_limited_;  // refused by a key's own max_concurrent
   stats::Gauge concurrent_;                 // in flight under the group's max_concurrent
+  stats::Counter bandwidth_paused_;         // reads paused by the group's bandwidth
+  stats::Counter key_bandwidth_paused_;     // reads paused by a key's own bandwidth
+  const std::string quota_reason_;
+  stats::Counter quota_refused_;      // refused (429) by the group's quota
+  stats::Counter key_quota_refused_;  // refused by a key's own quota
+  stats::Counter quota_closed_;       // transfers closed on reaching a quota (either)
+  stats::Gauge quota_bytes_;          // the group's count this period (main thread)
+  int64_t quota_bytes_shown_ = 0;     // main thread
 };
 
 class LimitSlot;
 
 // Why admit() refused a request.
 struct LimitRefusal {
-  enum class Kind : uint8_t { Rate, Concurrency };
+  enum class Kind : uint8_t { Rate, Concurrency, Quota };
   Kind kind = Kind::Rate;
   std::string_view reason;   // owned by the limiter
   uint32_t retry_after = 1;  // seconds, at least 1: until a token (1 for concurrency)
@@ -184,6 +288,18 @@ class KeyLimiter {
   // Whether some limit applies to this key now (its own or its group's).
   bool active() const { return active_.load(std::memory_order_relaxed); }
 
+  // Shaping (upload_/download_bytes_per_second of the key's and its group's limits): charges
+  // `bytes` just moved `way` to both buckets and returns the nanoseconds the side that
+  // produced them should not be read, the longer of the two (the stricter limit wins); 0 when
+  // neither limits that way or both have room. Any worker, lock-free.
+  int64_t chargeBytes(Direction way, uint64_t bytes, int64_t now);
+  // Whether a bandwidth limit or a quota applies to this key now (its own or its group's):
+  // transfers of keys with only rate or concurrency limits pay this one relaxed load per read.
+  bool shapes() const { return shapes_.load(std::memory_order_relaxed); }
+  // What chargeBytes returns when a quota (the key's or its group's) has been reached: the
+  // transfer is to be closed.
+  static constexpr int64_t kQuotaReached = -1;
+
  private:
   friend class LimitSlot;
   friend class GroupLimiters;
@@ -195,12 +311,18 @@ class KeyLimiter {
   const std::string name_;
   LimitState own_;
   std::atomic<bool> active_{false};
+  std::atomic<bool> shapes_{false};
   const std::string rate_reason_;
   const std::string concurrency_reason_;
   bool stats_registered_ = false;       // main thread
   stats::Counter rate_limited_;         // refused for rate, by the key's or the group's bucket
   stats::Counter concurrency_limited_;  // refused for concurrency, either limit
   stats::Gauge concurrent_;             // in flight under the key's own max_concurrent
+  stats::Counter bandwidth_paused_;     // reads paused, by the key's or the group's bandwidth
+  const std::string quota_reason_;
+  stats::Counter quota_refused_;  // refused by the key's or the group's quota
+  stats::Gauge quota_bytes_;      // the key's own count this period (main thread)
+  int64_t quota_bytes_shown_ = 0;
 };
 
 // A request's place under its key's limits, from its admission until it ends and whatever it
@@ -260,6 +382,23 @@ class GroupLimiters {
   const LimitSpec& groupSpec() const { return group_spec_; }
   const LimitSpec& keySpec() const { return key_spec_; }
   const std::shared_ptr<GroupLimiter>& groupLimiter() const { return group_; }
+  bool hasQuota() const { return group_spec_.limitsQuota() || key_spec_.limitsQuota(); }
+  // Main thread: starts new periods, updates the quota gauges, and calls `save(key_name,
+  // quota)` for the group's quota (key_name empty) and each key's own.
+  template <class F>
+  void forEachQuota(F save) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (group_spec_.limitsQuota()) save(std::string_view(), group_->state_.quota);
+    if (!key_spec_.limitsQuota()) return;
+    for (const auto& [name, key] : keys_) {
+      if (!name.empty()) save(std::string_view(name), key->own_.quota);
+    }
+  }
+  void tickQuotas(int64_t now_seconds) const;
+  // Counts read from the state file at start: (key name, empty for the group's) -> (period
+  // start, bytes). Applied to this version's new limiters as they are made.
+  using SavedQuotas = std::map<std::string, std::pair<int64_t, uint64_t>, std::less<>>;
+  void restoreQuotas(SavedQuotas saved) const;
 
  private:
   GroupLimiters() = default;
@@ -273,6 +412,7 @@ class GroupLimiters {
   mutable std::map<std::string, std::shared_ptr<KeyLimiter>, std::less<>> keys_;
   // The running version's limiters not yet claimed by a key of this version.
   mutable std::map<std::string, std::shared_ptr<KeyLimiter>, std::less<>> carried_;
+  mutable SavedQuotas saved_;  // config time, main thread
 };
 
 }  // namespace policy

@@ -1,7 +1,13 @@
 #include "source/common/policy/policy.h"
 
+#include <cstdio>
+#include <fstream>
+#include <map>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+
+#include "source/common/common/logger.h"
 
 namespace sluice {
 namespace policy {
@@ -42,6 +48,52 @@ PolicySharedPtr Policy::empty() {
 void Policy::applyLimits() const {
   const int64_t now = monotonicNanos();
   for (const GroupSharedPtr& group : groups_) group->limiters->apply(now);
+}
+
+namespace {
+
+// The state file: one line per quota, "<group> <key or -> <period start> <bytes>".
+std::map<std::string, GroupLimiters::SavedQuotas> readQuotaState(const std::string& path) {
+  std::map<std::string, GroupLimiters::SavedQuotas> saved;
+  std::ifstream in(path);
+  std::string group, key;
+  int64_t start = 0;
+  uint64_t used = 0;
+  while (in >> group >> key >> start >> used) {
+    saved[group][key == "-" ? std::string() : key] = {start, used};
+  }
+  return saved;
+}
+
+}  // namespace
+
+void Policy::tickQuotas() const {
+  if (!has_quota_) return;
+  const int64_t now = wallSeconds();
+  std::string out;
+  for (const GroupSharedPtr& group : groups_) {
+    group->limiters->tickQuotas(now);
+    group->limiters->forEachQuota([&](std::string_view key, const ByteQuota& quota) {
+      absl::StrAppendFormat(&out, "%s %s %d %d\n", group->name, key.empty() ? "-" : key,
+                            quota.periodStart(), quota.used());
+    });
+  }
+  if (out == last_saved_) return;
+  const std::string temp = state_file_ + ".tmp";
+  {
+    std::ofstream file(temp, std::ios::trunc);
+    file << out;
+    file.flush();
+    if (!file) {
+      SLUICE_LOG(Warn, "cannot write the quota state to %s", temp);
+      return;
+    }
+  }
+  if (std::rename(temp.c_str(), state_file_.c_str()) != 0) {
+    SLUICE_LOG(Warn, "cannot rename %s to %s", temp, state_file_);
+    return;
+  }
+  last_saved_ = std::move(out);
 }
 
 absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
@@ -89,6 +141,28 @@ absl::StatusOr<PolicySharedPtr> buildPolicy(const config::v1::Policy& proto,
     policy->groups_.push_back(std::move(group));
   }
   policy->default_ = policy->find(kDefaultGroup);
+  for (const GroupSharedPtr& group : policy->groups_) {
+    if (group->limiters->hasQuota()) policy->has_quota_ = true;
+  }
+  policy->state_file_ = proto.state_file();
+  if (policy->has_quota_ && policy->state_file_.empty()) {
+    return absl::InvalidArgumentError(
+        "policy.state_file: required when a group has a quota_bytes (the counts are kept there "
+        "across restarts)");
+  }
+  if (policy->has_quota_) {
+    if (running != nullptr) {
+      policy->last_saved_ = running->last_saved_;
+    } else {
+      // At start: the counts of the current period carry on from the state file.
+      auto saved = readQuotaState(policy->state_file_);
+      for (const GroupSharedPtr& group : policy->groups_) {
+        if (auto it = saved.find(group->name); it != saved.end()) {
+          group->limiters->restoreQuotas(std::move(it->second));
+        }
+      }
+    }
+  }
   return PolicySharedPtr(std::move(policy));
 }
 

@@ -49,6 +49,12 @@ class Policy {
   // Main thread, once this version runs (a reload's swap): the limiters carried from the
   // running version take this version's values.
   void applyLimits() const;
+  // Main thread, every few seconds and before exit: quotas that entered a new period start at
+  // 0, their gauges move, and when a count changed all of them are written to `state_file`
+  // (a temporary file renamed over it: a reader never sees half of one). Never a worker.
+  void tickQuotas() const;
+  const std::string& stateFile() const { return state_file_; }
+  bool hasQuota() const { return has_quota_; }
 
   // A policy without configured groups (filters built outside a server config: tests, tools).
   static std::shared_ptr<const Policy> empty();
@@ -58,6 +64,9 @@ class Policy {
                                                                    const Policy* running);
   std::vector<GroupSharedPtr> groups_;  // configured order, then the implicit default
   const Group* default_ = nullptr;
+  std::string state_file_;
+  bool has_quota_ = false;
+  mutable std::string last_saved_;  // main thread
 };
 using PolicySharedPtr = std::shared_ptr<const Policy>;
 

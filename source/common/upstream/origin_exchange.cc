@@ -1,6 +1,8 @@
 #include "source/common/upstream/origin_exchange.h"
 
+#include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -199,6 +201,8 @@ BodyProgress OriginExchange::start(UpstreamHandle upstream, const OriginRequest&
   upstream_->setCallbacks(this);
   timer_ = &timer;
   response_timeout_ = upstream_.info().response_timeout;
+  limiter_ = upstream_.info().limiter;
+  quota_reached_ = false;
   ++generation_;
   state_ = State::Head;
   upgrade_ = request.upgrade;
@@ -303,9 +307,73 @@ BodyProgress OriginExchange::takeBody(buffer::Buffer& from_client, bool client_e
 }
 
 void OriginExchange::write(buffer::Buffer& out) {
-  bytes_to_origin_ += out.length();
-  if (options_->stats != nullptr) options_->stats->bytes_upstream_tx.add(out.length());
+  const size_t n = out.length();
+  bytes_to_origin_ += n;
+  if (options_->stats != nullptr) options_->stats->bytes_upstream_tx.add(n);
   upstream_->write(out);
+  if (shaping()) shape(0, n);
+}
+
+void OriginExchange::shape(size_t way, size_t bytes) {
+  const int64_t now = policy::monotonicNanos();
+  const int64_t wait = limiter_->chargeBytes(
+      way == 0 ? policy::Direction::Upload : policy::Direction::Download, bytes, now);
+  if (wait == policy::KeyLimiter::kQuotaReached) {
+    quota_reached_ = true;
+    return;
+  }
+  // A request body that is all out has nothing left to hold back.
+  if (wait <= 0 || (way == 0 && request_done_)) return;
+  Shaped& s = shaped_[way];
+  s.resume_at = std::max(s.resume_at, now + wait);
+  if (!s.paused) {
+    s.paused = true;
+    if (way == 0) {
+      owner_->onOriginBackedUp(true);
+    } else {
+      upstream_->readDisable(true);
+    }
+  }
+  armShapeTimer(now);
+}
+
+void OriginExchange::armShapeTimer(int64_t now) {
+  int64_t at = INT64_MAX;
+  for (const Shaped& s : shaped_) {
+    if (s.paused) at = std::min(at, s.resume_at);
+  }
+  if (at == INT64_MAX) return;
+  if (!shape_timer_) {
+    shape_timer_.emplace(upstream_->dispatcher(), [this] { onShapeTimer(); });
+  }
+  // Rounded up to the timer's millisecond: never resumed before the bucket has room.
+  const int64_t ms = std::max<int64_t>(1, (at - now + 999'999) / 1'000'000);
+  shape_timer_->enable(std::chrono::milliseconds(ms));
+}
+
+void OriginExchange::onShapeTimer() {
+  if (state_ == State::Idle || !upstream_) return;
+  const int64_t now = policy::monotonicNanos();
+  const uint32_t generation = generation_;
+  if (shaped_[1].paused && shaped_[1].resume_at <= now) {
+    shaped_[1].paused = false;
+    upstream_->readDisable(false);
+  }
+  if (shaped_[0].paused && shaped_[0].resume_at <= now) {
+    shaped_[0].paused = false;
+    owner_->onOriginBackedUp(false);
+    if (generation != generation_ || state_ == State::Idle) return;
+  }
+  armShapeTimer(now);
+}
+
+void OriginExchange::stopShaping(bool tell_owner) {
+  if (shape_timer_) shape_timer_->disable();
+  if (shaped_[1].paused && upstream_) upstream_->readDisable(false);
+  shaped_[1] = {};
+  const bool body_paused = shaped_[0].paused;
+  shaped_[0] = {};
+  if (body_paused && tell_owner) owner_->onOriginBackedUp(false);
 }
 
 void OriginExchange::armTimer() {
@@ -320,7 +388,10 @@ void OriginExchange::reportTo(RequestTrace& trace) {
   trace.firstByte(first_byte_at_);
 }
 
-bool OriginExchange::originBackedUp() const { return upstream_ && upstream_->aboveHighWatermark(); }
+bool OriginExchange::originBackedUp() const {
+  // A request body paused by its bandwidth limit holds the client back the same way.
+  return (upstream_ && upstream_->aboveHighWatermark()) || shaped_[0].paused;
+}
 
 void OriginExchange::onTimer() {
   if (state_ == State::Idle) return;
@@ -346,6 +417,7 @@ void OriginExchange::onResponseProgress() {
 }
 
 void OriginExchange::abort() {
+  stopShaping(false);
   if (state_ == State::Idle && !upstream_) return;
   state_ = State::Idle;
   upstream_.release(false);
@@ -358,6 +430,14 @@ void OriginExchange::onData(buffer::Buffer& data, bool end_stream) {
   }
   bytes_from_origin_ += data.length();
   if (options_->stats != nullptr) options_->stats->bytes_upstream_rx.add(data.length());
+  if (shaping() && !data.empty()) {
+    shape(1, data.length());
+    if (quota_reached_) {
+      data.clear();
+      fail(ExchangeError::OriginClosed, "byte quota reached");
+      return;
+    }
+  }
   if (!data.empty() && !any_response_byte_) {
     any_response_byte_ = true;
     first_byte_at_ = upstream_->dispatcher().now();
@@ -458,6 +538,8 @@ void OriginExchange::onSwitched(const http1::ResponseHead& parsed, buffer::Buffe
   response_started_ = true;
   state_ = State::Idle;
   timer_->disable();
+  // The tunnel charges its own bytes from here on; the connection goes over unpaused.
+  stopShaping(false);
   owner_->onUpgraded(rh, std::move(upstream_), data, end_stream);
 }
 
@@ -537,12 +619,14 @@ void OriginExchange::onOriginClosed() {
 bool OriginExchange::retryable() const { return retryable_request_ && request_done_; }
 
 void OriginExchange::finish(bool reusable) {
+  stopShaping(true);
   state_ = State::Idle;
   timer_->disable();
   upstream_.release(reusable);
 }
 
 void OriginExchange::fail(ExchangeError error, std::string_view detail) {
+  stopShaping(true);
   state_ = State::Idle;
   timer_->disable();
   upstream_.release(false);

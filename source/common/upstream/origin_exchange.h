@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -12,6 +13,7 @@
 #include "source/common/http/h1_parser.h"
 #include "source/common/http/proxy_stats.h"
 #include "source/common/network/connection.h"
+#include "source/common/policy/limits.h"
 #include "source/common/upstream/request_record.h"
 #include "source/common/upstream/upstream_handle.h"
 
@@ -216,6 +218,16 @@ class OriginExchange : private network::ConnectionCallbacks {
   void finish(bool reusable);
   void fail(ExchangeError error, std::string_view detail);
   bool retryable() const;
+  // Bandwidth shaping (the request's limits): charges `bytes` that just moved one way (0 to
+  // the origin, 1 from it) and, when the limit says so, pauses the side that produced them: the
+  // origin's reads, or the client's body (onOriginBackedUp) while more of it is due.
+  void shape(size_t way, size_t bytes);
+  bool shaping() const { return limiter_ != nullptr && limiter_->shapes(); }
+  void onShapeTimer();
+  void armShapeTimer(int64_t now);
+  // Ends any pause (the exchange ends or hands its connection over); tell_owner: a paused
+  // request body is resumed with onOriginBackedUp(false), so the codec's pauses stay paired.
+  void stopShaping(bool tell_owner);
 
   friend struct ExchangeRecycler;
   ExchangeOwner* owner_;
@@ -247,6 +259,15 @@ class OriginExchange : private network::ConnectionCallbacks {
   uint64_t reported_from_ = 0;
   event::MonotonicTime first_byte_at_{};
   http1::Dechunker response_chunks_;
+  policy::KeyLimiter* limiter_ = nullptr;  // the request's limits (bandwidth), or null
+  struct Shaped {
+    bool paused = false;
+    int64_t resume_at = 0;  // monotonicNanos()
+  };
+  Shaped shaped_[2];            // [0] request body to the origin, [1] response from it
+  bool quota_reached_ = false;  // a charge reached a byte quota: the exchange ends
+  // Made on the first pause and kept while the exchange sits in the worker's free list.
+  std::optional<event::Timer> shape_timer_;
   // The key of a handshake the proxy makes (Upgrade::WebSocketOwnKey), base64 of 16 bytes.
   char websocket_key_[24] = {};
 };

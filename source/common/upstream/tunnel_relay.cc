@@ -1,6 +1,8 @@
 #include "source/common/upstream/tunnel_relay.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 
 #include <fcntl.h>
 
@@ -23,6 +25,8 @@ const char* tunnelEndName(TunnelEnd end) {
       return "upstream_reset";
     case TunnelEnd::DownstreamReset:
       return "downstream_reset";
+    case TunnelEnd::QuotaReached:
+      return "quota_reached";
   }
   return "done";
 }
@@ -42,6 +46,7 @@ TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream* downstream,
                          const TunnelOptions& options)
     : dispatcher_(upstream->dispatcher()),
       upstream_(std::move(upstream)),
+      limiter_(upstream_.info().limiter),
       connection_downstream_(client != nullptr
                                  ? std::make_optional<ConnectionDownstream>(*client, *owner)
                                  : std::nullopt),
@@ -113,6 +118,7 @@ void TunnelRelay::onDownstreamData(buffer::Buffer& data, bool end_stream) {
     countToUpstream(n);
     touch();
     upstream_->write(data);
+    if (shaping()) shape(0, n);
   }
   if (end_stream && !downstream_ended_) {
     downstream_ended_ = true;
@@ -137,6 +143,7 @@ void TunnelRelay::onData(buffer::Buffer& data, bool end_stream) {
   const bool end = end_stream && !upstream_ended_;
   if (end) upstream_ended_ = true;
   if (n > 0 || end) downstream_.writeDownstream(data, end);
+  if (shaping() && n > 0 && !finished_) shape(1, n);
   if (end) {
     maybeDone();
     return;
@@ -167,7 +174,68 @@ void TunnelRelay::onDownstreamBackedUp(bool backed_up) {
   upstream_->readDisable(backed_up);
 }
 
-bool TunnelRelay::upstreamBackedUp() const { return upstream_ && upstream_->aboveHighWatermark(); }
+bool TunnelRelay::upstreamBackedUp() const {
+  // An upload paused by its bandwidth limit holds the client back the same way.
+  return (upstream_ && upstream_->aboveHighWatermark()) || shaped_[0].paused;
+}
+
+void TunnelRelay::shape(size_t way, size_t bytes) {
+  const int64_t now = policy::monotonicNanos();
+  const int64_t wait = limiter_->chargeBytes(
+      way == 0 ? policy::Direction::Upload : policy::Direction::Download, bytes, now);
+  if (wait == policy::KeyLimiter::kQuotaReached) {
+    finish(TunnelEnd::QuotaReached);
+    return;
+  }
+  if (wait <= 0) return;
+  Shaped& s = shaped_[way];
+  s.resume_at = std::max(s.resume_at, now + wait);
+  if (!s.paused) {
+    s.paused = true;
+    if (mode_ == Mode::Buffered) {
+      s.read_disabled = true;
+      if (way == 0) {
+        downstream_.readDisableDownstream(true);
+      } else {
+        upstream_->readDisable(true);
+      }
+    }
+  }
+  armShapeTimer(now);
+}
+
+void TunnelRelay::armShapeTimer(int64_t now) {
+  int64_t at = INT64_MAX;
+  for (const Shaped& s : shaped_) {
+    if (s.paused) at = std::min(at, s.resume_at);
+  }
+  if (at == INT64_MAX) return;
+  if (!shape_timer_) shape_timer_.emplace(dispatcher_, [this] { onShapeTimer(); });
+  // Rounded up to the timer's millisecond: never resumed before the bucket has room.
+  const int64_t ms = std::max<int64_t>(1, (at - now + 999'999) / 1'000'000);
+  shape_timer_->enable(std::chrono::milliseconds(ms));
+}
+
+void TunnelRelay::onShapeTimer() {
+  if (finished_) return;
+  const int64_t now = policy::monotonicNanos();
+  for (size_t way = 0; way < 2 && !finished_; ++way) {
+    Shaped& s = shaped_[way];
+    if (!s.paused || s.resume_at > now) continue;
+    s.paused = false;
+    if (s.read_disabled) {
+      s.read_disabled = false;
+      if (way == 0) {
+        downstream_.readDisableDownstream(false);
+      } else {
+        upstream_->readDisable(false);
+      }
+    } else if (mode_ == Mode::Spliced && splice_) {
+      pump(direction(way));
+    }
+  }
+  if (!finished_) armShapeTimer(now);
+}
 
 void TunnelRelay::onTimer() {
   if (end_pending_) {
@@ -232,6 +300,7 @@ void TunnelRelay::stop() {
   if (finished_) return;
   finished_ = true;
   timer_.disable();
+  if (shape_timer_) shape_timer_->disable();
   if (started_) {
     forEachStats([](const TunnelStats& s) { s.tunnels_active.dec(); });
     if (listener_stats_ != nullptr) {
@@ -338,7 +407,7 @@ void TunnelRelay::pump(Direction& d) {
       }
       break;
     }
-    if (!d.readable || leaving_splice_) break;
+    if (!d.readable || leaving_splice_ || shapePaused(d.to_upstream ? 0 : 1)) break;
     if (!d.pipe) {
       d.pipe = PipePool::forThisThread().acquire(max_pipes_);
       if (!d.pipe) {
@@ -355,6 +424,7 @@ void TunnelRelay::pump(Direction& d) {
       d.in_pipe = static_cast<size_t>(n);
       d.from->countRawBytes(d.in_pipe, 0);
       touch();
+      if (shaping()) shape(d.to_upstream ? 0 : 1, d.in_pipe);
       continue;
     }
     if (n == 0) {

@@ -8,6 +8,7 @@
 #include "source/common/buffer/buffer.h"
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/connection.h"
+#include "source/common/policy/limits.h"
 #include "source/common/upstream/pipe_pool.h"
 #include "source/common/upstream/request_record.h"
 #include "source/common/upstream/tunnel_stats.h"
@@ -22,6 +23,7 @@ enum class TunnelEnd : uint8_t {
   IdleTimeout,      // no byte either way for the idle timeout
   UpstreamReset,    // the destination reset or closed before both sides ended
   DownstreamReset,  // the client's socket failed (seen by the relay while splicing)
+  QuotaReached,     // the request's key or group reached its byte quota
 };
 const char* tunnelEndName(TunnelEnd end);
 
@@ -181,9 +183,28 @@ class TunnelRelay : public event::DeferredDeletable,
   // Leaves splice once no pipe holds bytes (no pipe could be had).
   void tryLeaveSplice();
   void releasePipes();
+  // Bandwidth shaping: charges `bytes` that just moved one way (0 upload, 1 download) and,
+  // when the limit says so, stops reading the side that produced them until the shaping timer
+  // resumes it (readDisable while buffered; while spliced, pump() does not read it).
+  void shape(size_t way, size_t bytes);
+  bool shaping() const { return limiter_ != nullptr && limiter_->shapes(); }
+  bool shapePaused(size_t way) const { return shaped_[way].paused; }
+  void onShapeTimer();
+  void armShapeTimer(int64_t now);
 
   event::Dispatcher& dispatcher_;
   UpstreamHandle upstream_;
+  // The request's limits when it has any (bandwidth is charged to them), else null: a tunnel
+  // without limits pays one null check per read.
+  policy::KeyLimiter* const limiter_;
+  struct Shaped {
+    bool paused = false;
+    bool read_disabled = false;  // paused with a readDisable (buffered) to undo on resume
+    int64_t resume_at = 0;       // monotonicNanos()
+  };
+  Shaped shaped_[2];  // [0] client → destination, [1] destination → client
+  // Made on the first pause, so tunnels that are never slowed hold none.
+  std::optional<event::Timer> shape_timer_;
   std::optional<ConnectionDownstream> connection_downstream_;
   TunnelDownstream& downstream_;
   const std::chrono::milliseconds idle_timeout_;

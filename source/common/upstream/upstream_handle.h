@@ -6,6 +6,9 @@
 #include "source/common/network/connection_limiter.h"
 
 namespace sluice {
+namespace policy {
+class KeyLimiter;
+}
 namespace upstream {
 
 class Pool;
@@ -39,6 +42,10 @@ struct UpstreamInfo {
   // A UDP association through a SOCKS5 parent (RequestKind::UdpAssociation): where the parent
   // takes its datagrams. The connection is its control connection, never pooled.
   network::Address udp_relay;
+  // The limits the request was admitted under (its LimitSlot's limiter), or null: the relay or
+  // exchange that moves its bytes charges them to its bandwidth buckets. Lives as long as the
+  // config the request runs under.
+  policy::KeyLimiter* limiter = nullptr;
 };
 
 // An origin connection as the router hands it over: the connection, where it came from, and

@@ -294,15 +294,175 @@ TEST(LimitSpecTest, DefaultsAndErrors) {
             }),
             "policy.groups[0].limits.burst: 2000000 is above 1000000");
   EXPECT_EQ(error([](auto& p) { p.set_download_bytes_per_second(1000); }),
-            "policy.groups[0].limits.download_bytes_per_second: not supported by this build of "
-            "sluice");
-  EXPECT_EQ(error([](auto& p) { p.set_upload_bytes_per_second(1000); }),
-            "policy.groups[0].limits.upload_bytes_per_second: not supported by this build of "
-            "sluice");
-  EXPECT_EQ(error([](auto& p) { p.set_quota_bytes(1000); }),
-            "policy.groups[0].limits.quota_bytes: not supported by this build of sluice");
+            "policy.groups[0].limits.download_bytes_per_second: 1000 is outside "
+            "1024-1099511627776 (0 leaves it off)");
+  EXPECT_EQ(error([](auto& p) { p.set_upload_bytes_per_second(1ull << 41); }),
+            "policy.groups[0].limits.upload_bytes_per_second: 2199023255552 is outside "
+            "1024-1099511627776 (0 leaves it off)");
+  EXPECT_EQ(error([](auto& p) { p.set_upload_bytes_per_second(1024); }), "ok");
+  EXPECT_EQ(error([](auto& p) { p.set_quota_bytes(1000); }), "ok");
   EXPECT_EQ(error([](auto& p) { p.set_quota_period("day"); }),
-            "policy.groups[0].limits.quota_period: not supported by this build of sluice");
+            "policy.groups[0].limits.quota_period: set without quota_bytes");
+  EXPECT_EQ(error([](auto& p) {
+              p.set_quota_bytes(1000);
+              p.set_quota_period("week");
+            }),
+            "policy.groups[0].limits.quota_period: \"week\" is not day or month");
+}
+
+TEST(LimitSpecTest, BandwidthIsALimit) {
+  config::v1::GroupLimits proto;
+  proto.set_download_bytes_per_second(8 << 20);
+  auto spec = parseLimitSpec(proto, "p");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->download_bytes_per_second, 8u << 20);
+  EXPECT_EQ(spec->upload_bytes_per_second, 0u);
+  EXPECT_TRUE(spec->limitsBandwidth());
+  EXPECT_TRUE(spec->any());
+  EXPECT_FALSE(spec->limitsRate());
+}
+
+// ------------------------------------------------------------------------------------------
+// Quotas
+
+TEST(QuotaPeriodTest, DaysAndMonthsInUtc) {
+  // 2026-12-01T22:15:00Z
+  const int64_t t = 1796163300;
+  EXPECT_EQ(quotaPeriodStart(QuotaPeriod::Day, t), 1796083200);  // 2026-12-01T00:00Z
+  EXPECT_EQ(quotaPeriodEnd(QuotaPeriod::Day, t), 1796169600);    // 2026-12-02T00:00Z
+  EXPECT_EQ(quotaPeriodStart(QuotaPeriod::Month, t), 1796083200);
+  EXPECT_EQ(quotaPeriodEnd(QuotaPeriod::Month, t), 1798761600);  // 2027-01-01T00:00Z
+  // The last second of a period is in it; the next one starts the next.
+  EXPECT_EQ(quotaPeriodStart(QuotaPeriod::Month, 1798761599), 1796083200);
+  EXPECT_EQ(quotaPeriodStart(QuotaPeriod::Month, 1798761600), 1798761600);
+  // February of a leap year: 2028-02-10 is in [2028-02-01, 2028-03-01).
+  EXPECT_EQ(quotaPeriodStart(QuotaPeriod::Month, 1833753600), 1832976000);
+  EXPECT_EQ(quotaPeriodEnd(QuotaPeriod::Month, 1833753600), 1835481600);
+}
+
+TEST(ByteQuotaTest, CountsRollsAndRestores) {
+  ByteQuota q;
+  EXPECT_FALSE(q.charge(1 << 30));  // off
+  const int64_t day = 1796163300;
+  q.configure(1000, QuotaPeriod::Day, day);
+  EXPECT_FALSE(q.charge(999));
+  EXPECT_FALSE(q.exhausted());
+  EXPECT_TRUE(q.charge(1));
+  EXPECT_TRUE(q.exhausted());
+  q.roll(day + 3600);  // the same day
+  EXPECT_EQ(q.used(), 1000u);
+  q.roll(day + 86400);  // the next
+  EXPECT_EQ(q.used(), 0u);
+  EXPECT_FALSE(q.exhausted());
+  // A saved count of the current period is taken, one of a past period is not.
+  q.restore(q.periodStart(), 700);
+  EXPECT_EQ(q.used(), 700u);
+  q.restore(q.periodStart() - 86400, 5);
+  EXPECT_EQ(q.used(), 700u);
+}
+
+TEST(KeyLimiterTest, AQuotaReachedClosesAndRefusesUntilThePeriodEnds) {
+  config::v1::Group proto;
+  proto.mutable_key_limits()->set_quota_bytes(1 << 20);
+  auto built = GroupLimiters::build("ci", proto, "g", nullptr);
+  ASSERT_TRUE(built.ok());
+  auto a = (*built)->forKey("a");
+  EXPECT_TRUE(a->shapes());
+  LimitSlot slot;
+  LimitRefusal refusal;
+  ASSERT_TRUE(a->admit(slot, refusal));
+  EXPECT_EQ(a->chargeBytes(Direction::Download, (1 << 20) - 1, kSecond), 0);
+  EXPECT_EQ(a->chargeBytes(Direction::Upload, 1, kSecond), KeyLimiter::kQuotaReached);
+  LimitSlot next;
+  EXPECT_FALSE(a->admit(next, refusal));
+  EXPECT_EQ(refusal.kind, LimitRefusal::Kind::Quota);
+  EXPECT_EQ(refusal.reason, "byte quota of key a");
+  EXPECT_GE(refusal.retry_after, 1u);
+  EXPECT_LE(refusal.retry_after, 86400u);
+  // Another key has its own.
+  LimitSlot other;
+  EXPECT_TRUE((*built)->forKey("b")->admit(other, refusal));
+}
+
+// ------------------------------------------------------------------------------------------
+// ByteBucket
+
+TEST(ByteBucketTest, OffNeverPauses) {
+  ByteBucket b;
+  EXPECT_EQ(b.charge(1 << 30, kSecond), 0);
+}
+
+TEST(ByteBucketTest, ABurstGoesThroughThenTheRateHolds) {
+  ByteBucket b;
+  b.configure(1 << 20);  // 1 MiB/s: the burst is 100 ms, 104857.6 bytes
+  const int64_t t = 10 * kSecond;
+  EXPECT_EQ(b.charge(100'000, t), 0);
+  // Past the burst: the producer waits until the bucket has paid for what it took.
+  const int64_t wait = b.charge(1 << 20, t);
+  EXPECT_NEAR(static_cast<double>(wait), 0.9 * kSecond + 100'000.0 / (1 << 20) * kSecond, 1e3);
+  // Once it waited that long, a read of 64 KiB costs its own time only.
+  EXPECT_NEAR(static_cast<double>(b.charge(64 << 10, t + wait)), kSecond / 16.0, 1e3);
+}
+
+TEST(ByteBucketTest, SteadyProducerGetsTheRate) {
+  ByteBucket b;
+  b.configure(8 << 20);
+  int64_t now = kSecond;
+  uint64_t moved = 0;
+  // A producer that reads 64 KiB, then sleeps as told, 1 ms late each time (a timer's rounding).
+  while (moved < (64u << 20)) {
+    const int64_t wait = b.charge(64 << 10, now);
+    moved += 64 << 10;
+    now += wait > 0 ? wait + kMs : 0;
+  }
+  const double seconds = static_cast<double>(now - kSecond) / kSecond;
+  EXPECT_NEAR(seconds, 8.0 - 0.1, 0.05);
+}
+
+TEST(ByteBucketTest, AQuietSpellEarnsNoMoreThanABurst) {
+  ByteBucket b;
+  b.configure(1 << 20);
+  EXPECT_EQ(b.charge(1000, kSecond), 0);
+  // An hour later the bucket holds 100 ms of the rate, not an hour's.
+  const int64_t later = 3600 * kSecond;
+  EXPECT_GT(b.charge(1 << 20, later), 0);
+}
+
+TEST(KeyLimiterTest, BandwidthTheStricterOfKeyAndGroupWins) {
+  config::v1::Group proto;
+  proto.mutable_limits()->set_download_bytes_per_second(1 << 20);
+  proto.mutable_key_limits()->set_download_bytes_per_second(4 << 20);
+  auto built = GroupLimiters::build("ci", proto, "g", nullptr);
+  ASSERT_TRUE(built.ok());
+  auto a = (*built)->forKey("a");
+  auto b = (*built)->forKey("b");
+  EXPECT_TRUE(a->active());
+  EXPECT_TRUE(a->shapes());
+  LimitSlot slot;
+  LimitRefusal refusal;
+  ASSERT_TRUE(a->admit(slot, refusal));
+  EXPECT_EQ(slot.limiter(), a.get());
+  const int64_t t = 5 * kSecond;
+  // 1 MiB more than the burst: the group's 1 MiB/s makes that a second's wait, the key's own
+  // 4 MiB/s only a quarter.
+  const int64_t wait = a->chargeBytes(Direction::Download, (1 << 20) + 104858, t);
+  EXPECT_NEAR(static_cast<double>(wait), kSecond, kMs);
+  // The group's bucket is shared: b's first bytes wait behind a's.
+  EXPECT_GT(b->chargeBytes(Direction::Download, 1024, t), kSecond - kMs);
+  // Uploads are not limited.
+  EXPECT_EQ(a->chargeBytes(Direction::Upload, 1 << 30, t), 0);
+}
+
+TEST(KeyLimiterTest, OnlyABandwidthLimitShapes) {
+  config::v1::Group proto;
+  proto.mutable_limits()->set_requests_per_second(10);
+  proto.mutable_key_limits()->set_upload_bytes_per_second(1 << 20);
+  auto built = GroupLimiters::build("ci", proto, "g", nullptr);
+  ASSERT_TRUE(built.ok());
+  EXPECT_TRUE((*built)->forKey("a")->shapes());
+  // Requests without a key have no key limits: the group's rate does not shape.
+  EXPECT_FALSE((*built)->keyless()->shapes());
+  EXPECT_TRUE((*built)->keyless()->active());
 }
 
 // ------------------------------------------------------------------------------------------

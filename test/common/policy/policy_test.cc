@@ -91,14 +91,20 @@ TEST(PolicyTest, EveryGroupHasLimitersAndTheRunningOnesCarryOn) {
   EXPECT_NE((*third)->find("crew")->limiters->groupLimiter(), staff->limiters->groupLimiter());
 }
 
-TEST(PolicyTest, BandwidthAndQuotasAreRefusedStill) {
+TEST(PolicyTest, AQuotaNeedsAStateFile) {
   config::v1::Policy proto = withLimits(10, 4);
-  proto.mutable_groups(0)->mutable_key_limits()->set_upload_bytes_per_second(1000);
+  proto.mutable_groups(0)->mutable_key_limits()->set_upload_bytes_per_second(1 << 20);
+  EXPECT_TRUE(buildPolicy(proto).ok());
+  proto.mutable_groups(0)->mutable_key_limits()->set_quota_bytes(1000);
   auto refused = buildPolicy(proto);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().message(),
-            "policy.groups[0].key_limits.upload_bytes_per_second: not supported by this build of "
-            "sluice");
+            "policy.state_file: required when a group has a quota_bytes (the counts are kept "
+            "there across restarts)");
+  proto.set_state_file(::testing::TempDir() + "/policy_test.state");
+  auto built = buildPolicy(proto);
+  ASSERT_TRUE(built.ok());
+  EXPECT_TRUE((*built)->hasQuota());
   config::v1::Policy bad = withLimits(-3, 0);
   EXPECT_FALSE(buildPolicy(bad).ok());
 }
