@@ -286,3 +286,47 @@ def test_websocket_download_is_shaped(start_sluice, sluice_origin):
     c.close()
     assert_within(elapsed, want, rate)
     assert s.stat("policy.key.a.bandwidth_paused") > 0
+
+
+def test_socks5_udp_over_the_bandwidth_is_dropped(start_sluice):
+    import secrets
+    import socket
+    import time
+    from helpers import free_port
+    from sluice_proc import find_typed_configs
+    from test_socks5 import SUCCEEDED, UDP_ASSOCIATE, Socks5Client, UdpEcho, encode_addr
+    key = secrets.token_urlsafe(18)
+    socks_port = free_port()
+
+    def patch(full):
+        for auth in find_typed_configs(full, ".AuthConfig"):
+            auth["api_keys"] = [{"name": "u1", "key": key, "group": "udp"}]
+        full["policy"] = {"groups": [{"name": "udp",
+                                      "key_limits": {"upload_bytes_per_second": 20000}}]}
+
+    s = start_sluice(extra_short=f"socks5:\n  listen: 127.0.0.1:{socks_port}\n", patch=patch)
+    echo = UdpEcho()
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("127.0.0.1", 0))
+    try:
+        c = Socks5Client(("127.0.0.1", socks_port))
+        c.login(key)
+        rep, relay = c.request(UDP_ASSOCIATE, "127.0.0.1", u.getsockname()[1])
+        assert rep == SUCCEEDED
+        start = time.monotonic()
+        sent = 0
+        while time.monotonic() - start < 2.0:  # 1 KB datagrams as fast as they go, for 2 s
+            u.sendto(b"\0\0\0" + encode_addr("127.0.0.1", echo.port) + b"y" * 1000, relay)
+            sent += 1
+            time.sleep(0.0005)
+        time.sleep(0.3)
+        got = len(echo.received)
+        # 20,000 bytes a second for 2 s (and the bucket's first room): about 40 to 80 datagrams
+        # of the thousands sent, the rest dropped and counted.
+        assert sent > 500, sent
+        assert 25 <= got <= 110, (got, sent)
+        assert s.stat("socks5.socks5.udp_dropped_bandwidth") >= sent - got - 5
+        c.close()
+    finally:
+        echo.stop()
+        u.close()

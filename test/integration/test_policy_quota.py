@@ -191,3 +191,44 @@ def test_a_reload_keeps_the_count_and_applies_the_new_quota(start_sluice, tmp_pa
         assert get(h, s.keys["ci-2"], part).status == 200
     got = s.wait_stat("policy.group.ci.quota_bytes", lambda v: v >= 1600 * 1024, timeout=5)
     assert 1600 * 1024 <= got <= 1800 * 1024, got
+
+
+def test_socks5_udp_counts_toward_the_quota_and_ends_at_it(start_sluice, tmp_path):
+    from test_socks5 import SUCCEEDED, UDP_ASSOCIATE, UdpEcho, encode_addr
+    import socket
+    import time
+    s = start_quota(start_sluice, tmp_path, key_limits={"quota_bytes": 64 * 1024})
+    echo = UdpEcho()
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("127.0.0.1", 0))
+    u.settimeout(0.5)
+    try:
+        c = Socks5Client(s.socks_addr)
+        c.login(s.keys["ci-1"])
+        rep, relay = c.request(UDP_ASSOCIATE, "127.0.0.1", u.getsockname()[1])
+        assert rep == SUCCEEDED
+        payload = b"x" * 1000
+        echoed = 0
+        for _ in range(200):  # 200 KB up (and as much echoed back) against a 64 KiB quota
+            u.sendto(b"\0\0\0" + encode_addr("127.0.0.1", echo.port) + payload, relay)
+            try:
+                u.recvfrom(65536)
+                echoed += 1
+            except socket.timeout:
+                break
+        # Both ways count: about 32 round trips fit in 64 KiB, then the association ends.
+        assert 20 <= echoed <= 40, echoed
+        assert c.closed_by_peer(), "the association outlived its quota"
+        deadline = time.monotonic() + 5
+        while s.stat("socks5.socks5.udp_dropped_quota") < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.stat("socks5.socks5.udp_dropped_quota") >= 1
+        # A new association of the key is refused: the quota is spent.
+        c2 = Socks5Client(s.socks_addr)
+        c2.login(s.keys["ci-1"])
+        rep, _ = c2.request(UDP_ASSOCIATE, "127.0.0.1", u.getsockname()[1])
+        assert rep == NOT_ALLOWED
+        c2.close()
+    finally:
+        echo.stop()
+        u.close()

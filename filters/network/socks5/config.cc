@@ -55,6 +55,11 @@ Socks5Stats makeStats(const std::string& chain) {
       scope.counter("udp_idle_timeout", "UDP associations closed after their idle timeout.");
   s.udp_client_rx = scope.counter("udp_client_rx", "Datagrams from clients relayed on.");
   s.udp_client_tx = scope.counter("udp_client_tx", "Datagrams relayed to clients.");
+  s.udp_dropped_bandwidth = scope.counter(
+      "udp_dropped_bandwidth",
+      "Datagrams dropped: over the key's or its group's bandwidth limit (they cannot wait).");
+  s.udp_dropped_quota = scope.counter(
+      "udp_dropped_quota", "Datagrams dropped: past a byte quota (the association then ends).");
   s.udp_dropped_source =
       scope.counter("udp_dropped_source",
                     "Datagrams dropped: from neither the client nor a destination it wrote to.");

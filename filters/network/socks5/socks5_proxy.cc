@@ -362,8 +362,29 @@ void UdpRelay::onPeerDatagram(const network::Address& from, std::string_view pay
   sendToClient(from, payload);
 }
 
+bool UdpRelay::chargeDatagram(policy::Direction way, size_t bytes) {
+  if (quota_reached_) return false;
+  if (limiter_ == nullptr || !limiter_->shapes()) return true;
+  const int64_t now = policy::monotonicNanos();
+  int64_t& until = shaped_until_[way == policy::Direction::Upload ? 0 : 1];
+  if (now < until) {
+    config_->stats.udp_dropped_bandwidth.inc();
+    return false;
+  }
+  const int64_t wait = limiter_->chargeBytes(way, bytes, now);
+  if (wait == policy::KeyLimiter::kQuotaReached) {
+    config_->stats.udp_dropped_quota.inc();
+    quota_reached_ = true;
+    idle_timer_.enable(std::chrono::milliseconds(0));  // onIdle ends the association
+    return false;
+  }
+  if (wait > 0) until = now + wait;
+  return true;
+}
+
 void UdpRelay::sendToClient(const network::Address& from, std::string_view payload) {
   const Socks5Stats& stats = config_->stats;
+  if (!chargeDatagram(policy::Direction::Download, payload.size())) return;
   const size_t header = writeUdpHeader(reinterpret_cast<uint8_t*>(t_udp_out), from);
   if (header + payload.size() > config_->max_udp_datagram_bytes ||
       header + payload.size() > sizeof(t_udp_out)) {
@@ -399,6 +420,7 @@ UdpRelay::Destination* UdpRelay::findDestination(std::string_view host, uint16_t
 
 void UdpRelay::sendTo(const Destination& to, std::string_view payload) {
   const Socks5Stats& stats = config_->stats;
+  if (!chargeDatagram(policy::Direction::Upload, payload.size())) return;
   if (to.route != nullptr) {
     sendThroughParent(to, payload);
     return;
@@ -696,6 +718,10 @@ void UdpRelay::ParentAssociation::onEvent(network::ConnectionEvent event) {
 }
 
 void UdpRelay::onIdle() {
+  if (quota_reached_) {
+    parent_.onUdpQuotaReached();
+    return;
+  }
   config_->stats.udp_idle_timeout.inc();
   parent_.onUdpIdle();
 }
@@ -1234,6 +1260,7 @@ void Socks5Filter::startUdpAssociate() {
   // is the port they come from (DST.ADDR is ignored: behind NAT it is not what arrives).
   udp_ = std::make_unique<UdpRelay>(*this, callbacks_->worker(), config_, downstream().peer(),
                                     target_.port, hs_->request.group);
+  udp_->setLimiter(hs_->request.limiter);
   // The relay socket is one upstream socket of the client's budget.
   if (!upstream::UpstreamBudget::get().admit(downstream().peer(), udp_slot_)) {
     releaseUdp();
@@ -1257,6 +1284,11 @@ void Socks5Filter::startUdpAssociate() {
 }
 
 void Socks5Filter::onUdpIdle() { closeAll(); }
+
+void Socks5Filter::onUdpQuotaReached() {
+  trace_.fail("byte quota reached");
+  closeAll();
+}
 
 void Socks5Filter::startTunnel(upstream::UpstreamHandle upstream) {
   setState(State::Tunnel);

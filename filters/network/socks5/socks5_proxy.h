@@ -58,6 +58,8 @@ struct Socks5Stats {
   stats::Counter udp_idle_timeout;
   stats::Counter udp_client_rx;               // datagrams from the client relayed on
   stats::Counter udp_client_tx;               // datagrams to the client (replies)
+  stats::Counter udp_dropped_bandwidth;       // over the key's or group's bandwidth limit
+  stats::Counter udp_dropped_quota;           // past a byte quota (the association then ends)
   stats::Counter udp_dropped_source;          // from an address that is neither the client nor a
                                               // destination it sent to
   stats::Counter udp_dropped_fragment;        // FRAG != 0
@@ -173,6 +175,8 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   int open(const network::Address& local, int max_fd);
   bool egressBindFailed() const { return egress_bind_failed_; }
   const network::Address& bound() const { return bound_; }
+  // The limits the association was admitted under (its key's; null: none).
+  void setLimiter(policy::KeyLimiter* limiter) { limiter_ = limiter; }
   // Payload bytes sent to destinations and received from them, for the record.
   uint64_t bytesToDestinations() const { return bytes_to_destinations_; }
   uint64_t bytesFromDestinations() const { return bytes_from_destinations_; }
@@ -235,6 +239,10 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   void onClientDatagram(std::string_view datagram);
   void onPeerDatagram(const network::Address& from, std::string_view payload);
   Destination* findDestination(std::string_view host, uint16_t port);
+  // Bandwidth and quotas for one datagram of `bytes` going `way`: false drops it. While a
+  // direction is over its bandwidth, its datagrams are dropped (they cannot wait: UDP), and the
+  // one that crosses a quota ends the association.
+  bool chargeDatagram(policy::Direction way, size_t bytes);
   void sendTo(const Destination& to, std::string_view payload);
   // Through the destination's route's parent association (made here if there is none).
   void sendThroughParent(const Destination& to, std::string_view payload);
@@ -258,6 +266,10 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   network::Address control_peer_;
   network::Address client_;  // its IP from the control connection; its port once known
   bool client_port_known_ = false;
+  // The key's limits (null: none): bandwidth and quotas are charged per datagram.
+  policy::KeyLimiter* limiter_ = nullptr;
+  int64_t shaped_until_[2] = {0, 0};  // monotonicNanos(): [0] upload, [1] download
+  bool quota_reached_ = false;
   uint64_t bytes_to_destinations_ = 0;
   uint64_t bytes_from_destinations_ = 0;
   network::Address bound_;
@@ -308,6 +320,9 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
 
   // The UDP relay idled out: the association (and this connection) ends.
   void onUdpIdle();
+  // A datagram crossed the key's or its group's byte quota: the association ends (from the
+  // loop, never from the relay's own stack).
+  void onUdpQuotaReached();
   // A policy rule refused (or, report-only, would have refused) one of the association's
   // destinations: the association's record names the first such rule.
   void onDestinationRule(std::string_view rule, bool report_only) {
