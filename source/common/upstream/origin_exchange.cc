@@ -15,6 +15,7 @@
 #include "source/common/http/field_line.h"
 #include "source/common/http/head_scan.h"
 #include "source/common/http/upgrade.h"
+#include "source/common/upstream/parent_handshake.h"
 
 namespace sluice {
 namespace upstream {
@@ -134,13 +135,8 @@ void OriginExchange::writeRequestHead(const OriginRequest& r, std::string_view w
   std::string absolute;
   std::string_view target = r.path;
   if (info.via_http_parent) {
-    if (info.parent_target.valid()) {
-      absolute = "http://" + info.parent_target.asString();
-    } else {
-      const bool ipv6 = info.parent_target_host.find(':') != std::string_view::npos;
-      absolute.append("http://").append(ipv6 ? "[" : "").append(info.parent_target_host);
-      absolute.append(ipv6 ? "]:" : ":").append(std::to_string(info.parent_target_port));
-    }
+    absolute = "http://" + parentAuthority(info.parent_target, info.parent_target_host,
+                                           info.parent_target_port);
     absolute.append(r.path);
     target = absolute;
   }

@@ -77,15 +77,17 @@ void ParentHandshake::startUdpAssociate(network::Connection& connection) {
   start(connection, network::Address(), std::string_view(), 0);
 }
 
-void ParentHandshake::writeHttpConnect() {
+std::string parentAuthority(const network::Address& address, std::string_view host, uint16_t port) {
+  if (address.valid()) return address.asString();
+  const bool ipv6 = host.find(':') != std::string_view::npos;
   std::string authority;
-  if (address_.valid()) {
-    authority = address_.asString();
-  } else {
-    const bool ipv6 = host_.find(':') != std::string_view::npos;
-    authority.append(ipv6 ? "[" : "").append(host_).append(ipv6 ? "]:" : ":");
-    authority += std::to_string(port_);
-  }
+  authority.append(ipv6 ? "[" : "").append(host).append(ipv6 ? "]:" : ":");
+  authority += std::to_string(port);
+  return authority;
+}
+
+void ParentHandshake::writeHttpConnect() {
+  const std::string authority = parentAuthority(address_, host_, port_);
   std::string head = "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n";
   if (!auth_.proxy_authorization.empty()) {
     head.append("Proxy-Authorization: ").append(auth_.proxy_authorization).append("\r\n");

@@ -27,6 +27,11 @@ struct ParentAuth {
   bool empty() const { return user.empty() && password.empty(); }
 };
 
+// What an HTTP parent is asked for, as a CONNECT target and the authority of an absolute-form
+// request: `address` as "ip:port" ("[v6]:port") when valid, else `host` and `port` (an IPv6
+// literal in brackets).
+std::string parentAuthority(const network::Address& address, std::string_view host, uint16_t port);
+
 // Largest answer head an HTTP parent may send to a CONNECT.
 inline constexpr size_t kMaxParentResponseHeadBytes = 16384;
 

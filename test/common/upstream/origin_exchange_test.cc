@@ -470,6 +470,33 @@ TEST(OriginRequestHead, Http10KeepsItsVersionAndAsksForKeepAlive) {
             "Connection: keep-alive\r\nContent-Length: 5\r\n\r\n");
 }
 
+// Through an HTTP parent: absolute-form for the checked address (the Host field keeps the
+// name) or, with resolve: parent, for the name; sluice's credentials for the parent follow Host.
+TEST(OriginExchangeHeadTest, ThroughAnHttpParent) {
+  OriginRequest r;
+  r.method_text = "GET";
+  r.method = http1::Method::Get;
+  r.path = "/p?q=1";
+  r.host = "example.com";
+  UpstreamInfo info;
+  info.via_http_parent = true;
+  info.parent_target = *network::Address::parseHostPort("93.184.216.34:80");
+  info.parent_authorization = "Basic dTpw";
+  buffer::Buffer out;
+  OriginExchange::writeRequestHead(r, {}, info, out);
+  EXPECT_EQ(std::string(out.linearize(out.length())),
+            "GET http://93.184.216.34:80/p?q=1 HTTP/1.1\r\nHost: example.com\r\n"
+            "Proxy-Authorization: Basic dTpw\r\n\r\n");
+  info.parent_target = network::Address();
+  info.parent_target_host = "2001:db8::1";
+  info.parent_target_port = 8080;
+  info.parent_authorization = {};
+  buffer::Buffer named;
+  OriginExchange::writeRequestHead(r, {}, info, named);
+  EXPECT_EQ(std::string(named.linearize(named.length())),
+            "GET http://[2001:db8::1]:8080/p?q=1 HTTP/1.1\r\nHost: example.com\r\n\r\n");
+}
+
 }  // namespace
 }  // namespace upstream
 }  // namespace sluice
