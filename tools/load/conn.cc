@@ -179,7 +179,10 @@ Conn::Step Conn::fail(ErrorKind kind) {
   }
   closeSocket(false);
   deadline_ = 0;
-  if (w_.opts().workload == Workload::Hold) return Step::Idle;
+  if (w_.opts().workload == Workload::Hold) {
+    holdOpened();
+    return Step::Idle;
+  }
   return Step::Continue;
 }
 
@@ -224,7 +227,21 @@ void Conn::checkTimeout(uint64_t now) {
 Conn::Step Conn::stepClosed() {
   const Options& o = w_.opts();
   if (o.workload == Workload::Hold) {
-    if (hold_started_ || w_.stopping()) return Step::Idle;  // each hold slot connects once
+    if (hold_started_) {
+      // Each hold slot connects once; one back here without failing (a refused stream) is done.
+      holdOpened();
+      return Step::Idle;
+    }
+    if (hold_waiting_ || w_.stopping()) return Step::Idle;
+    if (!hold_opening_) {
+      if (!w_.holdMayOpen()) {
+        // --hold-window: as many are opening as may; holdTurn() wakes this one.
+        hold_waiting_ = true;
+        w_.holdWait(this);
+        return Step::Idle;
+      }
+      hold_opening_ = true;
+    }
     hold_started_ = true;
     deadline_ = nowNs() + static_cast<uint64_t>(o.timeout_s * 1e9);
     intended_ = nowNs();
@@ -246,6 +263,12 @@ Conn::Step Conn::stepClosed() {
   state_ = State::Connecting;
   want_write_ = true;
   return Step::Block;
+}
+
+void Conn::holdOpened() {
+  if (!hold_opening_) return;
+  hold_opening_ = false;
+  w_.holdOpened();
 }
 
 Conn::Step Conn::stepConnecting() {
@@ -301,6 +324,7 @@ Conn::Step Conn::destinationUp() {
   const Options& o = w_.opts();
   if (o.workload == Workload::Hold) {
     ++w_.results().held;
+    holdOpened();
     deadline_ = 0;
     state_ = State::Holding;
     return Step::Continue;

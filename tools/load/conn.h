@@ -85,6 +85,12 @@ class Conn : public Pollable, public TlsOwner {
   }
   void checkTimeout(uint64_t now);
   void abandon();
+  // --hold-window: this waiting slot's turn has come (the window's place is already its own).
+  void holdTurn() {
+    hold_waiting_ = false;
+    hold_opening_ = true;
+    markPending();
+  }
 
   uint64_t next_intended = 0;  // open loop: this connection's next send time
   bool timer_armed_ = false;
@@ -138,6 +144,9 @@ class Conn : public Pollable, public TlsOwner {
   Step finish(int status, bool close);
   Step stepHolding();
   Step tunnelUp();  // the proxy handshake is done: next, TLS to the destination or requests
+  // --hold: this slot has finished opening (held, failed or refused): its place in the window
+  // goes to the next waiting slot. Once per slot; nothing when it was not opening.
+  void holdOpened();
   Step destinationUp();
   // HTTP/2 to the proxy: a CONNECT stream (or, for plain requests, nothing yet), its response,
   // and a plain request's response.
@@ -185,6 +194,8 @@ class Conn : public Pollable, public TlsOwner {
   uint64_t deadline_ = 0;      // 0 = none
   uint64_t messages_ = 0;      // on this connection (WebSocket, --ws-count)
   bool hold_started_ = false;  // --hold: this slot has made its one attempt
+  bool hold_waiting_ = false;  // --hold-window: queued for a place in the window
+  bool hold_opening_ = false;  // --hold: has a place in the window (connecting, not yet held)
   uint64_t tunnel_left_ = 0;
   const char* wptr_ = nullptr;
   size_t wlen_ = 0;

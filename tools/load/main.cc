@@ -72,7 +72,14 @@ int run(int argc, char** argv) {
     if (o.requests > 0) {
       quota = o.requests / o.threads + (static_cast<uint64_t>(t) < o.requests % o.threads ? 1 : 0);
     }
-    workers.push_back(std::make_unique<Worker>(s, t, first, conns, quota));
+    // --hold-window is a total too: each thread opens its share of the tunnels that many at a
+    // time (parseArgs keeps -t at most the window, so every share is at least 1).
+    uint64_t window = 0;
+    if (o.hold_window > 0) {
+      window = o.hold_window / o.threads +
+               (static_cast<uint64_t>(t) < o.hold_window % o.threads ? 1 : 0);
+    }
+    workers.push_back(std::make_unique<Worker>(s, t, first, conns, quota, window));
     first += conns;
   }
   std::vector<std::thread> threads;

@@ -82,6 +82,8 @@ const char kUsage[] =
     "  --tunnel-bytes N       raw tunnel throughput: each request moves N bytes\n"
     "  --tunnel-dir up|down   up: to sluice-origin's sink (default); down: from its source\n"
     "  --hold N               open N tunnels and hold them idle for -d (memory tests)\n"
+    "  --hold-window W        with --hold: at most W tunnels opening at a time, in total\n"
+    "                         (default: all at once)\n"
     "  --timeout T            per request and per connection setup (default 10s)\n"
     "  --json                 the report as JSON on stdout\n"
     "  -q, --quiet            no progress line\n";
@@ -188,6 +190,10 @@ bool parseArgs(int raw_argc, char** raw_argv, Options& o, std::string& error) {
     } else if (a == "--hold") {
       if (!value(v) || !parseCount(v, o.hold) || o.hold < 1 || o.hold > 1000000)
         return error = "bad --hold", false;
+    } else if (a == "--hold-window") {
+      if (!value(v) || !parseCount(v, o.hold_window) || o.hold_window < 1 ||
+          o.hold_window > 1000000)
+        return error = "bad --hold-window", false;
     } else if (a == "--json") {
       o.json = true;
     } else if (a == "-q" || a == "--quiet") {
@@ -239,12 +245,16 @@ bool parseArgs(int raw_argc, char** raw_argv, Options& o, std::string& error) {
     o.connections = static_cast<int>(o.hold);
     if (o.requests > 0) return error = "--hold runs for -d, not -n", false;
   }
+  if (o.hold_window > 0 && o.hold == 0) return error = "--hold-window goes with --hold", false;
   if ((o.workload == Workload::TunnelUp || o.workload == Workload::TunnelDown) && o.dst.tls())
     return error = "--tunnel-bytes moves raw bytes: use tcp://host:port", false;
   if (o.requests == 0 && !have_duration) o.duration_s = 10;
   if (o.requests > 0 && !have_duration) o.duration_s = 0;
   if (o.method.empty()) o.method = o.body_bytes > 0 ? "POST" : "GET";
   if (o.threads > o.connections) o.threads = o.connections;
+  // The window is split over the threads like the tunnels: every thread gets at least one.
+  if (o.hold_window > 0 && static_cast<uint64_t>(o.threads) > o.hold_window)
+    o.threads = static_cast<int>(o.hold_window);
   // Every thread gets at least one request (a quota of 0 would mean "no limit").
   if (o.requests > 0 && static_cast<uint64_t>(o.threads) > o.requests)
     o.threads = static_cast<int>(o.requests);

@@ -35,6 +35,7 @@ struct Options {
   uint64_t ws_count = 0;  // messages per connection, 0 = no limit
   uint64_t tunnel_bytes = 0;
   uint64_t hold = 0;
+  uint64_t hold_window = 0;  // --hold-window: held tunnels opening at once, in total; 0 = all
   int h2_conns = 0;  // HTTP/2 to the proxy: connections per thread the streams share (0 = 1)
 };
 

@@ -76,8 +76,10 @@ void printText(const Options& o, const Shared& s, const Results& r, double elaps
   if (o.workload != Workload::Http) non2xx = 0;
   std::string out;
   if (o.workload == Workload::Hold) {
-    out += strf("Held %" PRIu64 " of %" PRIu64 " tunnels to %s for %.3f s\n\n", r.held, o.hold,
-                o.dst.hostPort().c_str(), elapsed);
+    out += strf(
+        "Held %" PRIu64 " of %" PRIu64 " tunnels to %s for %.3f s%s\n\n", r.held, o.hold,
+        o.dst.hostPort().c_str(), elapsed,
+        o.hold_window > 0 ? strf(" (opened %" PRIu64 " at a time)", o.hold_window).c_str() : "");
   } else {
     out +=
         strf("Benchmark %" PRIu64 " %s to %s://%s%s by %d connections (%d threads, %s loop%s):\n\n",
@@ -204,6 +206,7 @@ void printJson(const Options& o, const Shared& s, const Results& r, double elaps
               o.new_conn ? "true" : "false");
   out += strf("  \"threads\": %d,\n  \"connections\": %d,\n  \"rate\": %.3f,\n", o.threads,
               o.connections, o.rate);
+  out += strf("  \"hold_window\": %" PRIu64 ",\n", o.hold_window);
   out += strf("  \"elapsed_s\": %.6f,\n", elapsed);
   out += strf("  \"requests\": %" PRIu64 ",\n  \"ok\": %" PRIu64 ",\n  \"failed\": %" PRIu64
               ",\n  \"incomplete\": %" PRIu64 ",\n",

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <queue>
@@ -24,8 +25,10 @@ extern std::atomic<bool> g_interrupted;
 
 class Worker {
  public:
-  Worker(const Shared& shared, int index, int first_conn, int conns, uint64_t quota)
-      : shared_(shared), index_(index), quota_(quota) {
+  // hold_window: this thread's share of --hold-window (0 = every slot opens at once).
+  Worker(const Shared& shared, int index, int first_conn, int conns, uint64_t quota,
+         uint64_t hold_window)
+      : shared_(shared), index_(index), quota_(quota), hold_window_(hold_window) {
     const Options& o = *shared.opts;
     if (shared.h2) {
       // Held tunnels: proxies commonly allow 100 concurrent streams per connection. A new
@@ -81,6 +84,24 @@ class Worker {
     c->timer_armed_ = true;
     timers_.emplace(at, c);
   }
+  // --hold: a slot may start opening (it then has a place in the window until holdOpened());
+  // when the window is full it waits in holdWait()'s queue instead.
+  bool holdMayOpen() {
+    if (hold_window_ > 0 && hold_opening_ >= hold_window_) return false;
+    ++hold_opening_;
+    return true;
+  }
+  void holdWait(Conn* c) { hold_queue_.push_back(c); }
+  // A slot has finished opening: its place goes to the first waiting slot, if any.
+  void holdOpened() {
+    if (hold_queue_.empty()) {
+      --hold_opening_;
+      return;
+    }
+    Conn* next = hold_queue_.front();
+    hold_queue_.pop_front();
+    next->holdTurn();
+  }
   void onDone() { completed_.store(results_.ok + results_.failed, std::memory_order_relaxed); }
   void addPending(Conn* c) { pending_.push_back(c); }
   // A session has frames to send (H2Session::wantFlush).
@@ -120,6 +141,9 @@ class Worker {
   uint64_t quota_;
   uint64_t issued_ = 0;
   uint64_t interval_ns_ = 0;
+  uint64_t hold_window_;
+  uint64_t hold_opening_ = 0;     // hold slots connecting, not yet held or failed
+  std::deque<Conn*> hold_queue_;  // hold slots waiting for a place in the window
   bool stopping_ = false;
   std::vector<std::unique_ptr<H2Session>> sessions_;
   std::vector<std::unique_ptr<Conn>> conns_;

@@ -331,6 +331,106 @@ def test_hold_direct(origin):
     assert j["connections_opened"] == 100
 
 
+class SlowConnectProxy:
+    """A CONNECT proxy stand-in on loopback: it answers each CONNECT with 200 after `delay`
+    seconds, then holds the connection until the client closes it, and records how many CONNECTs
+    were unanswered at once (the most at any moment)."""
+
+    def __init__(self, delay):
+        self.delay = delay
+        self.lock = threading.Lock()
+        self.in_flight = self.max_in_flight = self.connects = 0
+        self.listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            if not head.startswith(b"CONNECT "):
+                return
+            with self.lock:
+                self.connects += 1
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            time.sleep(self.delay)
+            with self.lock:
+                self.in_flight -= 1
+            try:
+                conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                while conn.recv(4096):
+                    pass
+            except OSError:
+                pass
+
+    def close(self):
+        self.listener.close()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_hold_window_limits_tunnels_opening_at_once(threads):
+    """--hold 40 --hold-window 5: never more than 5 CONNECTs unanswered at once (the window is
+    a total, split over the threads), and all 40 tunnels are held in the end. Without the window
+    all 40 are unanswered together."""
+    proxy = SlowConnectProxy(delay=0.1)
+    try:
+        j = load("-t", threads, "--hold", 40, "--hold-window", 5, "-d", "3s",
+                 "--proxy", f"http://127.0.0.1:{proxy.port}", "--dst", "tcp://127.0.0.1:9")
+    finally:
+        proxy.close()
+    assert j["held"] == 40, j
+    assert j["errors"] == {}, j
+    assert j["hold_window"] == 5 and j["threads"] == threads
+    assert proxy.connects == 40
+    assert 2 <= proxy.max_in_flight <= 5, proxy.max_in_flight
+    proxy = SlowConnectProxy(delay=0.3)
+    try:
+        j = load("--hold", 40, "-d", "1.5s",
+                 "--proxy", f"http://127.0.0.1:{proxy.port}", "--dst", "tcp://127.0.0.1:9")
+    finally:
+        proxy.close()
+    assert j["held"] == 40 and j["hold_window"] == 0, j
+    assert proxy.max_in_flight > 5, proxy.max_in_flight
+
+
+def test_hold_window_text_report_and_option_errors(origin):
+    r = subprocess.run([need(LOAD), "-q", "--hold", "8", "--hold-window", "3", "-d", "0.3s",
+                        "--dst", f"tcp://127.0.0.1:{origin.sink}"],
+                       capture_output=True, text=True, timeout=30, env=CLEAN_ENV)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Held 8 of 8 tunnels to "), r.stdout
+    assert "(opened 3 at a time)" in r.stdout.splitlines()[0], r.stdout
+    # -t is capped at the window: every thread has a place in it.
+    j = load("-t", 4, "--hold", 8, "--hold-window", 2, "-d", "0.3s",
+             "--dst", f"tcp://127.0.0.1:{origin.sink}")
+    assert j["threads"] == 2 and j["held"] == 8 and j["hold_window"] == 2, j
+    dst = ["--dst", f"tcp://127.0.0.1:{origin.sink}"]
+    for args, message in [
+        (["--hold-window", "5", *dst], "--hold-window goes with --hold"),
+        (["--hold", "4", "--hold-window", "0", *dst], "bad --hold-window"),
+        (["--hold", "4", "--hold-window", "x", *dst], "bad --hold-window"),
+        (["--hold", "4", *dst, "--hold-window"], "bad --hold-window"),
+    ]:
+        r = subprocess.run([need(LOAD), *args], capture_output=True, text=True, timeout=30,
+                           env=CLEAN_ENV)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert f"sluice-load: {message}\n" in r.stderr, (args, r.stderr)
+
+
 def test_tls_origin_resumption_vs_full_handshakes(tls_origin, certs):
     ca = certs / "ca.pem"
     j, d = tls_origin.measure(lambda: load("-c", 2, "-n", 100, "--new-conn", "--ca", ca,
