@@ -1,23 +1,37 @@
 #!/usr/bin/env bash
 # Memory per idle tunnel, per protocol: a fresh sluice (1 worker) per mode, N tunnels opened by
 # sluice-load --hold to sluice-origin's TCP sink and left idle; the figure is sluice's RSS growth
-# divided by N, right after they opened (all at once: the heap still holds what their handshakes
-# used) and after the next memory_release_interval. Each tunnel holds a client connection and an
-# origin connection in sluice.
+# divided by N, right after they opened (all at once, or W at a time with --window: the heap still
+# holds what their handshakes used) and after the next memory_release_interval. Each tunnel holds a
+# client connection and an origin connection in sluice.
 #
-#   tools/bench/idle.sh [N]        (default 4000; sluice needs 2N descriptors, under the limit)
+#   tools/bench/idle.sh [N [--window W]]   (N default 4000; sluice needs 2N descriptors, under the
+#                                          limit; --window W: sluice-load --hold-window W)
 #
-# Needs a built sluice, sluice-load and sluice-origin. Prints a markdown table.
+# The "just opened" figure is read 4 s after the start: a window must let all N open by then.
+# Ports: IDLE_PORT_BASE+1 to +6 (IDLE_PORT_BASE defaults to 18400). Needs a built sluice,
+# sluice-load and sluice-origin. Prints a markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 N=${1:-4000}
+WINDOW=
+if [ $# -gt 1 ]; then
+  if [ "$2" != --window ] || [ $# -ne 3 ] || ! [[ $3 =~ ^[1-9][0-9]*$ ]]; then
+    echo "usage: tools/bench/idle.sh [N [--window W]]" >&2
+    exit 2
+  fi
+  WINDOW=$3
+fi
+HOLD_ARGS=(--hold "$N")
+[ -z "$WINDOW" ] || HOLD_ARGS+=(--hold-window "$WINDOW")
+BASE=${IDLE_PORT_BASE:-18400}
 . tools/bench/lib.sh
 bench_require_binaries
 ulimit -n 20000
 bench_workdir idle
-ORIGIN_PORT=18401 SINK_PORT=18402
-bench_sluice_config 18400
+ORIGIN_PORT=$((BASE + 1)) SINK_PORT=$((BASE + 2))
+bench_sluice_config "$BASE"
 "$ORIGIN" --listen 127.0.0.1:$ORIGIN_PORT --sink 127.0.0.1:$SINK_PORT >"$WORK/origin.log" 2>&1 &
 PIDS+=($!)
 
@@ -33,7 +47,7 @@ measure() {  # name -- sluice-load proxy args...
   "$LOAD" -q --hold 1 -d 2s --dst "tcp://127.0.0.1:$SINK_PORT" "$@" >/dev/null 2>&1 || true
   local before opened settled held
   before=$(rss_kib $sp)
-  "$LOAD" -q --json --hold "$N" -d 16s --dst "tcp://127.0.0.1:$SINK_PORT" "$@" >"$WORK/hold.json" &
+  "$LOAD" -q --json "${HOLD_ARGS[@]}" -d 16s --dst "tcp://127.0.0.1:$SINK_PORT" "$@" >"$WORK/hold.json" &
   local lp=$!
   sleep 4
   opened=$(rss_kib $sp)
@@ -56,6 +70,7 @@ measure "HTTP/2 CONNECT streams (100 per connection)" -- \
   --proxy "h2://u:$KEY@127.0.0.1:$TLS_PORT" --proxy-ca "$WORK/certs/ca.pem"
 measure "SOCKS5 CONNECT" -- --proxy "socks5://u:$KEY@127.0.0.1:$SOCKS_PORT"
 
-echo "| tunnel | held | sluice RSS per tunnel, just opened | after a memory release |"
+if [ -n "$WINDOW" ]; then OPENED="$WINDOW at a time"; else OPENED="all at once"; fi
+echo "| tunnel ($N opened $OPENED) | held | sluice RSS per tunnel, just opened | after a memory release |"
 echo "| --- | --- | --- | --- |"
 printf '%s\n' "${ROWS[@]}"
