@@ -366,7 +366,7 @@ Worker::~Worker() {
   join();
   listeners_.clear();
   retired_listeners_.clear();
-  connections_.clear();
+  closeConnections();
   pool_.reset();
   egress_resolvers_.clear();
   resolver_.reset();
@@ -428,7 +428,7 @@ void Worker::run() {
   revoke_timer_.reset();
   listeners_.clear();
   retired_listeners_.clear();
-  connections_.clear();
+  closeConnections();
   pool_->closeAll();
   egress_resolvers_.clear();
   // The records of the connections just closed go out with the last batch.
@@ -444,9 +444,7 @@ void Worker::drain() {
     for (auto& listener : retired_listeners_) listener->stopAccepting();
     pool_->drain();
     // onDrain may close connections (and remove them from the list) under us.
-    std::vector<ActiveConnection*> current;
-    for (auto& c : connections_) current.push_back(c.get());
-    for (ActiveConnection* c : current) c->drain();
+    for (ActiveConnection* c : connectionList()) c->drain();
     maybeFinishDrain();
   });
 }
@@ -495,8 +493,8 @@ void Worker::swapConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> 
   // A client the next config refuses finishes what it has in flight, takes nothing new, and
   // is closed when the grace ends (an idle keep-alive connection closes now).
   std::vector<ActiveConnection*> refused;
-  for (auto& c : connections_) {
-    if (!stillAdmitted(*c)) refused.push_back(c.get());
+  for (ActiveConnection* c = connections_; c != nullptr; c = c->next) {
+    if (!stillAdmitted(*c)) refused.push_back(c);
   }
   for (ActiveConnection* c : refused) c->drain();
   if (keys_revoked || !refused.empty()) {
@@ -536,10 +534,8 @@ bool Worker::stillAdmitted(const ActiveConnection& conn) const {
 
 void Worker::closeRevoked() {
   // Closing only defers the deletion: the pointers stay valid through the loop.
-  std::vector<ActiveConnection*> current;
-  for (auto& c : connections_) current.push_back(c.get());
   uint32_t closed = 0;
-  for (ActiveConnection* c : current) {
+  for (ActiveConnection* c : connectionList()) {
     if (!stillAdmitted(*c)) {
       c->close();
       ++closed;
@@ -566,22 +562,42 @@ void Worker::join() {
 }
 
 void Worker::addConnection(std::unique_ptr<ActiveConnection> conn) {
-  ActiveConnection* raw = conn.get();
-  connections_.push_front(std::move(conn));
-  raw->position = connections_.begin();
+  ActiveConnection* raw = conn.release();
+  raw->prev = nullptr;
+  raw->next = connections_;
+  if (connections_ != nullptr) connections_->prev = raw;
+  connections_ = raw;
   active_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Worker::removeConnection(ActiveConnection& conn) {
-  std::unique_ptr<ActiveConnection> owned = std::move(*conn.position);
-  connections_.erase(conn.position);
+  if (conn.prev != nullptr) conn.prev->next = conn.next;
+  if (conn.next != nullptr) conn.next->prev = conn.prev;
+  if (connections_ == &conn) connections_ = conn.next;
+  conn.prev = conn.next = nullptr;
   active_.fetch_sub(1, std::memory_order_relaxed);
-  dispatcher_.deferredDelete(std::move(owned));
+  dispatcher_.deferredDelete(std::unique_ptr<ActiveConnection>(&conn));
   maybeFinishDrain();
 }
 
+std::vector<ActiveConnection*> Worker::connectionList() const {
+  std::vector<ActiveConnection*> list;
+  for (ActiveConnection* c = connections_; c != nullptr; c = c->next) list.push_back(c);
+  return list;
+}
+
+void Worker::closeConnections() {
+  while (connections_ != nullptr) {
+    ActiveConnection* c = connections_;
+    connections_ = c->next;
+    if (connections_ != nullptr) connections_->prev = nullptr;
+    c->next = nullptr;
+    delete c;
+  }
+}
+
 void Worker::maybeFinishDrain() {
-  if (draining_ && connections_.empty()) {
+  if (draining_ && connections_ == nullptr) {
     // Let deferred deletions run first, then leave the loop.
     dispatcher_.post([this] { event_base_loopbreak(dispatcher_.base()); });
   }

@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 
 #include "source/common/dns/resolver.h"
 #include "source/common/event/dispatcher.h"
+#include "source/common/memory/slab.h"
 #include "source/common/network/connection.h"
 #include "source/common/network/connection_limiter.h"
 #include "source/common/network/filter.h"
@@ -29,7 +31,8 @@ class Worker;
 class ActiveListener;
 
 // A client connection served by its network filter chain. Lives on one worker until it closes.
-class ActiveConnection : public network::ConnectionCallbacks,
+class ActiveConnection : public memory::SlabAllocated,
+                         public network::ConnectionCallbacks,
                          public network::FilterManager,
                          public network::ReadFilterCallbacks,
                          public network::WriteFilterCallbacks,
@@ -68,7 +71,9 @@ class ActiveConnection : public network::ConnectionCallbacks,
   void onBelowWriteLowWatermark() override;
   void onPeerEndWhileReadDisabled() override;
 
-  std::list<std::unique_ptr<ActiveConnection>>::iterator position;
+  // Its place in the worker's list of connections (intrusive: no list node per connection).
+  ActiveConnection* prev = nullptr;
+  ActiveConnection* next = nullptr;
 
  private:
   void startFilters(size_t from);
@@ -81,8 +86,8 @@ class ActiveConnection : public network::ConnectionCallbacks,
   network::ConnectionPtr connection_;
   network::ConnectionSlot
       slot_;  // its place in the listener's connection limits, held until deletion
-  std::vector<network::ReadFilterPtr> filters_;
-  std::vector<network::WriteFilterPtr> write_filters_;  // in the order added; run in reverse
+  absl::InlinedVector<network::ReadFilterPtr, 1> filters_;  // usually one: the codec
+  std::vector<network::WriteFilterPtr> write_filters_;      // in the order added; run in reverse
   size_t stopped_at_ = 0;  // the filter that last returned StopIteration
   bool initialized_ = false;
   bool closed_ = false;
@@ -225,7 +230,11 @@ class Worker : public proxy::WorkerContext {
   std::vector<std::unique_ptr<ActiveListener>> listeners_;
   // Listeners a reload removed, until the sockets in their listener filters are done.
   std::vector<std::unique_ptr<ActiveListener>> retired_listeners_;
-  std::list<std::unique_ptr<ActiveConnection>> connections_;
+  // The connections this worker serves, newest first; the worker owns them.
+  ActiveConnection* connections_ = nullptr;
+  // Every connection, for a loop that may close some of them (closing only defers deletion).
+  std::vector<ActiveConnection*> connectionList() const;
+  void closeConnections();
   // The access log's lines of this worker gather here and leave in batches.
   std::optional<upstream::AccessLogBuffer> access_log_;
   std::optional<event::Timer> revoke_timer_;

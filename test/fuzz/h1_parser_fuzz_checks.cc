@@ -104,7 +104,7 @@ void checkRequest(std::string_view in, const ParseLimits& limits) {
     FUZZ_CHECK(head.head_size >= 4 && head.head_size <= in.size());
     FUZZ_CHECK(head.head_size <= limits.max_head_bytes);
     FUZZ_CHECK(in.substr(head.head_size - 4, 4) == "\r\n\r\n");
-    FUZZ_CHECK(head.header_count <= std::min(limits.max_headers, kMaxHeaderCapacity));
+    FUZZ_CHECK(head.headers.size() <= std::min(limits.max_headers, kMaxHeaderCapacity));
     FUZZ_CHECK(!head.method_text.empty() && within(head.method_text, in));
     FUZZ_CHECK(!head.target.empty() && within(head.target, in));
     FUZZ_CHECK(within(head.scheme, in) && within(head.host, in));
@@ -128,15 +128,15 @@ void checkRequest(std::string_view in, const ParseLimits& limits) {
       FUZZ_CHECK(head.host_header >= 0);
     }
     if (head.host_header >= 0) {
-      FUZZ_CHECK(static_cast<uint32_t>(head.host_header) < head.header_count);
+      FUZZ_CHECK(static_cast<uint32_t>(head.host_header) < head.headers.size());
       FUZZ_CHECK(equalsIgnoreCase(head.headers[head.host_header].name, "host"));
     }
     if (head.proxy_authorization >= 0) {
-      FUZZ_CHECK(static_cast<uint32_t>(head.proxy_authorization) < head.header_count);
+      FUZZ_CHECK(static_cast<uint32_t>(head.proxy_authorization) < head.headers.size());
     }
-    checkHeaders(head.headers.data(), head.header_count, in);
-    const int32_t te = findHeader(head.headers.data(), head.header_count, "transfer-encoding");
-    const int32_t cl = findHeader(head.headers.data(), head.header_count, "content-length");
+    checkHeaders(head.headers.data(), head.headers.size(), in);
+    const int32_t te = findHeader(head.headers.data(), head.headers.size(), "transfer-encoding");
+    const int32_t cl = findHeader(head.headers.data(), head.headers.size(), "content-length");
     FUZZ_CHECK(te < 0 || cl < 0);
     FUZZ_CHECK((te >= 0) == (head.framing == BodyFraming::Chunked));
     FUZZ_CHECK((cl >= 0) == (head.framing == BodyFraming::ContentLength));
@@ -168,8 +168,8 @@ void checkResponse(std::string_view in, const ParseLimits& limits, Method method
     FUZZ_CHECK(in.substr(head.head_size - 4, 4) == "\r\n\r\n");
     FUZZ_CHECK(head.status >= 100 && head.status <= 999);
     FUZZ_CHECK(within(head.reason, in));
-    FUZZ_CHECK(head.header_count <= std::min(limits.max_headers, kMaxHeaderCapacity));
-    checkHeaders(head.headers.data(), head.header_count, in);
+    FUZZ_CHECK(head.headers.size() <= std::min(limits.max_headers, kMaxHeaderCapacity));
+    checkHeaders(head.headers.data(), head.headers.size(), in);
     if (method == Method::Head || head.status < 200 || head.status == 204 || head.status == 304) {
       FUZZ_CHECK(head.framing == BodyFraming::None);
     }

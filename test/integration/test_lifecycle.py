@@ -174,10 +174,11 @@ def test_free_memory_goes_back_after_a_burst(start_sluice, interval):
     time.sleep(2.5)
     after = rss_kib(s.proc.pid)
     released = s.stat("server.memory_released")
+    # At least 4 MiB of the burst handed back, trimmed or not: the connections' objects, their
+    # request heads and their first reads live in slabs that go back to the system as they
+    # empty, so the heap the burst used is not pinned by the connections still open.
+    assert after < peak - 4096, (peak, after)
     if interval == "0s":
-        # Nothing trims: the burst's memory stays with the process (glibc keeps freed chunks).
         assert released == 0
-        assert after > peak - 4096, (peak, after)
     else:
         assert released >= 1
-        assert after < peak - 4096, (peak, after)  # at least 4 MiB of the burst handed back

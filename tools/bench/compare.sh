@@ -95,16 +95,19 @@ measure() {  # name target-url lua pids...
   local name=$1 target=$2 lua=$3; shift 3
   # Warm up (connections, pools), then measure.
   taskset -c 1 wrk -t1 -c"$CONNS" -d2s ${lua:+-s "$lua"} "$target" >/dev/null
-  local t0 t1 out reqs errors rps
+  local t0 t1 u0 u1 out reqs errors rps
   t0=$(cpu_ticks "$@")
+  u0=$(cpu_ticks_user "$@")
   out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" ${lua:+-s "$lua"} "$target")
   t1=$(cpu_ticks "$@")
+  u1=$(cpu_ticks_user "$@")
   reqs=$(echo "$out" | awk '/requests in/ {print $1}')
   rps=$(echo "$out" | awk '/Requests\/sec/ {printf "%.0f", $2}')
   errors=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
-  local us
+  local us user
   us=$(awk -v t=$((t1 - t0)) -v hz="$HZ" -v r="$reqs" 'BEGIN {printf "%.1f", t * 1e6 / hz / r}')
-  ROWS+=("| $name | $us | $rps | ${errors:-none} |")
+  user=$(awk -v t=$((u1 - u0)) -v hz="$HZ" -v r="$reqs" 'BEGIN {printf "%.1f", t * 1e6 / hz / r}')
+  ROWS+=("| $name | $us | $user | $rps | ${errors:-none} |")
 }
 
 if [ -z "$ONLY" ] || [ "$ONLY" = sluice ]; then
@@ -154,6 +157,6 @@ fi
 mode="keep-alive"
 [ "$CLOSE" = 1 ] && mode="new client connection per request"
 echo "size $SIZE, $mode, $CONNS connections, ${DURATION}s, proxy on core 0, wrk + nginx origin on core 1"
-echo "| proxy | CPU µs/req | req/s | errors |"
-echo "| --- | --- | --- | --- |"
+echo "| proxy | CPU µs/req | of it in user space | req/s | errors |"
+echo "| --- | --- | --- | --- | --- |"
 for r in "${ROWS[@]}"; do echo "$r"; done

@@ -60,6 +60,15 @@ cpu_ticks() {
   echo $total
 }
 
+# cpu_ticks_user PID...: the user-space part of cpu_ticks (the rest is the kernel's).
+cpu_ticks_user() {
+  local total=0 p
+  for p in "$@"; do
+    [ -r "/proc/$p/stat" ] && total=$((total + $(awk '{print $14+$16}' "/proc/$p/stat")))
+  done
+  echo $total
+}
+
 # bench_squid_config DIR PORT KEY [WORKERS [TLS_PORT CERT_CHAIN CERT_KEY]]: DIR/squid.conf for
 # Squid 5.7 as a forward proxy with Basic auth (user "bench", password KEY) and the tuning its
 # documentation gives for a pure relay: no cache, no access log, WORKERS workers (1), each

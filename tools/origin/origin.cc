@@ -621,7 +621,7 @@ void Session::onHead(const http1::RequestHead& head) {
 
   if (path == "/ws" && head.method == http1::Method::Get && !has_body) {
     std::string_view key, version;
-    for (uint32_t i = 0; i < head.header_count; ++i) {
+    for (uint32_t i = 0; i < head.headers.size(); ++i) {
       const http1::HeaderField& h = head.headers[i];
       if (absl::EqualsIgnoreCase(absl::string_view(h.name.data(), h.name.size()),
                                  "sec-websocket-key")) {

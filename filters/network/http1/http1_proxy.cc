@@ -357,7 +357,7 @@ void Http1ProxyFilter::sendRequest(upstream::UpstreamHandle upstream) {
   r.version_minor = client_http10_ ? 0 : 1;
   r.keep_alive_10 = client_http10_ && client_keep_alive_;
   r.fields = head.headers.data();
-  r.field_count = head.header_count;
+  r.field_count = head.headers.size();
   r.added = pending_->added;
   r.added_count = pending_->added_count;
   switch (request_framing_) {
@@ -447,7 +447,7 @@ void Http1ProxyFilter::onInterimResponse(const http1::ResponseHead& rh) {
   if (client_http10_) return;
   buffer::Buffer out;
   addStatusLine(out, rh.status, rh.reason);
-  addForwardedHeaders(out, rh.headers.data(), rh.header_count, rh.content_length);
+  addForwardedHeaders(out, rh.headers.data(), rh.headers.size(), rh.content_length);
   out.add("\r\n", 2);
   config_->stats.countStatus(rh.status);
   downstream().write(out);
@@ -467,7 +467,7 @@ void Http1ProxyFilter::onResponseHead(const http1::ResponseHead& rh) {
   buffer::Buffer& out = t_response_out;
   out.clear();
   addStatusLine(out, rh.status, rh.reason);
-  addForwardedHeaders(out, rh.headers.data(), rh.header_count, rh.content_length, dechunked);
+  addForwardedHeaders(out, rh.headers.data(), rh.headers.size(), rh.content_length, dechunked);
   if (response_close_client_) {
     http::addFieldLine(out, "Connection", "close");
   } else if (client_http10_) {
@@ -494,7 +494,7 @@ void Http1ProxyFilter::onUpgraded(const http1::ResponseHead& rh, upstream::Upstr
   buffer::Buffer out;
   addStatusLine(out, 101, rh.reason.empty() ? http::statusText(101) : rh.reason);
   constexpr uint8_t kSkip = http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved;
-  for (uint32_t i = 0; i < rh.header_count; ++i) {
+  for (uint32_t i = 0; i < rh.headers.size(); ++i) {
     const http1::HeaderField& h = rh.headers[i];
     if ((h.flags & kSkip) == 0 && !http::isUpgradeControlledField(h.name)) {
       http::addFieldLine(out, h.name, h.value);
@@ -745,7 +745,8 @@ void Http1ProxyFilter::releaseHead() {
 std::string_view Http1ProxyFilter::get(std::string_view name) const {
   if (pending_ == nullptr) return {};
   {
-    int32_t i = http1::findHeader(pending_->head.headers.data(), pending_->head.header_count, name);
+    int32_t i =
+        http1::findHeader(pending_->head.headers.data(), pending_->head.headers.size(), name);
     if (i >= 0) return pending_->head.headers[i].value;
   }
   for (uint32_t i = 0; i < pending_->added_count; ++i) {
@@ -757,7 +758,7 @@ std::string_view Http1ProxyFilter::get(std::string_view name) const {
 void Http1ProxyFilter::remove(std::string_view name) {
   if (pending_ == nullptr) return;
   {
-    for (uint32_t i = 0; i < pending_->head.header_count; ++i) {
+    for (uint32_t i = 0; i < pending_->head.headers.size(); ++i) {
       if (http1::equalsIgnoreCase(pending_->head.headers[i].name, name)) {
         pending_->head.headers[i].flags |= http1::HeaderField::kRemoved;
       }

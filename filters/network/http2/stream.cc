@@ -492,7 +492,7 @@ void Http2ProxyFilter::Stream::onResponseHead(const http1::ResponseHead& rh) {
   const bool send_length =
       rh.framing == http1::BodyFraming::ContentLength ||
       (info_.method == http1::Method::Head && rh.status != 204 &&
-       http1::findHeader(rh.headers.data(), rh.header_count, "content-length") >= 0);
+       http1::findHeader(rh.headers.data(), rh.headers.size(), "content-length") >= 0);
   if (send_length) {
     auto r = std::to_chars(digits, digits + sizeof(digits), rh.content_length);
     t_headers.push_back({"content-length", std::string_view(digits, r.ptr - digits)});
@@ -533,7 +533,7 @@ void Http2ProxyFilter::Stream::onUpgraded(const http1::ResponseHead& rh,
                                           upstream::UpstreamHandle upstream, buffer::Buffer& early,
                                           bool origin_ended) {
   t_headers.clear();
-  for (uint32_t i = 0; i < rh.header_count; ++i) {
+  for (uint32_t i = 0; i < rh.headers.size(); ++i) {
     const http1::HeaderField& f = rh.headers[i];
     // Only the negotiated subprotocol and extensions mean anything to the HTTP/2 client.
     if (http1::equalsIgnoreCase(f.name, "sec-websocket-protocol")) {
@@ -626,7 +626,7 @@ void Http2ProxyFilter::Stream::buildResponseHeaders(const http1::ResponseHead& r
   t_names.clear();
   t_names.reserve(rh.head_size);
   t_headers.clear();
-  for (uint32_t i = 0; i < rh.header_count; ++i) {
+  for (uint32_t i = 0; i < rh.headers.size(); ++i) {
     const http1::HeaderField& f = rh.headers[i];
     if (http2::dropResponseField(f)) continue;
     // HTTP/2 field names are lowercase; the scratch was reserved, so views stay valid.

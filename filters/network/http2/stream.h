@@ -11,6 +11,7 @@
 #include "source/common/event/dispatcher.h"
 #include "source/common/http/h1_parser.h"
 #include "source/common/http/proxy_status.h"
+#include "source/common/memory/slab.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/upstream/origin_exchange.h"
 #include "source/common/upstream/tunnel_relay.h"
@@ -22,7 +23,8 @@ namespace http2proxy {
 // One client stream: a proxy request with its own filter chain, its upstream connection and
 // the queue of response bytes waiting for the client's flow-control window. Objects are reused
 // for later streams of the same connection (the filter chain is built once per object).
-class Http2ProxyFilter::Stream : public proxy::RequestSink,
+class Http2ProxyFilter::Stream : public memory::SlabAllocated,
+                                 public proxy::RequestSink,
                                  public proxy::RequestHeaders,
                                  public upstream::ExchangeOwner,
                                  public upstream::TunnelDownstream {

@@ -8,28 +8,55 @@
 
 #include <sys/uio.h>
 
+#include "source/common/memory/slab.h"
+
 namespace sluice {
 namespace buffer {
 
 namespace {
 
+// Small blocks come from the slabs (a burst of request heads in flight leaves no holes in the
+// heap between long-lived objects), standard ones from the heap.
+void freeBlock(Block* b) {
+  if (b->capacity == kSmallBlockSize) {
+    memory::slabFree(b, sizeof(Block) + kSmallBlockSize);
+  } else {
+    free(b);
+  }
+}
+
 struct FreeList {
   Block* head = nullptr;
   uint32_t count = 0;
-  int64_t outstanding = 0;
   ~FreeList() {
     while (head != nullptr) {
       Block* next = head->next;
-      free(head);
+      freeBlock(head);
       head = next;
     }
   }
+  Block* pop() {
+    Block* b = head;
+    head = b->next;
+    --count;
+    return b;
+  }
+  bool push(Block* b, uint32_t max) {
+    if (count >= max) return false;
+    b->next = head;
+    head = b;
+    ++count;
+    return true;
+  }
 };
 
-thread_local FreeList t_free;
+thread_local FreeList t_free;        // standard blocks
+thread_local FreeList t_free_small;  // small blocks
+thread_local int64_t t_outstanding = 0;
 
 Block* newBlock(uint32_t capacity) {
-  void* mem = malloc(sizeof(Block) + capacity);
+  void* mem = capacity == kSmallBlockSize ? memory::slabAllocate(sizeof(Block) + capacity)
+                                          : malloc(sizeof(Block) + capacity);
   if (mem == nullptr) throw std::bad_alloc();
   Block* b = static_cast<Block*>(mem);
   b->capacity = capacity;
@@ -41,31 +68,34 @@ Block* newBlock(uint32_t capacity) {
 Block* BlockPool::acquire(uint32_t min_capacity) {
   Block* b;
   if (min_capacity <= kBlockSize && t_free.head != nullptr) {
-    b = t_free.head;
-    t_free.head = b->next;
-    --t_free.count;
+    b = t_free.pop();
   } else {
     b = newBlock(std::max(min_capacity, kBlockSize));
   }
   b->next = nullptr;
   b->start = 0;
   b->end = 0;
-  ++t_free.outstanding;
+  ++t_outstanding;
+  return b;
+}
+
+Block* BlockPool::acquireSmall() {
+  Block* b = t_free_small.head != nullptr ? t_free_small.pop() : newBlock(kSmallBlockSize);
+  b->next = nullptr;
+  b->start = 0;
+  b->end = 0;
+  ++t_outstanding;
   return b;
 }
 
 void BlockPool::release(Block* block) {
-  --t_free.outstanding;
-  if (block->capacity == kBlockSize && t_free.count < kMaxFree) {
-    block->next = t_free.head;
-    t_free.head = block;
-    ++t_free.count;
-    return;
-  }
-  free(block);
+  --t_outstanding;
+  if (block->capacity == kBlockSize && t_free.push(block, kMaxFree)) return;
+  if (block->capacity == kSmallBlockSize && t_free_small.push(block, kMaxFreeSmall)) return;
+  freeBlock(block);
 }
 
-int64_t BlockPool::outstanding() { return t_free.outstanding; }
+int64_t BlockPool::outstanding() { return t_outstanding; }
 
 void Buffer::append(Block* block) {
   block->next = nullptr;
@@ -209,12 +239,14 @@ void Buffer::commit(const Reservation& reservation, size_t n) {
   append(b);
 }
 
-ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked) {
+ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked, bool small_first) {
   // The tail's free space, then up to kMaxFreshBlocks fresh blocks: a bulk transfer moves up to
   // 64 KiB per system call, and blocks the read did not fill go straight back to the free list.
+  // small_first: an empty buffer reads into a small block first, so a short message held for a
+  // while (a request head waiting for its destination) keeps 1 KiB, not a standard block.
   constexpr int kMaxFreshBlocks = 4;
-  iovec iov[1 + kMaxFreshBlocks];
-  Block* fresh[kMaxFreshBlocks];
+  iovec iov[2 + kMaxFreshBlocks];
+  Block* fresh[1 + kMaxFreshBlocks];
   int iovcnt = 0;
   int nfresh = 0;
   size_t room = 0;
@@ -224,8 +256,16 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked) {
     iov[0].iov_len = std::min<size_t>(tail_->writable(), max);
     room = iov[0].iov_len;
     iovcnt = 1;
+  } else if (small_first && head_ == nullptr && max > 0) {
+    Block* b = BlockPool::acquireSmall();
+    fresh[nfresh++] = b;
+    iov[0].iov_base = b->data();
+    iov[0].iov_len = std::min<size_t>(b->capacity, max);
+    room = iov[0].iov_len;
+    iovcnt = 1;
   }
-  while (room < max && nfresh < kMaxFreshBlocks) {
+  const int max_fresh = nfresh + kMaxFreshBlocks;  // a small block comes on top of the four
+  while (room < max && nfresh < max_fresh) {
     Block* b = BlockPool::acquire(kBlockSize);
     fresh[nfresh++] = b;
     iov[iovcnt].iov_base = b->data();

@@ -10,10 +10,12 @@ namespace sluice {
 namespace buffer {
 
 inline constexpr uint32_t kBlockSize = 16384;
+// A small block's capacity: with its header, one 1 KiB allocation.
+inline constexpr uint32_t kSmallBlockSize = 1024 - 32;
 
-// A slice of bytes. Standard blocks (kBlockSize) come from and return to a per-thread free
-// list, so steady-state traffic does not touch the heap; larger ones (a linearized head bigger
-// than a block) are allocated and freed directly.
+// A slice of bytes. Standard blocks (kBlockSize) and small ones (kSmallBlockSize) come from and
+// return to per-thread free lists, so steady-state traffic does not touch the heap; larger ones
+// (a linearized head bigger than a block) are allocated and freed directly.
 struct Block {
   Block* next;
   uint32_t start;  // first readable byte
@@ -28,10 +30,12 @@ struct Block {
 class BlockPool {
  public:
   static Block* acquire(uint32_t min_capacity);
+  static Block* acquireSmall();
   static void release(Block* block);
   // Blocks kept free per thread (1 MiB); beyond this they go back to the allocator, so a burst
   // does not leave its buffers resident.
   static constexpr uint32_t kMaxFree = 64;
+  static constexpr uint32_t kMaxFreeSmall = 256;  // small blocks kept free per thread (256 KiB)
   // Blocks currently handed out by this thread (for tests and stats).
   static int64_t outstanding();
 };
@@ -79,8 +83,9 @@ class Buffer {
   // One readv(2) into the tail's free space and up to four fresh blocks (at most `max` bytes);
   // blocks left empty go back to the free list. Returns bytes read, 0 on EOF,
   // -1 with err = errno on error (EAGAIN included). `asked` is how many bytes were asked for:
-  // a read that returns fewer has emptied the socket.
-  ssize_t readFrom(int fd, size_t max, int& err, size_t& asked);
+  // a read that returns fewer has emptied the socket. small_first: an empty buffer reads into
+  // a small block (kSmallBlockSize) ahead of the standard ones.
+  ssize_t readFrom(int fd, size_t max, int& err, size_t& asked, bool small_first = false);
   // One writev(2) of up to 64 blocks; drains what was written. -1 with err = errno on error.
   // `asked` as for readFrom: a write that takes fewer has filled the socket's send buffer.
   ssize_t writeTo(int fd, int& err, size_t& asked);

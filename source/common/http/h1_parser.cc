@@ -749,9 +749,11 @@ ParseStatus processCommonHeader(HeaderId id, HeaderField& h, uint16_t status, He
 // every error is reported in byte order, whatever prefix of the head is buffered.
 template <class OnHeader>
 ParseStatus parseFieldLines(LineReader& reader, uint32_t max_headers, uint16_t too_large,
-                            uint16_t bad, HeaderField* headers, uint32_t& header_count,
-                            ParseError& err, OnHeader on_header) {
+                            uint16_t bad, HeaderFields& headers, ParseError& err,
+                            OnHeader on_header) {
   const uint32_t cap = std::min(max_headers, kMaxHeaderCapacity);
+  // Most heads have fewer: one allocation instead of a growth chain the first time.
+  if (headers.capacity() == 0) headers.reserve(std::min<uint32_t>(cap, kInitialHeaderCapacity));
   std::string_view raw;
   std::string_view line;
   for (;;) {
@@ -766,10 +768,11 @@ ParseStatus parseFieldLines(LineReader& reader, uint32_t max_headers, uint16_t t
     if (line.empty()) {
       return crlf ? ParseStatus::Complete : fail(err, bad, "bare lf");
     }
-    if (header_count >= cap) {
+    if (headers.size() >= cap) {
       return fail(err, too_large, "too many headers");
     }
-    HeaderField& h = headers[header_count];
+    const auto index = static_cast<int32_t>(headers.size());
+    HeaderField& h = headers.emplace_back();
     const char* reason = parseFieldLine(line, h.name, h.value);
     if (reason != nullptr) {
       return fail(err, bad, reason);
@@ -777,17 +780,15 @@ ParseStatus parseFieldLines(LineReader& reader, uint32_t max_headers, uint16_t t
     if (!crlf) {
       return fail(err, bad, "bare lf");
     }
-    h.flags = 0;
-    const ParseStatus s = on_header(classifyHeader(h.name), h, static_cast<int32_t>(header_count));
+    const ParseStatus s = on_header(classifyHeader(h.name), h, index);
     if (s != ParseStatus::Complete) {
       return s;
     }
-    ++header_count;
   }
 }
 
 void resetRequest(RequestHead& out) {
-  // Field by field: the header array is 5 KB and only header_count entries are ever read.
+  // Field by field: the header vector keeps its capacity.
   out.method_text = {};
   out.method = Method::Other;
   out.target = {};
@@ -797,7 +798,7 @@ void resetRequest(RequestHead& out) {
   out.host = {};
   out.port = 0;
   out.path = {};
-  out.header_count = 0;
+  out.headers.clear();
   out.framing = BodyFraming::None;
   out.content_length = 0;
   out.keep_alive = true;
@@ -812,7 +813,7 @@ void resetResponse(ResponseHead& out) {
   out.version_minor = 1;
   out.status = 0;
   out.reason = {};
-  out.header_count = 0;
+  out.headers.clear();
   out.framing = BodyFraming::None;
   out.content_length = 0;
   out.keep_alive = true;
@@ -897,7 +898,7 @@ ParseStatus parseRequestHead(std::string_view data, const ParseLimits& limits, R
 
   HeadFacts facts;
   const ParseStatus s = parseFieldLines(
-      reader, limits.max_headers, 431, 400, out.headers.data(), out.header_count, err,
+      reader, limits.max_headers, 431, 400, out.headers, err,
       [&](HeaderId id, HeaderField& h, int32_t index) {
         switch (id) {
           case HeaderId::Host:
@@ -961,7 +962,7 @@ ParseStatus parseRequestHead(std::string_view data, const ParseLimits& limits, R
   out.keep_alive = !close && (out.version_minor == 1 || keep_alive);
   out.upgrade = facts.connection.upgrade && facts.has_upgrade;
   if (facts.connection.names_other) {
-    markConnectionNamed(out.headers.data(), out.header_count);
+    markConnectionNamed(out.headers.data(), static_cast<uint32_t>(out.headers.size()));
   }
   return ParseStatus::Complete;
 }
@@ -990,8 +991,8 @@ ParseStatus parseResponseHead(std::string_view data, const ParseLimits& limits,
 
   HeadFacts facts;
   const ParseStatus s = parseFieldLines(
-      reader, limits.max_headers, kBadGateway, kBadGateway, out.headers.data(), out.header_count,
-      err, [&](HeaderId id, HeaderField& h, int32_t) {
+      reader, limits.max_headers, kBadGateway, kBadGateway, out.headers, err,
+      [&](HeaderId id, HeaderField& h, int32_t) {
         return processCommonHeader(id, h, kBadGateway, facts, out.content_length, err);
       });
   if (s != ParseStatus::Complete) {
@@ -1027,7 +1028,7 @@ ParseStatus parseResponseHead(std::string_view data, const ParseLimits& limits,
     out.keep_alive = false;
   }
   if (facts.connection.names_other) {
-    markConnectionNamed(out.headers.data(), out.header_count);
+    markConnectionNamed(out.headers.data(), static_cast<uint32_t>(out.headers.size()));
   }
   return ParseStatus::Complete;
 }

@@ -3,6 +3,9 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
+#include <vector>
+
+#include "source/common/memory/slab.h"
 
 // Strict, in-place HTTP/1.1 head parser (RFC 9112). Every result is a std::string_view into the
 // caller's buffer, so the buffer must outlive the parsed head; nothing here allocates.
@@ -22,7 +25,8 @@ enum class TargetForm : uint8_t { Origin, Absolute, Authority, Asterisk };
 enum class BodyFraming : uint8_t { None, ContentLength, Chunked, UntilClose };
 enum class ParseStatus : uint8_t { Complete, Incomplete, Error };
 
-inline constexpr uint32_t kMaxHeaderCapacity = 128;  // hard cap; config may set lower
+inline constexpr uint32_t kMaxHeaderCapacity = 128;     // hard cap; config may set lower
+inline constexpr uint32_t kInitialHeaderCapacity = 16;  // what a head reserves the first time
 
 struct HeaderField {
   std::string_view name;
@@ -31,6 +35,12 @@ struct HeaderField {
   static constexpr uint8_t kHopByHop = 1;
   static constexpr uint8_t kRemoved = 2;
 };
+
+// The field lines of a head in order, each pointing into the parsed bytes: as many entries as the
+// head has. Parsing into a head again reuses its capacity, so a head kept for reuse (the codecs'
+// per-worker request objects) parses without allocating once it has held one as large.
+// They come from the slabs: a burst of requests in flight leaves no holes in the heap.
+using HeaderFields = std::vector<HeaderField, memory::SlabAllocator<HeaderField>>;
 
 struct ParseLimits {
   uint32_t max_head_bytes = 65536;
@@ -63,8 +73,7 @@ struct RequestHead {
   // there is none: "http://a" gives "/"). "http://a?x" is rejected with 400: "/?x" cannot be made
   // in place. Empty for authority-form.
   std::string_view path;
-  std::array<HeaderField, kMaxHeaderCapacity> headers;
-  uint32_t header_count = 0;
+  HeaderFields headers;
   // Derived facts:
   BodyFraming framing = BodyFraming::None;  // requests: None, ContentLength or Chunked only
   uint64_t content_length = 0;
@@ -80,8 +89,7 @@ struct ResponseHead {
   uint8_t version_minor = 1;
   uint16_t status = 0;
   std::string_view reason;  // may be empty
-  std::array<HeaderField, kMaxHeaderCapacity> headers;
-  uint32_t header_count = 0;
+  HeaderFields headers;
   BodyFraming framing = BodyFraming::None;
   uint64_t content_length = 0;  // parsed even when framing is None (e.g. HEAD, 304)
   bool keep_alive = true;       // false whenever framing is UntilClose

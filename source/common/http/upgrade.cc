@@ -12,7 +12,7 @@ constexpr uint8_t kSkip = http1::HeaderField::kRemoved;
 
 UpgradeRequestKind upgradeRequestKind(const http1::RequestHead& head) {
   if (!head.upgrade || head.version_minor == 0) return UpgradeRequestKind::None;
-  for (uint32_t i = 0; i < head.header_count; ++i) {
+  for (uint32_t i = 0; i < head.headers.size(); ++i) {
     const http1::HeaderField& h = head.headers[i];
     if ((h.flags & kSkip) != 0 || !http1::equalsIgnoreCase(h.name, "upgrade")) continue;
     if (http1::headerHasToken(h.value, kWebSocket)) return UpgradeRequestKind::WebSocket;
@@ -78,7 +78,7 @@ bool acceptsUpgrade(const http1::ResponseHead& head, std::string_view protocol) 
   if (head.status != 101) return false;
   bool upgrade = false;
   bool connection = false;
-  for (uint32_t i = 0; i < head.header_count; ++i) {
+  for (uint32_t i = 0; i < head.headers.size(); ++i) {
     const http1::HeaderField& h = head.headers[i];
     if ((h.flags & kSkip) != 0) continue;
     if (http1::equalsIgnoreCase(h.name, "upgrade")) {

@@ -34,6 +34,7 @@ void setNoDelay(int fd) {
 Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& peer,
                        Blocking blocking)
     : Connection(dispatcher, fd, peer, State::Open) {
+  inbound_ = true;
   // A blocking socket would stall the worker on the read that ends an edge-triggered burst.
   if (blocking != Blocking::NonBlocking) setNonBlocking(fd);
 }
@@ -236,7 +237,7 @@ void Connection::onReadReady() {
   while (read_pending_ && !read_end_ && total < kReadPerEvent) {
     int err = 0;
     size_t asked = 0;
-    ssize_t rc = read_buffer_.readFrom(fd_, kReadPerEvent - total, err, asked);
+    ssize_t rc = read_buffer_.readFrom(fd_, kReadPerEvent - total, err, asked, inbound_);
     if (rc > 0) {
       total += static_cast<size_t>(rc);
       // A short read emptied the socket: edge-triggered readiness will report the next bytes,

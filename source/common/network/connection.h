@@ -7,6 +7,7 @@
 
 #include "source/common/buffer/buffer.h"
 #include "source/common/event/dispatcher.h"
+#include "source/common/memory/slab.h"
 #include "source/common/network/address.h"
 #include "source/common/network/transport_socket.h"
 #include "source/common/stats/stats.h"
@@ -70,7 +71,9 @@ struct ConnectionByteCounters {
 // A non-blocking TCP socket on one worker's dispatcher, with its own read and write buffers
 // (both empty, holding no memory, while idle). Closing delivers LocalClose/RemoteClose once and
 // then the owner deletes the connection through the dispatcher's deferred delete.
-class Connection : public event::DeferredDeletable, private TransportSocketCallbacks {
+class Connection : public event::DeferredDeletable,
+                   public memory::SlabAllocated,
+                   private TransportSocketCallbacks {
  public:
   static constexpr uint32_t kDefaultHighWatermark = 1024 * 1024;
 
@@ -211,6 +214,9 @@ class Connection : public event::DeferredDeletable, private TransportSocketCallb
   bool in_write_ = false;            // inside write(): a close waits for the loop
   bool close_deferred_ = false;      // deferred_event_ is delivered on the next event
   bool awaiting_transport_ = false;  // outbound: TCP is up, Connected waits for the handshake
+  // Accepted from a client: a read into an empty buffer starts with a small block, so a request
+  // head waiting for its destination (or a client sending it slowly) holds 1 KiB, not 16.
+  bool inbound_ = false;
   ConnectionEvent deferred_event_ = ConnectionEvent::RemoteClose;
   int connect_error_ = 0;
   std::unique_ptr<std::string> connect_prefix_;  // null: none (the usual case)

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "source/common/buffer/buffer.h"
+#include "source/common/memory/slab.h"
 #include "source/common/network/connection.h"
 
 namespace sluice {
@@ -31,7 +32,7 @@ class ReadFilterCallbacks {
 
 // A network filter: sees the bytes of one downstream connection, in order with the others of
 // its chain. The last filter of a chain is terminal (a codec) and consumes the bytes.
-class ReadFilter {
+class ReadFilter : public memory::SlabAllocated {
  public:
   virtual ~ReadFilter() = default;
   virtual void initializeReadFilterCallbacks(ReadFilterCallbacks& callbacks) = 0;

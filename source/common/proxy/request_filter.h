@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "source/common/memory/slab.h"
 #include "source/common/network/connection.h"
 #include "source/common/proxy/request.h"
 #include "source/common/proxy/worker_context.h"
@@ -50,7 +51,7 @@ enum class RequestFilterStatus : uint8_t {
 
 // A request filter: one named step every proxy request passes, whatever protocol carried it.
 // Instances are per connection (or per HTTP/2 stream) and serve its requests one at a time.
-class RequestFilter {
+class RequestFilter : public memory::SlabAllocated {
  public:
   virtual ~RequestFilter() = default;
   virtual void setCallbacks(RequestFilterCallbacks& callbacks) { callbacks_ = &callbacks; }

@@ -510,7 +510,7 @@ void OriginExchange::onSwitched(const http1::ResponseHead& parsed, buffer::Buffe
     bad = "origin switched protocols but not to websocket";
   } else if (upgrade_ == Upgrade::WebSocketOwnKey) {
     const int32_t accept =
-        http1::findHeader(parsed.headers.data(), parsed.header_count, "sec-websocket-accept");
+        http1::findHeader(parsed.headers.data(), parsed.headers.size(), "sec-websocket-accept");
     if (accept < 0 ||
         parsed.headers[accept].value !=
             webSocketAccept(std::string_view(websocket_key_, sizeof(websocket_key_)))) {

@@ -45,8 +45,8 @@ TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream* downstream,
                          network::Connection* client, TunnelOwner* owner, event::Timer& timer,
                          const TunnelOptions& options)
     : dispatcher_(upstream->dispatcher()),
-      upstream_(std::move(upstream)),
-      limiter_(upstream_.info().limiter),
+      limiter_(upstream.info().limiter),
+      upstream_(upstream.takeForTunnel()),
       connection_downstream_(client != nullptr
                                  ? std::make_optional<ConnectionDownstream>(*client, *owner)
                                  : std::nullopt),
@@ -210,7 +210,9 @@ void TunnelRelay::armShapeTimer(int64_t now) {
     if (s.paused) at = std::min(at, s.resume_at);
   }
   if (at == INT64_MAX) return;
-  if (!shape_timer_) shape_timer_.emplace(dispatcher_, [this] { onShapeTimer(); });
+  if (!shape_timer_) {
+    shape_timer_ = std::make_unique<event::Timer>(dispatcher_, [this] { onShapeTimer(); });
+  }
   // Rounded up to the timer's millisecond: never resumed before the bucket has room.
   const int64_t ms = std::max<int64_t>(1, (at - now + 999'999) / 1'000'000);
   shape_timer_->enable(std::chrono::milliseconds(ms));
@@ -310,7 +312,7 @@ void TunnelRelay::stop() {
   releasePipes();
   if (upstream_) {
     if (mode_ == Mode::Spliced) upstream_->setRawIoHandler(nullptr, false);
-    upstream_.release(false);
+    upstream_.release();
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "source/common/buffer/buffer.h"
 #include "source/common/event/dispatcher.h"
+#include "source/common/memory/slab.h"
 #include "source/common/network/connection.h"
 #include "source/common/policy/limits.h"
 #include "source/common/upstream/pipe_pool.h"
@@ -89,6 +90,7 @@ struct TunnelOptions {
 // space, through pipes from the worker's PipePool that are held only while bytes are in flight.
 // Without a pipe (out of descriptors) it falls back to copying.
 class TunnelRelay : public event::DeferredDeletable,
+                    public memory::SlabAllocated,
                     private network::ConnectionCallbacks,
                     private network::RawIoHandler {
  public:
@@ -193,10 +195,10 @@ class TunnelRelay : public event::DeferredDeletable,
   void armShapeTimer(int64_t now);
 
   event::Dispatcher& dispatcher_;
-  UpstreamHandle upstream_;
   // The request's limits when it has any (bandwidth is charged to them), else null: a tunnel
   // without limits pays one null check per read.
   policy::KeyLimiter* const limiter_;
+  TunnelUpstream upstream_;
   struct Shaped {
     bool paused = false;
     bool read_disabled = false;  // paused with a readDisable (buffered) to undo on resume
@@ -204,7 +206,7 @@ class TunnelRelay : public event::DeferredDeletable,
   };
   Shaped shaped_[2];  // [0] client → destination, [1] destination → client
   // Made on the first pause, so tunnels that are never slowed hold none.
-  std::optional<event::Timer> shape_timer_;
+  std::unique_ptr<event::Timer> shape_timer_;  // made when a bandwidth limit first pauses
   std::optional<ConnectionDownstream> connection_downstream_;
   TunnelDownstream& downstream_;
   const std::chrono::milliseconds idle_timeout_;

@@ -15,6 +15,26 @@ UpstreamHandle& UpstreamHandle::operator=(UpstreamHandle&& other) noexcept {
   return *this;
 }
 
+namespace {
+void closeConnection(network::ConnectionPtr& connection) {
+  event::Dispatcher& dispatcher = connection->dispatcher();
+  connection->close(network::CloseType::NoFlush);
+  dispatcher.deferredDelete(std::move(connection));
+}
+}  // namespace
+
+void TunnelUpstream::release() {
+  slot_.reset();
+  if (!connection_) return;
+  connection_->setCallbacks(nullptr);
+  closeConnection(connection_);
+}
+
+TunnelUpstream UpstreamHandle::takeForTunnel() {
+  pool_ = nullptr;
+  return TunnelUpstream(std::move(connection_), std::move(slot_));
+}
+
 void UpstreamHandle::release(bool reusable) {
   slot_.reset();
   if (!connection_) return;
@@ -28,9 +48,7 @@ void UpstreamHandle::release(bool reusable) {
     pool_->release(std::move(connection_), info_.source, info_.via, info_.pool_destination);
     return;
   }
-  event::Dispatcher& dispatcher = connection_->dispatcher();
-  connection_->close(network::CloseType::NoFlush);
-  dispatcher.deferredDelete(std::move(connection_));
+  closeConnection(connection_);
 }
 
 }  // namespace upstream

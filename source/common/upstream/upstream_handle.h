@@ -52,6 +52,34 @@ struct UpstreamInfo {
 // the one way to let it go. release() returns it to the worker's keep-alive pool after a clean
 // exchange, or closes it; dropping the handle closes it. Connections are deleted through the
 // dispatcher, so a handle may be released from inside the connection's own callbacks.
+// What a tunnel keeps of its UpstreamHandle: a fraction of its size, for as long as the tunnel
+// is open. Closes the connection when released or destroyed.
+class TunnelUpstream {
+ public:
+  TunnelUpstream() = default;
+  TunnelUpstream(network::ConnectionPtr connection, network::ConnectionSlot slot)
+      : connection_(std::move(connection)), slot_(std::move(slot)) {}
+  TunnelUpstream(TunnelUpstream&&) noexcept = default;
+  TunnelUpstream& operator=(TunnelUpstream&& other) noexcept {
+    if (this != &other) {
+      release();
+      connection_ = std::move(other.connection_);
+      slot_ = std::move(other.slot_);
+    }
+    return *this;
+  }
+  ~TunnelUpstream() { release(); }
+
+  explicit operator bool() const { return connection_ != nullptr; }
+  network::Connection& connection() const { return *connection_; }
+  network::Connection* operator->() const { return connection_.get(); }
+  void release();
+
+ private:
+  network::ConnectionPtr connection_;
+  network::ConnectionSlot slot_;
+};
+
 class UpstreamHandle {
  public:
   UpstreamHandle() = default;
@@ -72,6 +100,9 @@ class UpstreamHandle {
   // Lets the connection go: into the pool when `reusable` (the exchange ended cleanly and the
   // connection is still open), closed otherwise. Its callbacks are detached first.
   void release(bool reusable);
+  // A tunnel's hold: the connection and its place in the upstream budget, without the rest
+  // (a tunnel's connection never goes back to the pool). The handle is left empty.
+  TunnelUpstream takeForTunnel();
 
  private:
   network::ConnectionPtr connection_;

@@ -39,7 +39,7 @@ void BM_ParseCurlProxyRequest(benchmark::State& state) {
   for (auto _ : state) {
     ParseStatus s = parseRequestHead(kCurlProxyRequest, limits, head, err);
     benchmark::DoNotOptimize(s);
-    benchmark::DoNotOptimize(head.header_count);
+    benchmark::DoNotOptimize(head.headers.size());
     benchmark::ClobberMemory();
   }
   if (parseRequestHead(kCurlProxyRequest, limits, head, err) != ParseStatus::Complete) {
@@ -56,7 +56,7 @@ void BM_ParseOriginResponse(benchmark::State& state) {
   for (auto _ : state) {
     ParseStatus s = parseResponseHead(kOriginResponse, limits, Method::Get, head, err);
     benchmark::DoNotOptimize(s);
-    benchmark::DoNotOptimize(head.header_count);
+    benchmark::DoNotOptimize(head.headers.size());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kOriginResponse.size()));

@@ -42,7 +42,7 @@ class H1RequestTest : public testing::Test {
 
   // Checks that the header at `index` is flagged hop-by-hop or not.
   bool hopByHop(std::string_view name) {
-    const int32_t i = findHeader(head_.headers.data(), head_.header_count, name);
+    const int32_t i = findHeader(head_.headers.data(), head_.headers.size(), name);
     EXPECT_GE(i, 0) << name;
     return i >= 0 && (head_.headers[i].flags & HeaderField::kHopByHop) != 0;
   }
@@ -65,7 +65,7 @@ TEST_F(H1RequestTest, OriginForm) {
   EXPECT_TRUE(head_.scheme.empty());
   EXPECT_TRUE(head_.host.empty());
   EXPECT_EQ(head_.port, 0);
-  ASSERT_EQ(head_.header_count, 3u);
+  ASSERT_EQ(head_.headers.size(), 3u);
   EXPECT_EQ(head_.headers[0].name, "Host");
   EXPECT_EQ(head_.headers[0].value, "example.com");
   EXPECT_EQ(head_.headers[2].name, "Accept");
@@ -216,7 +216,7 @@ TEST_F(H1RequestTest, LineEndingAndCharacterErrors) {
 TEST_F(H1RequestTest, HeaderFieldSyntax) {
   expectComplete(
       "GET / HTTP/1.1\r\nHost: a\r\nX-A:b\r\nX-B: \t c d \t \r\nX-C:\r\nX-D:   \r\n\r\n");
-  ASSERT_EQ(head_.header_count, 5u);
+  ASSERT_EQ(head_.headers.size(), 5u);
   EXPECT_EQ(head_.headers[1].value, "b");
   EXPECT_EQ(head_.headers[2].value, "c d");
   EXPECT_EQ(head_.headers[3].value, "");
@@ -250,7 +250,7 @@ TEST_F(H1RequestTest, HeaderCountLimit) {
     many += "X: " + std::to_string(i) + "\r\n";
   }
   expectComplete(many + "\r\n", limits);
-  EXPECT_EQ(head_.header_count, kMaxHeaderCapacity);
+  EXPECT_EQ(head_.headers.size(), kMaxHeaderCapacity);
   expectError(many + "Y: z\r\n\r\n", 431, "too many headers", limits);
 }
 
@@ -528,7 +528,7 @@ TEST_F(H1RequestTest, ReusedHeadIsReset) {
           "Upgrade: x\r\nProxy-Authorization: y\r\n"));
   EXPECT_TRUE(head_.upgrade);
   expectComplete(req("GET / HTTP/1.0", ""));
-  EXPECT_EQ(head_.header_count, 0u);
+  EXPECT_EQ(head_.headers.size(), 0u);
   EXPECT_TRUE(head_.scheme.empty());
   EXPECT_TRUE(head_.host.empty());
   EXPECT_EQ(head_.port, 0);
@@ -595,7 +595,7 @@ TEST_F(H1ResponseTest, StatusLine) {
   EXPECT_EQ(head_.version_minor, 1);
   EXPECT_EQ(head_.status, 200);
   EXPECT_EQ(head_.reason, "OK");
-  ASSERT_EQ(head_.header_count, 1u);
+  ASSERT_EQ(head_.headers.size(), 1u);
   EXPECT_EQ(head_.framing, BodyFraming::ContentLength);
   EXPECT_EQ(head_.content_length, 2u);
   EXPECT_TRUE(head_.keep_alive);

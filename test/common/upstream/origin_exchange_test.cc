@@ -47,7 +47,7 @@ class RecordingOwner : public ExchangeOwner {
   void onUpgraded(const http1::ResponseHead& head, UpstreamHandle upstream,
                   buffer::Buffer& early_bytes, bool origin_ended) override {
     status = head.status;
-    for (uint32_t i = 0; i < head.header_count; ++i) {
+    for (uint32_t i = 0; i < head.headers.size(); ++i) {
       if (http1::equalsIgnoreCase(head.headers[i].name, "sec-websocket-protocol")) {
         upgraded_protocol = std::string(head.headers[i].value);
       }

@@ -1,0 +1,104 @@
+#include "source/common/memory/slab.h"
+
+#include <cstring>
+#include <memory>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace sluice {
+namespace memory {
+namespace {
+
+#if !defined(__SANITIZE_ADDRESS__)
+
+struct Base : SlabAllocated {
+  virtual ~Base() = default;
+  char bytes[40];
+};
+struct Derived : Base {
+  char more[600];
+};
+
+TEST(SlabTest, ObjectsArePackedInOneChunkAndNeverOverlap) {
+  const SlabStats before = slabStats();
+  std::vector<std::unique_ptr<Derived>> objects;
+  std::set<uintptr_t> starts;
+  for (int i = 0; i < 50; ++i) {
+    objects.push_back(std::make_unique<Derived>());
+    std::memset(objects.back()->more, i, sizeof(objects.back()->more));
+    starts.insert(reinterpret_cast<uintptr_t>(objects.back().get()));
+  }
+  // 50 objects of 656 bytes (41 granules of 16) fit in one 64 KiB chunk.
+  EXPECT_EQ(slabStats().chunks - before.chunks, 1u);
+  EXPECT_EQ(slabStats().live_objects - before.live_objects, 50u);
+  uintptr_t last = 0;
+  for (uintptr_t s : starts) {
+    if (last != 0) EXPECT_GE(s - last, sizeof(Derived));
+    last = s;
+  }
+  for (int i = 0; i < 50; ++i) {
+    for (char c : objects[i]->more) ASSERT_EQ(c, static_cast<char>(i));
+  }
+  objects.clear();
+  EXPECT_EQ(slabStats().live_objects, before.live_objects);
+}
+
+TEST(SlabTest, DeleteThroughTheBaseFreesTheDerivedSize) {
+  const SlabStats before = slabStats();
+  std::unique_ptr<Base> b = std::make_unique<Derived>();
+  void* first = b.get();
+  b.reset();
+  // The slot of a Derived is free again: the next Derived takes it.
+  auto again = std::make_unique<Derived>();
+  EXPECT_EQ(static_cast<void*>(again.get()), first);
+  again.reset();
+  EXPECT_EQ(slabStats().live_objects, before.live_objects);
+}
+
+TEST(SlabTest, EmptyChunksGoBackButTheLastOneStays) {
+  const SlabStats before = slabStats();
+  struct Big : SlabAllocated {
+    char bytes[2000];
+  };
+  std::vector<std::unique_ptr<Big>> objects;
+  for (int i = 0; i < 200; ++i) objects.push_back(std::make_unique<Big>());
+  // 32 of them per chunk: 7 chunks.
+  EXPECT_EQ(slabStats().chunks - before.chunks, 7u);
+  objects.clear();
+  EXPECT_EQ(slabStats().chunks - before.chunks, 1u);
+  objects.push_back(std::make_unique<Big>());
+  EXPECT_EQ(slabStats().chunks - before.chunks, 1u);
+}
+
+TEST(SlabTest, LargeObjectsComeFromTheHeap) {
+  const SlabStats before = slabStats();
+  void* p = slabAllocate(kSlabMaxObject + 1);
+  EXPECT_EQ(slabStats().live_objects, before.live_objects);
+  slabFree(p, kSlabMaxObject + 1);
+}
+
+TEST(SlabTest, ObjectsOutliveTheirThread) {
+  std::unique_ptr<Derived> kept;
+  std::thread t([&] { kept = std::make_unique<Derived>(); });
+  t.join();
+  std::memset(kept->more, 7, sizeof(kept->more));
+  kept.reset();  // freed after the allocating thread stopped
+  SUCCEED();
+}
+
+#else
+
+TEST(SlabTest, SanitizedBuildsUseTheHeap) {
+  void* p = slabAllocate(64);
+  EXPECT_EQ(slabStats().chunks, 0u);
+  slabFree(p, 64);
+}
+
+#endif
+
+}  // namespace
+}  // namespace memory
+}  // namespace sluice
