@@ -85,7 +85,7 @@ void Buffer::dropFront() {
   BlockPool::release(b);
 }
 
-void Buffer::add(const void* data, size_t n) {
+void Buffer::addSlow(const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     if (tail_ == nullptr || tail_->writable() == 0) append(BlockPool::acquire(kBlockSize));
