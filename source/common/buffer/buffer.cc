@@ -36,6 +36,31 @@ Block* newBlock(uint32_t capacity) {
   return b;
 }
 
+// The first n blocks of the free list, left in it (allocated onto it when it holds fewer), so
+// that a read can offer them all and take out only those it filled.
+void peekFree(Block** out, int n) {
+  while (t_free.count < static_cast<uint32_t>(n)) {
+    Block* b = newBlock(kBlockSize);
+    b->next = t_free.head;
+    t_free.head = b;
+    ++t_free.count;
+  }
+  Block* b = t_free.head;
+  for (int i = 0; i < n; ++i, b = b->next) out[i] = b;
+}
+
+// Takes the first n blocks off the free list (those peekFree() showed, in order).
+void takeFree(int n) {
+  for (int i = 0; i < n; ++i) {
+    Block* b = t_free.head;
+    t_free.head = b->next;
+    b->next = nullptr;
+    b->start = 0;
+  }
+  t_free.count -= static_cast<uint32_t>(n);
+  t_free.outstanding += n;
+}
+
 }  // namespace
 
 Block* BlockPool::acquire(uint32_t min_capacity) {
@@ -211,7 +236,8 @@ void Buffer::commit(const Reservation& reservation, size_t n) {
 
 ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked) {
   // The tail's free space, then up to kMaxFreshBlocks fresh blocks: a bulk transfer moves up to
-  // 64 KiB per system call, and blocks the read did not fill go straight back to the free list.
+  // 64 KiB per system call. The fresh blocks stay in the free list until the read has filled
+  // them: a short read (most of them) takes out one block, not four to give three back.
   constexpr int kMaxFreshBlocks = 4;
   iovec iov[1 + kMaxFreshBlocks];
   Block* fresh[kMaxFreshBlocks];
@@ -225,13 +251,16 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked) {
     room = iov[0].iov_len;
     iovcnt = 1;
   }
-  while (room < max && nfresh < kMaxFreshBlocks) {
-    Block* b = BlockPool::acquire(kBlockSize);
-    fresh[nfresh++] = b;
-    iov[iovcnt].iov_base = b->data();
-    iov[iovcnt].iov_len = std::min<size_t>(b->capacity, max - room);
-    room += iov[iovcnt].iov_len;
-    ++iovcnt;
+  if (room < max) {
+    nfresh = static_cast<int>(
+        std::min<size_t>(kMaxFreshBlocks, (max - room + kBlockSize - 1) / kBlockSize));
+    peekFree(fresh, nfresh);
+    for (int i = 0; i < nfresh; ++i) {
+      iov[iovcnt].iov_base = fresh[i]->data();
+      iov[iovcnt].iov_len = std::min<size_t>(kBlockSize, max - room);
+      room += iov[iovcnt].iov_len;
+      ++iovcnt;
+    }
   }
   asked = room;
   ssize_t rc = ::readv(fd, iov, iovcnt);
@@ -243,16 +272,14 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked) {
     length_ += in_tail;
     got -= in_tail;
   }
-  for (int i = 0; i < nfresh; ++i) {
-    size_t in_block = std::min<size_t>(got, fresh[i]->capacity);
-    if (in_block > 0) {
-      fresh[i]->end = static_cast<uint32_t>(in_block);
-      append(fresh[i]);
-      got -= in_block;
-    } else {
-      BlockPool::release(fresh[i]);
-    }
+  int filled = 0;
+  while (filled < nfresh && got > 0) {
+    const size_t in_block = std::min<size_t>(got, kBlockSize);
+    fresh[filled++]->end = static_cast<uint32_t>(in_block);
+    got -= in_block;
   }
+  takeFree(filled);
+  for (int i = 0; i < filled; ++i) append(fresh[i]);
   return rc;
 }
 
