@@ -349,7 +349,7 @@ void Http1ProxyFilter::onUpstreamReady(upstream::UpstreamHandle upstream) {
   sendRequest(std::move(upstream));
 }
 
-void Http1ProxyFilter::sendRequest(upstream::UpstreamHandle upstream) {
+void Http1ProxyFilter::sendRequest(upstream::UpstreamHandle&& upstream) {
   const http1::RequestHead& head = pending_->head;
   upstream::OriginRequest r;
   r.method_text = head.method_text;
