@@ -168,22 +168,30 @@ void Http1ProxyFilter::armHeadTimer() {
 
 void Http1ProxyFilter::processHead(buffer::Buffer& data) {
   if (data.empty()) return;
-  armHeadTimer();
+  // The head deadline runs from the head's first bytes, so it is armed in the turn they came;
+  // a head that came whole in one read never needs it.
   const std::string_view view =
       http::headToParse(data, config_->request_limits.max_head_bytes, head_scanned_);
-  if (view.empty()) return;
+  if (view.empty()) {
+    armHeadTimer();
+    return;
+  }
   if (pending_ == nullptr) pending_ = t_pending_pool.acquire();
   http1::ParseError err;
   http1::ParseStatus status =
       http1::parseRequestHead(view, config_->request_limits, pending_->head, err);
-  if (status == http1::ParseStatus::Incomplete) return;
+  if (status == http1::ParseStatus::Incomplete) {
+    armHeadTimer();
+    return;
+  }
   if (status == http1::ParseStatus::Error) {
     config_->stats.rq_rejected.inc();
     trace_.begin(proxy::Protocol::Http1, "-", {}, 0, downstream().peer());
     sendLocalReply(err.status, http::ProxyError::HttpRequestError, err.reason, true);
     return;
   }
-  timer_->disable();
+  // The idle or head deadline may stay armed: whatever follows the filters arms the timer
+  // anew (the exchange, the tunnel, the next idle wait), and it does nothing while they run.
   head_timer_armed_ = false;
   head_scanned_ = 0;
   head_in_buffer_ = true;
@@ -341,7 +349,7 @@ void Http1ProxyFilter::onUpstreamReady(upstream::UpstreamHandle upstream) {
   sendRequest(std::move(upstream));
 }
 
-void Http1ProxyFilter::sendRequest(upstream::UpstreamHandle upstream) {
+void Http1ProxyFilter::sendRequest(upstream::UpstreamHandle&& upstream) {
   const http1::RequestHead& head = pending_->head;
   upstream::OriginRequest r;
   r.method_text = head.method_text;
@@ -576,7 +584,7 @@ void Http1ProxyFilter::onTunnelEnd(upstream::TunnelEnd end) {
 }
 
 void Http1ProxyFilter::finishExchange() {
-  timer_->disable();
+  // The exchange disarmed the timer as it ended.
   const bool request_done = exchange_->requestDone();
   exchange_->reportTo(trace_);
   exchange_.reset();

@@ -113,7 +113,7 @@ class Http1ProxyFilter : public network::ReadFilter,
   void processHead(buffer::Buffer& data);
   void startRequest();
   // The request head (and what came of the body) goes to the origin through the exchange.
-  void sendRequest(upstream::UpstreamHandle upstream);
+  void sendRequest(upstream::UpstreamHandle&& upstream);
   void relayRequestBody(buffer::Buffer& data, bool end_stream);
   // After the exchange took body bytes: refuse a broken or oversized body, read on or stop.
   // reading: the client is being read now (not while the request was being started).

@@ -89,6 +89,10 @@ void RouterFilter::onResolved(const absl::Status& status,
 
 uint32_t orderAddresses(network::Address* addresses, uint32_t count, FamilyPreference prefer,
                         int only_family) {
+  // One address (a literal, a pooled destination) has no order to settle.
+  if (count <= 1) {
+    return count == 1 && (only_family == 0 || addresses[0].family() == only_family) ? 1 : 0;
+  }
   const int first = prefer == FamilyPreference::Ipv6 ? AF_INET6 : AF_INET;
   network::Address preferred[proxy::ProxyRequest::kMaxPinned];
   network::Address other[proxy::ProxyRequest::kMaxPinned];

@@ -63,6 +63,31 @@ Block* newBlock(uint32_t capacity) {
   return b;
 }
 
+// The first n blocks of the free list, left in it (allocated onto it when it holds fewer), so
+// that a read can offer them all and take out only those it filled.
+void peekFree(Block** out, int n) {
+  while (t_free.count < static_cast<uint32_t>(n)) {
+    Block* b = newBlock(kBlockSize);
+    b->next = t_free.head;
+    t_free.head = b;
+    ++t_free.count;
+  }
+  Block* b = t_free.head;
+  for (int i = 0; i < n; ++i, b = b->next) out[i] = b;
+}
+
+// Takes the first n blocks off the free list (those peekFree() showed, in order).
+void takeFree(int n) {
+  for (int i = 0; i < n; ++i) {
+    Block* b = t_free.head;
+    t_free.head = b->next;
+    b->next = nullptr;
+    b->start = 0;
+  }
+  t_free.count -= static_cast<uint32_t>(n);
+  t_outstanding += n;
+}
+
 }  // namespace
 
 Block* BlockPool::acquire(uint32_t min_capacity) {
@@ -115,7 +140,7 @@ void Buffer::dropFront() {
   BlockPool::release(b);
 }
 
-void Buffer::add(const void* data, size_t n) {
+void Buffer::addSlow(const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     if (tail_ == nullptr || tail_->writable() == 0) append(BlockPool::acquire(kBlockSize));
@@ -240,16 +265,18 @@ void Buffer::commit(const Reservation& reservation, size_t n) {
 }
 
 ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked, bool small_first) {
-  // The tail's free space, then up to kMaxFreshBlocks fresh blocks: a bulk transfer moves up to
-  // 64 KiB per system call, and blocks the read did not fill go straight back to the free list.
-  // small_first: an empty buffer reads into a small block first, so a short message held for a
-  // while (a request head waiting for its destination) keeps 1 KiB, not a standard block.
+  // The tail's free space (or, with small_first and an empty buffer, a small block: a short
+  // message held for a while, such as a request head waiting for its destination, keeps 1 KiB,
+  // not a standard block), then up to kMaxFreshBlocks fresh blocks: a bulk transfer moves up to
+  // 64 KiB per system call. The fresh blocks stay in the free list until the read has filled
+  // them: a short read (most of them) takes out one block, not four to give three back.
   constexpr int kMaxFreshBlocks = 4;
-  iovec iov[2 + kMaxFreshBlocks];
-  Block* fresh[1 + kMaxFreshBlocks];
+  iovec iov[1 + kMaxFreshBlocks];
+  Block* fresh[kMaxFreshBlocks];
   int iovcnt = 0;
   int nfresh = 0;
   size_t room = 0;
+  Block* small = nullptr;
   const bool use_tail = tail_ != nullptr && tail_->writable() > 0;
   if (use_tail) {
     iov[0].iov_base = tail_->data() + tail_->end;
@@ -257,21 +284,22 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked, bool small
     room = iov[0].iov_len;
     iovcnt = 1;
   } else if (small_first && head_ == nullptr && max > 0) {
-    Block* b = BlockPool::acquireSmall();
-    fresh[nfresh++] = b;
-    iov[0].iov_base = b->data();
-    iov[0].iov_len = std::min<size_t>(b->capacity, max);
+    small = BlockPool::acquireSmall();
+    iov[0].iov_base = small->data();
+    iov[0].iov_len = std::min<size_t>(small->capacity, max);
     room = iov[0].iov_len;
     iovcnt = 1;
   }
-  const int max_fresh = nfresh + kMaxFreshBlocks;  // a small block comes on top of the four
-  while (room < max && nfresh < max_fresh) {
-    Block* b = BlockPool::acquire(kBlockSize);
-    fresh[nfresh++] = b;
-    iov[iovcnt].iov_base = b->data();
-    iov[iovcnt].iov_len = std::min<size_t>(b->capacity, max - room);
-    room += iov[iovcnt].iov_len;
-    ++iovcnt;
+  if (room < max) {
+    nfresh = static_cast<int>(
+        std::min<size_t>(kMaxFreshBlocks, (max - room + kBlockSize - 1) / kBlockSize));
+    peekFree(fresh, nfresh);
+    for (int i = 0; i < nfresh; ++i) {
+      iov[iovcnt].iov_base = fresh[i]->data();
+      iov[iovcnt].iov_len = std::min<size_t>(kBlockSize, max - room);
+      room += iov[iovcnt].iov_len;
+      ++iovcnt;
+    }
   }
   asked = room;
   ssize_t rc = ::readv(fd, iov, iovcnt);
@@ -282,17 +310,24 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked, bool small
     tail_->end += static_cast<uint32_t>(in_tail);
     length_ += in_tail;
     got -= in_tail;
-  }
-  for (int i = 0; i < nfresh; ++i) {
-    size_t in_block = std::min<size_t>(got, fresh[i]->capacity);
-    if (in_block > 0) {
-      fresh[i]->end = static_cast<uint32_t>(in_block);
-      append(fresh[i]);
-      got -= in_block;
+  } else if (small != nullptr) {
+    const size_t in_small = std::min(got, iov[0].iov_len);
+    if (in_small > 0) {
+      small->end = static_cast<uint32_t>(in_small);
+      append(small);
+      got -= in_small;
     } else {
-      BlockPool::release(fresh[i]);
+      BlockPool::release(small);
     }
   }
+  int filled = 0;
+  while (filled < nfresh && got > 0) {
+    const size_t in_block = std::min<size_t>(got, kBlockSize);
+    fresh[filled++]->end = static_cast<uint32_t>(in_block);
+    got -= in_block;
+  }
+  takeFree(filled);
+  for (int i = 0; i < filled; ++i) append(fresh[i]);
   return rc;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 #include <sys/types.h>
@@ -52,7 +53,17 @@ class Buffer {
   size_t length() const { return length_; }
   bool empty() const { return length_ == 0; }
 
-  void add(const void* data, size_t n);
+  // Inline while the bytes fit the tail block: heads are written a few bytes at a time (a field
+  // line is four adds), so the call and the loop would cost more than the copy.
+  void add(const void* data, size_t n) {
+    if (tail_ != nullptr && tail_->writable() >= n) {
+      memcpy(tail_->data() + tail_->end, data, n);
+      tail_->end += static_cast<uint32_t>(n);
+      length_ += n;
+      return;
+    }
+    addSlow(data, n);
+  }
   void add(std::string_view s) { add(s.data(), s.size()); }
   // Appends all of other (whole blocks, no copy); other becomes empty.
   void move(Buffer& other);
@@ -91,6 +102,7 @@ class Buffer {
   ssize_t writeTo(int fd, int& err, size_t& asked);
 
  private:
+  void addSlow(const void* data, size_t n);
   void append(Block* block);
   void dropFront();
 

@@ -42,7 +42,35 @@ bool parsePart(std::string_view part, uint64_t& value) {
   return true;
 }
 
+// The usual spelling, four decimal bytes without leading zeros ("127.0.0.1"), in one pass.
+// False for anything else, which parseIpv4 reads the long way (with the same result for these).
+bool parseDottedQuad(std::string_view text, uint32_t& ip) {
+  uint32_t result = 0;
+  uint32_t part = 0;
+  uint32_t digits = 0;
+  uint32_t parts = 0;
+  for (const char c : text) {
+    if (c >= '0' && c <= '9') {
+      if (digits == 3 || (digits == 1 && part == 0)) return false;  // too long, or octal
+      part = part * 10 + static_cast<uint32_t>(c - '0');
+      ++digits;
+    } else if (c == '.' && digits > 0 && parts < 3) {
+      if (part > 0xff) return false;
+      result = (result << 8) | part;
+      part = 0;
+      digits = 0;
+      ++parts;
+    } else {
+      return false;
+    }
+  }
+  if (parts != 3 || digits == 0 || part > 0xff) return false;
+  ip = (result << 8) | part;
+  return true;
+}
+
 bool parseIpv4(std::string_view text, uint32_t& ip) {
+  if (parseDottedQuad(text, ip)) return true;
   if (!text.empty() && text.back() == '.') text.remove_suffix(1);
   if (text.empty()) return false;
   uint64_t parts[4];

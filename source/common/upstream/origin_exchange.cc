@@ -190,7 +190,7 @@ bool OriginExchange::mayRetry(const OriginRequest& request, const UpstreamInfo& 
          request.upgrade == Upgrade::None && http1::idempotent(request.method);
 }
 
-BodyProgress OriginExchange::start(UpstreamHandle upstream, const OriginRequest& request,
+BodyProgress OriginExchange::start(UpstreamHandle&& upstream, const OriginRequest& request,
                                    event::Timer& timer, buffer::Buffer& from_client, size_t skip) {
   abort();
   upstream_ = std::move(upstream);

@@ -155,7 +155,7 @@ class OriginExchange : private network::ConnectionCallbacks {
   // stay. `skip`: bytes at the front of `from_client` that are not the body (the request head
   // itself, still in the client's buffer), dropped once the head is written. The body deadline
   // (while the client's body is due), then the response deadline, run on `timer`.
-  BodyProgress start(UpstreamHandle upstream, const OriginRequest& request, event::Timer& timer,
+  BodyProgress start(UpstreamHandle&& upstream, const OriginRequest& request, event::Timer& timer,
                      buffer::Buffer& from_client, size_t skip = 0);
   // More bytes from the client, taken as start() does. client_ended: no more will come (a body
   // of unknown length ends there; ChunkEncode writes the last chunk). Once the body is out or

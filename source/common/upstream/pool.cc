@@ -9,17 +9,21 @@ namespace upstream {
 // the connection cannot be reused.
 class Pool::Idle : public network::ConnectionCallbacks {
  public:
-  explicit Idle(Pool& pool)
-      : pool_(pool), timer_(pool.dispatcher_, [this] { pool_.remove(this); }) {}
+  explicit Idle(Pool& pool) : pool_(pool), timer_(pool.dispatcher_, [this] { onTimer(); }) {}
 
+  // A connection is taken and given back once per request, so the timer is not re-armed each
+  // time: it stays armed and, when it fires, measures from the last hold.
   void hold(network::ConnectionPtr conn, const Key& key) {
     conn_ = std::move(conn);
     key_ = key;
     conn_->setCallbacks(this);
-    timer_.enable(pool_.idle_timeout_);
+    held_at_ = pool_.dispatcher_.now();
+    if (!timer_armed_) {
+      timer_.enable(pool_.idle_timeout_);
+      timer_armed_ = true;
+    }
   }
   network::ConnectionPtr take() {
-    timer_.disable();
     conn_->setCallbacks(nullptr);
     return std::move(conn_);
   }
@@ -32,8 +36,23 @@ class Pool::Idle : public network::ConnectionCallbacks {
   }
 
  private:
+  void onTimer() {
+    timer_armed_ = false;
+    if (conn_ == nullptr) return;  // taken (a spare now): the next hold arms it
+    const auto idle = pool_.dispatcher_.now() - held_at_;
+    if (idle >= pool_.idle_timeout_) {
+      pool_.remove(this);
+      return;
+    }
+    // Held again since the timer was armed: the rest of its idle time, rounded up.
+    timer_.enable(std::chrono::ceil<std::chrono::milliseconds>(pool_.idle_timeout_ - idle));
+    timer_armed_ = true;
+  }
+
   Pool& pool_;
   event::Timer timer_;
+  bool timer_armed_ = false;
+  event::MonotonicTime held_at_{};
   network::ConnectionPtr conn_;
   Key key_;
 };

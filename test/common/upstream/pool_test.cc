@@ -318,6 +318,23 @@ TEST_F(PoolTest, AcquiredConnectionOutlivesTheIdleTimeout) {
   EXPECT_TRUE(waitOriginClosed(u.origin_fd));
 }
 
+TEST_F(PoolTest, IdleTimeoutCountsFromTheLastRelease) {
+  makePool(4, milliseconds(200));
+  Upstream u = connect(listener_a_);
+  pool_->release(std::move(u.conn));
+  runFor(dispatcher_, milliseconds(120));
+  // Taken and given back: the timer armed at the first release fires at 200 ms and finds the
+  // connection idle for only 80 ms of them.
+  ConnectionPtr c = pool_->acquire(listener_a_.address());
+  ASSERT_NE(nullptr, c);
+  pool_->release(std::move(c));
+  runFor(dispatcher_, milliseconds(120));
+  EXPECT_EQ(1u, pool_->idleCount());
+  EXPECT_FALSE(originSawClose(u.origin_fd));
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return pool_->idleCount() == 0; }));
+  EXPECT_TRUE(waitOriginClosed(u.origin_fd));
+}
+
 TEST_F(PoolTest, CloseAllClosesEveryIdleConnection) {
   makePool(4);
   Upstream a = connect(listener_a_);

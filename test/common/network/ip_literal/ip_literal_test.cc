@@ -47,6 +47,18 @@ TEST(IpLiteralTest, EveryInetAtonNotationOfLoopback) {
   }
 }
 
+TEST(IpLiteralTest, PlainDottedQuads) {
+  EXPECT_EQ(literal("0.0.0.0"), "0.0.0.0");
+  EXPECT_EQ(literal("255.255.255.255"), "255.255.255.255");
+  EXPECT_EQ(literal("10.20.30.40"), "10.20.30.40");
+  EXPECT_EQ(literal("1.2.3.4."), "1.2.3.4");
+  EXPECT_EQ(literal("010.0.0.1"), "8.0.0.1");  // octal, read the long way
+  for (const char* junk : {"256.0.0.1", "1.256.0.1", "1.2.256.1", "1.2.3.256", "1.2.3.4.5",
+                           "1..2.3", ".1.2.3", "1.2.3.4..", "1111.2.3.4"}) {
+    EXPECT_EQ(literal(junk), "<not a literal>") << junk;
+  }
+}
+
 TEST(IpLiteralTest, MixedNotations) {
   EXPECT_EQ(literal("10.0x10.020.1"), "10.16.16.1");
   EXPECT_EQ(literal("192.168.257"), "192.168.1.1");   // the last part fills two bytes
