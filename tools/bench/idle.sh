@@ -8,7 +8,8 @@
 #   tools/bench/idle.sh [N [--window W]]   (N default 4000; sluice needs 2N descriptors, under the
 #                                          limit; --window W: sluice-load --hold-window W)
 #
-# The "just opened" figure is read 4 s after the start: a window must let all N open by then.
+# The "just opened" figure is read once all N are established at the sink (or when no more have
+# been for 5 s), the other one 11 s later.
 # Ports: IDLE_PORT_BASE+1 to +6 (IDLE_PORT_BASE defaults to 18400). Needs a built sluice,
 # sluice-load and sluice-origin. Prints a markdown table.
 set -euo pipefail
@@ -47,13 +48,23 @@ measure() {  # name -- sluice-load proxy args...
   "$LOAD" -q --hold 1 -d 2s --dst "tcp://127.0.0.1:$SINK_PORT" "$@" >/dev/null 2>&1 || true
   local before opened settled held
   before=$(rss_kib $sp)
-  "$LOAD" -q --json "${HOLD_ARGS[@]}" -d 16s --dst "tcp://127.0.0.1:$SINK_PORT" "$@" >"$WORK/hold.json" &
+  "$LOAD" -q --json "${HOLD_ARGS[@]}" -d 300s --dst "tcp://127.0.0.1:$SINK_PORT" "$@" \
+    >"$WORK/hold.json" &
   local lp=$!
-  sleep 4
+  local n last=-1 still=0
+  for _ in $(seq 600); do  # at most 60 s
+    sleep 0.1
+    n=$(ss -Htn state established "( sport = :$SINK_PORT )" | wc -l)
+    [ "$n" -ge "$N" ] && break
+    if [ "$n" = "$last" ]; then still=$((still + 1)); else still=0; last=$n; fi
+    [ $still -ge 50 ] && break
+  done
+  sleep 0.5
   opened=$(rss_kib $sp)
   # After memory_release_interval (10 s): what opening them left behind has gone back.
-  sleep 9
+  sleep 11
   settled=$(rss_kib $sp)
+  kill -INT $lp
   wait $lp || true
   held=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["held"])' "$WORK/hold.json")
   kill $sp
