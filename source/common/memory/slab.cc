@@ -20,6 +20,7 @@ SlabStats slabStats() { return {}; }
 namespace {
 
 struct SizeClass;
+struct ThreadSlabs;
 
 // At the start of every chunk (chunks are aligned to their size, so an object finds its chunk by
 // masking its address).
@@ -36,6 +37,7 @@ struct Chunk {
 };
 
 struct SizeClass {
+  ThreadSlabs* owner = nullptr;
   size_t object_size = 0;
   Chunk* open = nullptr;  // chunks with a free slot
   uint32_t chunks = 0;
@@ -49,7 +51,10 @@ struct ThreadSlabs {
   uint64_t chunks = 0;
   uint64_t live = 0;
   ThreadSlabs() {
-    for (size_t i = 0; i < kClasses; ++i) classes[i].object_size = (i + 1) * kSlabGranule;
+    for (size_t i = 0; i < kClasses; ++i) {
+      classes[i].owner = this;
+      classes[i].object_size = (i + 1) * kSlabGranule;
+    }
   }
 };
 
@@ -144,13 +149,14 @@ void slabFree(void* p, size_t size) {
   *static_cast<void**>(p) = chunk->free;
   chunk->free = p;
   --chunk->live;
-  if (t_slabs != nullptr) --t_slabs->live;
+  ThreadSlabs& owner = *c.owner;  // the allocating thread's, even when another frees
+  --owner.live;
   if (chunk->live == 0 && c.chunks > 1) {
     // An empty chunk goes back to the system unless it is the class's last one (kept, so a
     // connection opening and closing does not map and unmap a chunk each time).
     if (chunk->listed) unlink(c, chunk);
     --c.chunks;
-    if (t_slabs != nullptr) --t_slabs->chunks;
+    --owner.chunks;
     munmap(chunk, kSlabChunkBytes);
     return;
   }

@@ -81,12 +81,16 @@ TEST(SlabTest, LargeObjectsComeFromTheHeap) {
 }
 
 TEST(SlabTest, ObjectsOutliveTheirThread) {
+  const SlabStats before = slabStats();
   std::unique_ptr<Derived> kept;
   std::thread t([&] { kept = std::make_unique<Derived>(); });
   t.join();
+  EXPECT_EQ(slabStats().live_objects, before.live_objects);  // not this thread's
   std::memset(kept->more, 7, sizeof(kept->more));
-  kept.reset();  // freed after the allocating thread stopped
-  SUCCEED();
+  for (char c : kept->more) ASSERT_EQ(c, 7);
+  kept.reset();  // freed after the allocating thread stopped: its slab's count goes down
+  EXPECT_EQ(slabStats().live_objects, before.live_objects);
+  EXPECT_EQ(slabStats().chunks, before.chunks);
 }
 
 #else
