@@ -37,6 +37,11 @@ bench_sluice_config "$BASE"
 PIDS+=($!)
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+# Connections in ESTABLISHED whose local port is $1 (the sink's side of each tunnel).
+established_at() {
+  awk -v port="$(printf ':%04X' "$1")" '$4 == "01" && substr($2, length($2) - 4) == port' \
+    /proc/net/tcp | wc -l
+}
 ROWS=()
 measure() {  # name -- sluice-load proxy args...
   local name=$1
@@ -54,7 +59,7 @@ measure() {  # name -- sluice-load proxy args...
   local n last=-1 still=0
   for _ in $(seq 600); do  # at most 60 s
     sleep 0.1
-    n=$(ss -Htn state established "( sport = :$SINK_PORT )" | wc -l)
+    n=$(established_at "$SINK_PORT")
     [ "$n" -ge "$N" ] && break
     if [ "$n" = "$last" ]; then still=$((still + 1)); else still=0; last=$n; fi
     [ $still -ge 50 ] && break

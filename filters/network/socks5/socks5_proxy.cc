@@ -310,18 +310,24 @@ void UdpRelay::onReadable() {
   if (fd_ >= 0) file_event_->activate(event::FileEvent::kRead);
 }
 
-void UdpRelay::onClientDatagram(std::string_view datagram) {
+bool UdpRelay::parseDatagram(std::string_view datagram, UdpHeader& header) const {
   const Socks5Stats& stats = config_->stats;
-  UdpHeader header;
   if (parseUdpHeader(datagram, header) != ParseStatus::Ok) {
     stats.udp_dropped_malformed.inc();
-    return;
+    return false;
   }
   // Reassembly is optional (RFC 1928 section 7) and a memory sink: fragments are dropped.
   if (header.frag != 0) {
     stats.udp_dropped_fragment.inc();
-    return;
+    return false;
   }
+  return true;
+}
+
+void UdpRelay::onClientDatagram(std::string_view datagram) {
+  const Socks5Stats& stats = config_->stats;
+  UdpHeader header;
+  if (!parseDatagram(datagram, header)) return;
   char ip_text[64];
   const std::string_view host = header.target.hostText(ip_text, sizeof(ip_text));
   const std::string_view payload = datagram.substr(header.size);
@@ -667,14 +673,7 @@ void UdpRelay::sendToParent(ParentAssociation& association, const network::Addre
 void UdpRelay::onParentDatagram(ParentAssociation& association, std::string_view datagram) {
   const Socks5Stats& stats = config_->stats;
   UdpHeader header;
-  if (parseUdpHeader(datagram, header) != ParseStatus::Ok) {
-    stats.udp_dropped_malformed.inc();
-    return;
-  }
-  if (header.frag != 0) {
-    stats.udp_dropped_fragment.inc();
-    return;
-  }
+  if (!parseDatagram(datagram, header)) return;
   // Only the destinations the client wrote to through this association may answer it.
   const network::Address from = header.target.address();
   bool known = false;

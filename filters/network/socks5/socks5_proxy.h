@@ -236,6 +236,9 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
   void onEgressReadable(EgressSocket& socket);
   // The socket datagrams to `to` leave from: its family's egress socket, or the client's.
   int socketToward(const network::Address& to) const;
+  // The SOCKS5 UDP header of a datagram from the client or a parent: false (counted) when it is
+  // malformed or a fragment.
+  bool parseDatagram(std::string_view datagram, UdpHeader& header) const;
   void onClientDatagram(std::string_view datagram);
   void onPeerDatagram(const network::Address& from, std::string_view payload);
   Destination* findDestination(std::string_view host, uint16_t port);

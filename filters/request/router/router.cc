@@ -181,23 +181,10 @@ void RouterFilter::route() {
       }
     }
   }
-  // The connect timer exists only while connecting: pooled requests and established tunnels
-  // (the long-lived, idle ones) do not carry it. Through parents it covers every parent tried.
-  if (!timer_) {
-    timer_ = std::make_unique<event::Timer>(callbacks_->worker().dispatcher(),
-                                            [this] { onConnectTimeout(); });
-  }
-  timer_->enable(config_->connect_timeout);
-  started_ = callbacks_->worker().dispatcher().now();
-  attempts_[0].slot = std::move(slot_);
+  beginConnecting();
   if (route_ != nullptr) {
     target_ = request_->pinned[at];
-    parents_tried_ = 0;
-    first_parent_ = route_->balance == upstream::Balance::RoundRobin
-                        ? route_->next.fetch_add(1, std::memory_order_relaxed) %
-                              static_cast<uint32_t>(route_->parents.size())
-                        : 0;
-    if (!nextParent()) callbacks_->deny(proxy::Denial::BadGateway, error_);
+    startParents();
     return;
   }
   dial_ = request_->pinned;
@@ -217,6 +204,14 @@ void RouterFilter::routeToNamingParent() {
     return;
   }
   route_ = request_->parent_route;
+  beginConnecting();
+  target_ = network::Address();  // the parent gets request_->host
+  startParents();
+}
+
+void RouterFilter::beginConnecting() {
+  // The connect timer exists only while connecting: pooled requests and established tunnels
+  // (the long-lived, idle ones) do not carry it. Through parents it covers every parent tried.
   if (!timer_) {
     timer_ = std::make_unique<event::Timer>(callbacks_->worker().dispatcher(),
                                             [this] { onConnectTimeout(); });
@@ -224,7 +219,9 @@ void RouterFilter::routeToNamingParent() {
   timer_->enable(config_->connect_timeout);
   started_ = callbacks_->worker().dispatcher().now();
   attempts_[0].slot = std::move(slot_);
-  target_ = network::Address();  // the parent gets request_->host
+}
+
+void RouterFilter::startParents() {
   parents_tried_ = 0;
   first_parent_ = route_->balance == upstream::Balance::RoundRobin
                       ? route_->next.fetch_add(1, std::memory_order_relaxed) %

@@ -117,6 +117,10 @@ class RouterFilter : public proxy::RequestFilter, public upstream::ParentHandsha
   bool nextParent();
   // A request whose route's parent resolves the destination (no addresses): its parents.
   void routeToNamingParent();
+  // Arms the connect deadline and moves the budget place to the first attempt.
+  void beginConnecting();
+  // Tries the route's parents from the first its balance picks (denies when none answers).
+  void startParents();
   void onParentResolved(const absl::Status& status, const std::vector<network::Address>& addresses);
   void dialParent();
   // The parent could not be reached, or refused: counted in its health; the next one, or the
