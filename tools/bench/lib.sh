@@ -51,23 +51,19 @@ socks5: {listen: "127.0.0.1:$SOCKS_PORT"}
 YAML
 }
 
+# cpu_ticks_of FIELDS PID...: the sum of those /proc/<pid>/stat fields (an awk expression).
+cpu_ticks_of() {
+  local fields=$1 total=0 p
+  shift
+  for p in "$@"; do
+    [ -r "/proc/$p/stat" ] && total=$((total + $(awk "{print $fields}" "/proc/$p/stat")))
+  done
+  echo $total
+}
 # cpu_ticks PID...: user+system clock ticks, the process's own and its reaped children's.
-cpu_ticks() {
-  local total=0 p
-  for p in "$@"; do
-    [ -r "/proc/$p/stat" ] && total=$((total + $(awk '{print $14+$15+$16+$17}' "/proc/$p/stat")))
-  done
-  echo $total
-}
-
+cpu_ticks() { cpu_ticks_of '$14+$15+$16+$17' "$@"; }
 # cpu_ticks_user PID...: the user-space part of cpu_ticks (the rest is the kernel's).
-cpu_ticks_user() {
-  local total=0 p
-  for p in "$@"; do
-    [ -r "/proc/$p/stat" ] && total=$((total + $(awk '{print $14+$16}' "/proc/$p/stat")))
-  done
-  echo $total
-}
+cpu_ticks_user() { cpu_ticks_of '$14+$16' "$@"; }
 
 # bench_squid_config DIR PORT KEY [WORKERS [TLS_PORT CERT_CHAIN CERT_KEY]]: DIR/squid.conf for
 # Squid 5.7 as a forward proxy with Basic auth (user "bench", password KEY) and the tuning its

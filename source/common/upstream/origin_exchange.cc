@@ -320,31 +320,14 @@ void OriginExchange::shape(size_t way, size_t bytes) {
   }
   // A request body that is all out has nothing left to hold back.
   if (wait <= 0 || (way == 0 && request_done_)) return;
-  Shaped& s = shaped_[way];
-  s.resume_at = std::max(s.resume_at, now + wait);
-  if (!s.paused) {
-    s.paused = true;
+  if (shaped_.pause(way, now, wait)) {
     if (way == 0) {
       owner_->onOriginBackedUp(true);
     } else {
       upstream_->readDisable(true);
     }
   }
-  armShapeTimer(now);
-}
-
-void OriginExchange::armShapeTimer(int64_t now) {
-  int64_t at = INT64_MAX;
-  for (const Shaped& s : shaped_) {
-    if (s.paused) at = std::min(at, s.resume_at);
-  }
-  if (at == INT64_MAX) return;
-  if (!shape_timer_) {
-    shape_timer_.emplace(upstream_->dispatcher(), [this] { onShapeTimer(); });
-  }
-  // Rounded up to the timer's millisecond: never resumed before the bucket has room.
-  const int64_t ms = std::max<int64_t>(1, (at - now + 999'999) / 1'000'000);
-  shape_timer_->enable(std::chrono::milliseconds(ms));
+  shaped_.arm(upstream_->dispatcher(), now, [this] { onShapeTimer(); });
 }
 
 void OriginExchange::onShapeTimer() {
@@ -360,11 +343,11 @@ void OriginExchange::onShapeTimer() {
     owner_->onOriginBackedUp(false);
     if (generation != generation_ || state_ == State::Idle) return;
   }
-  armShapeTimer(now);
+  shaped_.arm(upstream_->dispatcher(), now, [this] { onShapeTimer(); });
 }
 
 void OriginExchange::stopShaping(bool tell_owner) {
-  if (shape_timer_) shape_timer_->disable();
+  shaped_.disarm();
   if (shaped_[1].paused && upstream_) upstream_->readDisable(false);
   shaped_[1] = {};
   const bool body_paused = shaped_[0].paused;

@@ -15,6 +15,7 @@
 #include "source/common/network/connection.h"
 #include "source/common/policy/limits.h"
 #include "source/common/upstream/request_record.h"
+#include "source/common/upstream/shaped_ways.h"
 #include "source/common/upstream/upstream_handle.h"
 
 namespace sluice {
@@ -224,7 +225,6 @@ class OriginExchange : private network::ConnectionCallbacks {
   void shape(size_t way, size_t bytes);
   bool shaping() const { return limiter_ != nullptr && limiter_->shapes(); }
   void onShapeTimer();
-  void armShapeTimer(int64_t now);
   // Ends any pause (the exchange ends or hands its connection over); tell_owner: a paused
   // request body is resumed with onOriginBackedUp(false), so the codec's pauses stay paired.
   void stopShaping(bool tell_owner);
@@ -260,14 +260,10 @@ class OriginExchange : private network::ConnectionCallbacks {
   event::MonotonicTime first_byte_at_{};
   http1::Dechunker response_chunks_;
   policy::KeyLimiter* limiter_ = nullptr;  // the request's limits (bandwidth), or null
-  struct Shaped {
-    bool paused = false;
-    int64_t resume_at = 0;  // monotonicNanos()
-  };
-  Shaped shaped_[2];            // [0] request body to the origin, [1] response from it
+  // [0] request body to the origin, [1] response from it. Its timer, made on the first pause,
+  // is kept while the exchange sits in the worker's free list.
+  ShapedWays shaped_;
   bool quota_reached_ = false;  // a charge reached a byte quota: the exchange ends
-  // Made on the first pause and kept while the exchange sits in the worker's free list.
-  std::optional<event::Timer> shape_timer_;
   // The key of a handshake the proxy makes (Upgrade::WebSocketOwnKey), base64 of 16 bytes.
   char websocket_key_[24] = {};
 };

@@ -188,41 +188,22 @@ void TunnelRelay::shape(size_t way, size_t bytes) {
     return;
   }
   if (wait <= 0) return;
-  Shaped& s = shaped_[way];
-  s.resume_at = std::max(s.resume_at, now + wait);
-  if (!s.paused) {
-    s.paused = true;
-    if (mode_ == Mode::Buffered) {
-      s.read_disabled = true;
-      if (way == 0) {
-        downstream_.readDisableDownstream(true);
-      } else {
-        upstream_->readDisable(true);
-      }
+  if (shaped_.pause(way, now, wait) && mode_ == Mode::Buffered) {
+    shaped_[way].read_disabled = true;
+    if (way == 0) {
+      downstream_.readDisableDownstream(true);
+    } else {
+      upstream_->readDisable(true);
     }
   }
-  armShapeTimer(now);
-}
-
-void TunnelRelay::armShapeTimer(int64_t now) {
-  int64_t at = INT64_MAX;
-  for (const Shaped& s : shaped_) {
-    if (s.paused) at = std::min(at, s.resume_at);
-  }
-  if (at == INT64_MAX) return;
-  if (!shape_timer_) {
-    shape_timer_ = std::make_unique<event::Timer>(dispatcher_, [this] { onShapeTimer(); });
-  }
-  // Rounded up to the timer's millisecond: never resumed before the bucket has room.
-  const int64_t ms = std::max<int64_t>(1, (at - now + 999'999) / 1'000'000);
-  shape_timer_->enable(std::chrono::milliseconds(ms));
+  shaped_.arm(dispatcher_, now, [this] { onShapeTimer(); });
 }
 
 void TunnelRelay::onShapeTimer() {
   if (finished_) return;
   const int64_t now = policy::monotonicNanos();
   for (size_t way = 0; way < 2 && !finished_; ++way) {
-    Shaped& s = shaped_[way];
+    ShapedWays::Way& s = shaped_[way];
     if (!s.paused || s.resume_at > now) continue;
     s.paused = false;
     if (s.read_disabled) {
@@ -236,7 +217,7 @@ void TunnelRelay::onShapeTimer() {
       pump(direction(way));
     }
   }
-  if (!finished_) armShapeTimer(now);
+  if (!finished_) shaped_.arm(dispatcher_, now, [this] { onShapeTimer(); });
 }
 
 void TunnelRelay::onTimer() {
@@ -302,7 +283,7 @@ void TunnelRelay::stop() {
   if (finished_) return;
   finished_ = true;
   timer_.disable();
-  if (shape_timer_) shape_timer_->disable();
+  shaped_.disarm();
   if (started_) {
     forEachStats([](const TunnelStats& s) { s.tunnels_active.dec(); });
     if (listener_stats_ != nullptr) {

@@ -12,6 +12,7 @@
 #include "source/common/policy/limits.h"
 #include "source/common/upstream/pipe_pool.h"
 #include "source/common/upstream/request_record.h"
+#include "source/common/upstream/shaped_ways.h"
 #include "source/common/upstream/tunnel_stats.h"
 #include "source/common/upstream/upstream_handle.h"
 
@@ -192,21 +193,13 @@ class TunnelRelay : public event::DeferredDeletable,
   bool shaping() const { return limiter_ != nullptr && limiter_->shapes(); }
   bool shapePaused(size_t way) const { return shaped_[way].paused; }
   void onShapeTimer();
-  void armShapeTimer(int64_t now);
 
   event::Dispatcher& dispatcher_;
   // The request's limits when it has any (bandwidth is charged to them), else null: a tunnel
   // without limits pays one null check per read.
   policy::KeyLimiter* const limiter_;
   TunnelUpstream upstream_;
-  struct Shaped {
-    bool paused = false;
-    bool read_disabled = false;  // paused with a readDisable (buffered) to undo on resume
-    int64_t resume_at = 0;       // monotonicNanos()
-  };
-  Shaped shaped_[2];  // [0] client → destination, [1] destination → client
-  // Made on the first pause, so tunnels that are never slowed hold none.
-  std::unique_ptr<event::Timer> shape_timer_;  // made when a bandwidth limit first pauses
+  ShapedWays shaped_;  // [0] client → destination, [1] destination → client
   std::optional<ConnectionDownstream> connection_downstream_;
   TunnelDownstream& downstream_;
   const std::chrono::milliseconds idle_timeout_;
