@@ -102,11 +102,14 @@ bool ListenerFilterChain::peek() {
   }
   // Wait for more bytes; edge-triggered, so each arrival is reported once.
   if (!readable_) {
-    readable_ = std::make_unique<event::FileEvent>(dispatcher_, fd_, [this](uint32_t events) {
-      if (events & event::FileEvent::kRead) iterate();
-    });
+    readable_ = std::make_unique<event::FileEvent>(
+        dispatcher_, fd_, this, event::FileEvent::To<&ListenerFilterChain::onSocketEvent>());
   }
   return false;
+}
+
+void ListenerFilterChain::onSocketEvent(uint32_t events) {
+  if (events & event::FileEvent::kRead) iterate();
 }
 
 void ListenerFilterChain::continueFilterChain(bool success) {

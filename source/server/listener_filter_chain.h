@@ -52,6 +52,7 @@ class ListenerFilterChain : public network::ListenerFilterCallbacks,
 
  private:
   void iterate();
+  void onSocketEvent(uint32_t events);
   // Peeks for the current filter; returns true when it is satisfied (or the chain finished).
   bool peek();
   void finish(bool success);

@@ -163,7 +163,8 @@ absl::StatusOr<pid_t> UpgradeHandoff::start(const std::vector<std::string>& argv
   ::fcntl(pair[0], F_SETFL, ::fcntl(pair[0], F_GETFL) | O_NONBLOCK);
   fd_ = pair[0];
   child_ = pid;
-  event_ = std::make_unique<event::FileEvent>(dispatcher_, fd_, [this](uint32_t) { onReadable(); });
+  event_ = std::make_unique<event::FileEvent>(
+      dispatcher_, fd_, this, event::FileEvent::To<&UpgradeHandoff::onSocketEvent>());
   timer_ = std::make_unique<event::Timer>(dispatcher_, [this] {
     finish(false,
            absl::StrFormat("the new process (pid %d) did not serve within the deadline", child_));

@@ -55,6 +55,7 @@ class UpgradeHandoff {
 
  private:
   void onReadable();
+  void onSocketEvent(uint32_t) { onReadable(); }
   void finish(bool serving, const std::string& why);
 
   event::Dispatcher& dispatcher_;

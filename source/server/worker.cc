@@ -183,9 +183,12 @@ void AcceptedSocket::run(std::vector<network::ListenerFilterPtr> filters) {
 ActiveListener::ActiveListener(Worker& worker, ListenerConfigSharedPtr config, int fd)
     : worker_(worker), fd_(fd), backoff_(worker.dispatcher(), [this] { onAcceptReady(); }) {
   setConfig(std::move(config));
-  event_ = std::make_unique<event::FileEvent>(worker.dispatcher(), fd_, [this](uint32_t events) {
-    if (events & event::FileEvent::kRead) onAcceptReady();
-  });
+  event_ = std::make_unique<event::FileEvent>(
+      worker.dispatcher(), fd_, this, event::FileEvent::To<&ActiveListener::onSocketEvent>());
+}
+
+void ActiveListener::onSocketEvent(uint32_t events) {
+  if (events & event::FileEvent::kRead) onAcceptReady();
 }
 
 ActiveListener::~ActiveListener() {

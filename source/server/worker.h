@@ -143,6 +143,7 @@ class ActiveListener {
 
  private:
   void onAcceptReady();
+  void onSocketEvent(uint32_t events);
   // Takes a place in the connection limits for the socket, or refuses and closes it.
   bool admit(int fd, const network::Address& peer, network::ConnectionSlot& slot);
   // Sends the overflow reply (if the listener has one) to a socket refused over a limit.

@@ -171,6 +171,8 @@ class Worker {
     int fd;
     PortKind kind;
     std::unique_ptr<event::FileEvent> event;
+    Worker* worker = nullptr;
+    void onSocketEvent(uint32_t) { worker->onAcceptReady(*this); }
   };
 
   Worker(int index, const Counters& counters, tls::ServerContextSharedPtr tls, int udp_fd)
@@ -191,13 +193,14 @@ class Worker {
     logger::setThreadName(absl::StrFormat("worker%d", index_));
     stats::Store::bindThreadShard(stats::Store::get().createShard());
     for (Listener& l : listeners_) {
-      l.event = std::make_unique<event::FileEvent>(dispatcher_, l.fd,
-                                                   [this, &l](uint32_t) { onAcceptReady(l); });
+      l.worker = this;
+      l.event = std::make_unique<event::FileEvent>(
+          dispatcher_, l.fd, &l, event::FileEvent::To<&Listener::onSocketEvent>());
       l.event->activate(event::FileEvent::kRead);
     }
     if (udp_fd_ >= 0) {
-      udp_event_ = std::make_unique<event::FileEvent>(dispatcher_, udp_fd_,
-                                                      [this](uint32_t) { onUdpReady(); });
+      udp_event_ = std::make_unique<event::FileEvent>(dispatcher_, udp_fd_, this,
+                                                      event::FileEvent::To<&Worker::onUdpEvent>());
       udp_event_->activate(event::FileEvent::kRead);
     }
     dispatcher_.run();
@@ -214,6 +217,7 @@ class Worker {
   }
 
  private:
+  void onUdpEvent(uint32_t) { onUdpReady(); }
   void onUdpReady() {
     // Edge-triggered: drain every datagram now. One buffer, reused: no allocation.
     for (int i = 0; i < kAcceptsPerEvent; ++i) {

@@ -120,7 +120,7 @@ void Http1ProxyFilter::initializeReadFilterCallbacks(network::ReadFilterCallback
 }
 
 network::FilterStatus Http1ProxyFilter::onNewConnection() {
-  chain_.emplace(callbacks_->worker(), *this);
+  chain_ = std::make_unique<proxy::RequestFilterChain>(callbacks_->worker(), *this);
   for (const auto& factory : config_->request_filters) factory(*chain_);
   timer_.emplace(downstream().dispatcher(), [this] { onTimer(); });
   // The first head must arrive within the head deadline, counted from the accept.
@@ -558,8 +558,8 @@ void Http1ProxyFilter::onOriginBackedUp(bool backed_up) {
 void Http1ProxyFilter::startTunnel(upstream::UpstreamHandle upstream, buffer::Buffer& early,
                                    bool upstream_ended) {
   setState(State::Tunnel);
-  // No request follows on a tunnel: its filter instances are not needed any more.
-  chain_->releaseFilters();
+  // No request follows on a tunnel: its filter chain is not needed any more.
+  proxy::RequestFilterChain::release(chain_);
   const upstream::UpstreamInfo& info = upstream.info();
   upstream::TunnelOptions options;
   options.idle_timeout = info.tunnel_idle_timeout;

@@ -150,8 +150,9 @@ class Http1ProxyFilter : public network::ReadFilter,
 
   Http1ConfigSharedPtr config_;
   network::ReadFilterCallbacks* callbacks_ = nullptr;
-  // Built in onNewConnection (they need the worker); held in place, not on the heap.
-  std::optional<proxy::RequestFilterChain> chain_;
+  // Built in onNewConnection (they need the worker); let go when the connection becomes a
+  // tunnel.
+  std::unique_ptr<proxy::RequestFilterChain> chain_;
   // The exchange with the origin of an http:// request, while it is forwarded (from the
   // worker's free list); it holds the origin connection.
   upstream::OriginExchangePtr exchange_;

@@ -25,19 +25,18 @@ thread_local std::vector<http2::ResponseHeader> t_headers;
 }  // namespace
 
 Http2ProxyFilter::Stream::Stream(Http2ProxyFilter& parent)
-    : parent_(parent),
-      chain_(parent.callbacks_->worker(), *this),
-      timer_(parent.downstream().dispatcher(), [this] { onTimer(); }) {
+    : parent_(parent), timer_(parent.downstream().dispatcher(), [this] { onTimer(); }) {
   buildChain();
 }
 
 void Http2ProxyFilter::Stream::buildChain() {
-  for (const auto& factory : parent_.config_->request_filters) factory(chain_);
+  chain_ = std::make_unique<proxy::RequestFilterChain>(parent_.callbacks_->worker(), *this);
+  for (const auto& factory : parent_.config_->request_filters) factory(*chain_);
 }
 
 void Http2ProxyFilter::Stream::begin(int32_t id) {
   // A tunnel let its filters go (it runs no more requests); this stream needs them again.
-  if (!chain_.hasFilters()) buildChain();
+  if (chain_ == nullptr) buildChain();
   id_ = id;
   state_ = State::Headers;
   storage_.clear();
@@ -146,7 +145,7 @@ void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
   // record's end (the stream closing) gives it back.
   request_.limit_slot = trace_.limitSlot();
   state_ = State::Filtering;
-  chain_.start(request_);
+  chain_->start(request_);
 }
 
 void Http2ProxyFilter::Stream::onClientData(const uint8_t* data, size_t length) {
@@ -277,7 +276,7 @@ size_t Http2ProxyFilter::Stream::readBody(uint8_t* buf, size_t max, bool& eof) {
 
 void Http2ProxyFilter::Stream::abort() {
   if (state_ == State::Idle) return;
-  chain_.end();
+  if (chain_ != nullptr) chain_->end();
   timer_.disable();
   releaseUpstream();
   trace_.end(parent_.config_->listener_name, parent_.config_->request_duration);
@@ -303,7 +302,7 @@ bool Http2ProxyFilter::Stream::cutIfRevoked() {
 }
 
 void Http2ProxyFilter::Stream::onDenied(proxy::Denial denial, std::string_view reason) {
-  chain_.end();
+  if (chain_ != nullptr) chain_->end();
   trace_.routed(request_);
   trace_.fail(reason, request_.failure.kind);
   // The refusal goes out first, then the GOAWAY (onResponseSent).
@@ -419,7 +418,7 @@ void Http2ProxyFilter::Stream::onUpstreamReady(upstream::UpstreamHandle upstream
   key_tunnel_stats_ = request_.principal_tunnel_stats;
   trace_.routed(request_);
   if (request_.grant != nullptr) parent_.last_grant_ = request_.grant;
-  chain_.end();
+  if (chain_ != nullptr) chain_->end();
   if (info_.kind == proxy::RequestKind::Tunnel) {
     parent_.codec_->submitResponse(id_, 200, nullptr, 0, false);
     config().stats.countStatus(200);
@@ -561,7 +560,7 @@ void Http2ProxyFilter::Stream::onRetry() {
   request_.fresh_connection = true;
   state_ = State::Filtering;
   timer_.disable();
-  chain_.start(request_);
+  chain_->start(request_);
 }
 
 void Http2ProxyFilter::Stream::onExchangeError(upstream::ExchangeError error,
@@ -592,7 +591,7 @@ void Http2ProxyFilter::Stream::enterTunnel(upstream::UpstreamHandle upstream,
   // A tunnel runs no more requests: its filter instances go until the stream is reused, and so
   // does the copy of its header block (nothing reads the request's fields from here on; the
   // record copied what it keeps).
-  chain_.releaseFilters();
+  proxy::RequestFilterChain::release(chain_);
   std::string().swap(storage_);
   std::vector<FieldRef>().swap(refs_);
   std::vector<http1::HeaderField>().swap(fields_);
@@ -746,7 +745,7 @@ void Http2ProxyFilter::Stream::localReply(uint16_t status, http::ProxyError erro
 
 void Http2ProxyFilter::Stream::reset(ErrorCode code) {
   if (state_ == State::Done || state_ == State::Idle) return;
-  chain_.end();
+  if (chain_ != nullptr) chain_->end();
   timer_.disable();
   releaseUpstream();
   state_ = State::Done;

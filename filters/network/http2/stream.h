@@ -156,7 +156,7 @@ class Http2ProxyFilter::Stream : public memory::SlabAllocated,
   void reportUpstream();
 
   Http2ProxyFilter& parent_;
-  proxy::RequestFilterChain chain_;
+  std::unique_ptr<proxy::RequestFilterChain> chain_;  // null while a tunnel
   event::Timer timer_;
   int32_t id_ = 0;
   State state_ = State::Idle;

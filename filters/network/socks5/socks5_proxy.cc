@@ -202,9 +202,8 @@ int UdpRelay::open(const network::Address& local, int max_fd) {
   // The client's address in the socket's family, as recvfrom will report it.
   network::Address client;
   if (toFamily(client_, local.family(), client)) client_ = client;
-  file_event_.emplace(worker_.dispatcher(), fd_, [this](uint32_t events) {
-    if (events & event::FileEvent::kRead) onReadable();
-  });
+  file_event_.emplace(worker_.dispatcher(), fd_, this,
+                      event::FileEvent::To<&UdpRelay::onSocketEvent>());
   const network::Egress& egress = policy::egressOf(group_);
   for (const network::Address* from : {&egress.ipv4, &egress.ipv6}) {
     if (!from->valid()) continue;
@@ -224,9 +223,9 @@ int UdpRelay::open(const network::Address& local, int max_fd) {
       return err;
     }
     socket.own_port.hold(network::OwnPorts::Transport::Udp, socketName(socket.fd).port());
-    socket.event.emplace(worker_.dispatcher(), socket.fd, [this, &socket](uint32_t events) {
-      if (events & event::FileEvent::kRead) onEgressReadable(socket);
-    });
+    socket.relay = this;
+    socket.event.emplace(worker_.dispatcher(), socket.fd, &socket,
+                         event::FileEvent::To<&EgressSocket::onSocketEvent>());
   }
   idle_timer_.enable(config_->udp_idle_timeout);
   return 0;
@@ -1151,12 +1150,13 @@ void Socks5Filter::onBindChecked() {
   }
   // The listener, then the peer it accepts, is one upstream socket of the client's budget.
   upstream::UpstreamBudget& budget = upstream::UpstreamBudget::get();
-  if (!budget.admit(downstream().peer(), bind_slot_)) {
+  bind_ = std::make_unique<BindListener>();
+  if (!budget.admit(downstream().peer(), bind_->slot)) {
     sendReply(Reply::GeneralFailure, network::Address());
     return;
   }
-  bind_fd_ = ::socket(local.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (bind_fd_ >= budget.descriptorCeiling()) {
+  bind_->fd = ::socket(local.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (bind_->fd >= budget.descriptorCeiling()) {
     budget.countReserveRefusal();
     closeBindListener();
     sendReply(Reply::GeneralFailure, network::Address());
@@ -1165,8 +1165,8 @@ void Socks5Filter::onBindChecked() {
   network::Address at = local;
   at.setPort(0);
   const int bind_error =
-      bind_fd_ < 0 ? errno : network::bindSource(bind_fd_, at, /*defer_port=*/false);
-  if (bind_error != 0 && !egress.empty() && bind_fd_ >= 0) {
+      bind_->fd < 0 ? errno : network::bindSource(bind_->fd, at, /*defer_port=*/false);
+  if (bind_error != 0 && !egress.empty() && bind_->fd >= 0) {
     hs_->request.group->egress.bind_failed.inc();
     SLUICE_LOG(Warn, "socks5: BIND: cannot bind the egress address %s of group %s: %s",
                at.ipString(), hs_->request.group->name, strerror(bind_error));
@@ -1174,30 +1174,29 @@ void Socks5Filter::onBindChecked() {
     sendReply(Reply::GeneralFailure, network::Address());
     return;
   }
-  if (bind_error != 0 || ::listen(bind_fd_, 1) != 0) {
+  if (bind_error != 0 || ::listen(bind_->fd, 1) != 0) {
     SLUICE_LOG(Warn, "socks5: BIND: cannot listen on %s: %s", at.ipString(),
                strerror(bind_error != 0 ? bind_error : errno));
     closeBindListener();
     sendReply(Reply::GeneralFailure, network::Address());
     return;
   }
-  bind_address_ = socketName(bind_fd_);
-  bind_port_.hold(network::OwnPorts::Transport::Tcp, bind_address_.port());
-  bind_event_.emplace(downstream().dispatcher(), bind_fd_, [this](uint32_t events) {
-    if (events & event::FileEvent::kRead) onBindAccept();
-  });
+  bind_->address = socketName(bind_->fd);
+  bind_->port.hold(network::OwnPorts::Transport::Tcp, bind_->address.port());
+  bind_->event.emplace(downstream().dispatcher(), bind_->fd, this,
+                       event::FileEvent::To<&Socks5Filter::onBindEvent>());
   // A write never closes the connection under its caller: the state holds.
-  sendReply(Reply::Succeeded, bind_address_);
+  sendReply(Reply::Succeeded, bind_->address);
   setState(State::BindWaiting);
   timer_->enable(config_->bind_timeout);
 }
 
 void Socks5Filter::onBindAccept() {
-  while (state_ == State::BindWaiting && bind_fd_ >= 0) {
+  while (state_ == State::BindWaiting && bind_ != nullptr && bind_->fd >= 0) {
     sockaddr_storage ss{};
     socklen_t len = sizeof(ss);
     const int fd =
-        ::accept4(bind_fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        ::accept4(bind_->fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return;
@@ -1223,7 +1222,7 @@ void Socks5Filter::onBindAccept() {
     upstream::UpstreamHandle inbound(
         std::make_unique<network::Connection>(downstream().dispatcher(), fd, peer,
                                               network::Connection::Blocking::NonBlocking),
-        nullptr, info, std::move(bind_slot_));
+        nullptr, info, std::move(bind_->slot));
     // The second reply names the peer that connected.
     sendReply(Reply::Succeeded, peer);
     startTunnel(std::move(inbound));
@@ -1422,13 +1421,14 @@ network::Address Socks5Filter::localAddress() const {
 }
 
 void Socks5Filter::closeBindListener() {
+  if (bind_ == nullptr) return;
   // The FileEvent object stays until the filter goes: this may run inside its callback.
-  if (bind_event_) bind_event_->remove();
-  if (bind_fd_ >= 0) {
-    ::close(bind_fd_);
-    bind_fd_ = -1;
+  if (bind_->event) bind_->event->remove();
+  if (bind_->fd >= 0) {
+    ::close(bind_->fd);
+    bind_->fd = -1;
   }
-  bind_port_.release();
+  bind_->port.release();
 }
 
 void Socks5Filter::releaseTunnel() {

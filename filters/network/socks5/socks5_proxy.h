@@ -229,8 +229,15 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
     int fd = -1;
     std::optional<event::FileEvent> event;
     network::OwnPort own_port;  // sluice itself for the destination guard, like bound_'s
+    UdpRelay* relay = nullptr;
+    void onSocketEvent(uint32_t events) {
+      if (events & event::FileEvent::kRead) relay->onEgressReadable(*this);
+    }
   };
 
+  void onSocketEvent(uint32_t events) {
+    if (events & event::FileEvent::kRead) onReadable();
+  }
   void onReadable();
   // Reads what destinations sent to an egress socket.
   void onEgressReadable(EgressSocket& socket);
@@ -364,6 +371,9 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   void startConnect();
   void startBind();
   void startUdpAssociate();
+  void onBindEvent(uint32_t events) {
+    if (events & event::FileEvent::kRead) onBindAccept();
+  }
   void onBindAccept();
   // A BIND for any peer: whether the policy's rules that need the peer's address admit the one
   // that connected (counted; in a report-only group recorded and admitted).
@@ -418,14 +428,19 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
 
   // CONNECT and BIND, once the reply went out.
   std::unique_ptr<upstream::TunnelRelay> tunnel_;
-  // BIND
-  int bind_fd_ = -1;
-  std::optional<event::FileEvent> bind_event_;
-  network::Address bind_address_;
-  network::OwnPort bind_port_;  // bind_address_'s port: sluice itself for the destination guard
-  // The client's place in the upstream budget: the BIND listener's, then its peer's (moved into
-  // the tunnel's handle), and the UDP relay socket's.
-  network::ConnectionSlot bind_slot_;
+  // BIND: made for the command (a connection that never binds holds none). It stays until the
+  // filter goes, its socket closed once the peer connected: its event may be on the stack.
+  struct BindListener {
+    int fd = -1;
+    std::optional<event::FileEvent> event;
+    network::Address address;
+    network::OwnPort port;  // address's port: sluice itself for the destination guard
+    // The client's place in the upstream budget: the listener's, then its peer's (moved into
+    // the tunnel's handle).
+    network::ConnectionSlot slot;
+  };
+  std::unique_ptr<BindListener> bind_;
+  // The UDP relay socket's place in the client's upstream budget.
   network::ConnectionSlot udp_slot_;
   // UDP ASSOCIATE
   std::unique_ptr<UdpRelay> udp_;

@@ -1,5 +1,7 @@
 #include "source/common/event/dispatcher.h"
 
+#include <algorithm>
+
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -24,12 +26,16 @@ Dispatcher::Dispatcher() {
   event_assign(&post_event_, base_, wake_fd_, EV_READ | EV_PERSIST, &Dispatcher::onPosted, this);
   event_add(&post_event_, nullptr);
   event_assign(&deferred_event_, base_, -1, 0, &Dispatcher::onDeferredDelete, this);
+  evtimer_assign(&timer_event_, base_, &Dispatcher::onTimerEvent, this);
 }
 
 Dispatcher::~Dispatcher() {
   clearDeferred();
   event_del(&post_event_);
   event_del(&deferred_event_);
+  evtimer_del(&timer_event_);
+  // Timers that outlive the dispatcher (destroyed after it) must not reach back into it.
+  for (Timer* timer : timers_) timer->slot_ = Timer::kUnarmed;
   event_base_free(base_);
   close(wake_fd_);
 }
@@ -94,29 +100,125 @@ MonotonicTime Dispatcher::now() {
   return std::chrono::steady_clock::now();
 }
 
-Timer::Timer(Dispatcher& dispatcher, std::function<void()> cb) : cb_(std::move(cb)) {
-  evtimer_assign(&event_, dispatcher.base(), &Timer::onFire, this);
+bool Dispatcher::before(const Timer* a, const Timer* b) {
+  if (a->deadline_ != b->deadline_) return a->deadline_ < b->deadline_;
+  return static_cast<int32_t>(a->order_ - b->order_) < 0;  // wraps safely
 }
 
-Timer::~Timer() { evtimer_del(&event_); }
+void Dispatcher::placeTimer(uint32_t slot, Timer* timer) {
+  timers_[slot] = timer;
+  timer->slot_ = slot;
+}
+
+void Dispatcher::siftUp(uint32_t slot) {
+  Timer* timer = timers_[slot];
+  while (slot > 0) {
+    const uint32_t parent = (slot - 1) / 2;
+    if (!before(timer, timers_[parent])) break;
+    placeTimer(slot, timers_[parent]);
+    slot = parent;
+  }
+  placeTimer(slot, timer);
+}
+
+void Dispatcher::siftDown(uint32_t slot) {
+  Timer* timer = timers_[slot];
+  const uint32_t size = static_cast<uint32_t>(timers_.size());
+  for (;;) {
+    uint32_t child = 2 * slot + 1;
+    if (child >= size) break;
+    if (child + 1 < size && before(timers_[child + 1], timers_[child])) ++child;
+    if (!before(timers_[child], timer)) break;
+    placeTimer(slot, timers_[child]);
+    slot = child;
+  }
+  placeTimer(slot, timer);
+}
+
+void Dispatcher::armTimer(Timer& timer, MonotonicTime deadline, MonotonicTime now) {
+  if (timer.slot_ != Timer::kUnarmed) disarmTimer(timer);
+  timer.deadline_ = deadline;
+  timer.order_ = next_timer_order_++;
+  timers_.push_back(&timer);
+  siftUp(static_cast<uint32_t>(timers_.size() - 1));
+  if (timers_.front() == &timer) scheduleTimers(now);
+}
+
+void Dispatcher::disarmTimer(Timer& timer) {
+  const uint32_t slot = timer.slot_;
+  timer.slot_ = Timer::kUnarmed;
+  Timer* last = timers_.back();
+  timers_.pop_back();
+  if (last != &timer) {
+    placeTimer(slot, last);
+    if (slot > 0 && before(last, timers_[(slot - 1) / 2])) {
+      siftUp(slot);
+    } else {
+      siftDown(slot);
+    }
+  }
+  // With timers left, the libevent timer stays as it is: firing early, it finds nothing due
+  // and points itself at the new earliest deadline (one wakeup, not one event_add per disable).
+  if (timers_.empty() && timer_event_armed_) {
+    evtimer_del(&timer_event_);
+    timer_event_armed_ = false;
+  }
+}
+
+void Dispatcher::scheduleTimers(MonotonicTime now) {
+  if (timers_.empty()) return;
+  const MonotonicTime due = timers_.front()->deadline_;
+  if (timer_event_armed_ && timer_event_at_ <= due) return;
+  const auto wait = std::max(std::chrono::duration_cast<std::chrono::microseconds>(due - now),
+                             std::chrono::microseconds(0));
+  struct timeval tv;
+  tv.tv_sec = wait.count() / 1000000;
+  tv.tv_usec = wait.count() % 1000000;
+  evtimer_add(&timer_event_, &tv);
+  timer_event_at_ = due;
+  timer_event_armed_ = true;
+}
+
+void Dispatcher::onTimerEvent(evutil_socket_t, short, void* arg) {
+  static_cast<Dispatcher*>(arg)->runTimers();
+}
+
+void Dispatcher::runTimers() {
+  timer_event_armed_ = false;
+  // One reading of the clock for the whole pass: a timer armed by a callback with a zero
+  // timeout waits for the next pass (the next loop iteration), as with libevent's own timers.
+  // Timers armed during the pass (order from pass_end on) wait for the next one too.
+  const MonotonicTime now = this->now();
+  const uint32_t pass_end = next_timer_order_;
+  while (!timers_.empty()) {
+    Timer& timer = *timers_.front();
+    if (timer.deadline_ > now + kTimerSlack) break;
+    if (static_cast<int32_t>(timer.order_ - pass_end) >= 0) break;
+    disarmTimer(timer);
+    timer.cb_();  // may arm, disarm or destroy any timer, itself included
+  }
+  scheduleTimers(this->now());
+}
+
+Timer::Timer(Dispatcher& dispatcher, std::function<void()> cb)
+    : dispatcher_(dispatcher), cb_(std::move(cb)) {}
+
+Timer::~Timer() {
+  if (slot_ != kUnarmed) dispatcher_.disarmTimer(*this);
+}
 
 void Timer::enable(std::chrono::milliseconds timeout) {
-  struct timeval tv;
-  tv.tv_sec = timeout.count() / 1000;
-  tv.tv_usec = (timeout.count() % 1000) * 1000;
-  evtimer_add(&event_, &tv);
+  const MonotonicTime now = dispatcher_.now();
+  dispatcher_.armTimer(*this, now + timeout, now);
 }
 
-void Timer::disable() { evtimer_del(&event_); }
+void Timer::disable() {
+  if (slot_ != kUnarmed) dispatcher_.disarmTimer(*this);
+}
 
-bool Timer::enabled() const { return evtimer_pending(&event_, nullptr) != 0; }
-
-void Timer::onFire(evutil_socket_t, short, void* arg) { static_cast<Timer*>(arg)->cb_(); }
-
-FileEvent::FileEvent(Dispatcher& dispatcher, int fd, std::function<void(uint32_t)> cb)
-    : cb_(std::move(cb)) {
+void FileEvent::assign(Dispatcher& dispatcher, int fd, Callback cb, void* owner) {
   event_assign(&event_, dispatcher.base(), fd, EV_READ | EV_WRITE | EV_PERSIST | EV_ET | EV_CLOSED,
-               &FileEvent::onReady, this);
+               cb, owner);
   event_add(&event_, nullptr);
 }
 
@@ -131,12 +233,12 @@ void FileEvent::activate(uint32_t events) {
 
 void FileEvent::remove() { event_del(&event_); }
 
-void FileEvent::onReady(evutil_socket_t, short what, void* arg) {
+uint32_t FileEvent::events(short what) {
   uint32_t events = 0;
   if (what & EV_READ) events |= kRead;
   if (what & EV_WRITE) events |= kWrite;
   if (what & EV_CLOSED) events |= kClosed | kRead;
-  static_cast<FileEvent*>(arg)->cb_(events);
+  return events;
 }
 
 }  // namespace event

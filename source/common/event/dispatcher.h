@@ -22,6 +22,8 @@ class DeferredDeletable {
 };
 using DeferredDeletablePtr = std::unique_ptr<DeferredDeletable>;
 
+class Timer;
+
 // One libevent event_base and the thread that runs it. Everything created on a dispatcher is
 // used only from its thread; post() is the one way in from other threads.
 class Dispatcher {
@@ -43,9 +45,21 @@ class Dispatcher {
   MonotonicTime now();
 
  private:
+  friend class Timer;
   static void onPosted(evutil_socket_t, short, void* arg);
   static void onDeferredDelete(evutil_socket_t, short, void* arg);
+  static void onTimerEvent(evutil_socket_t, short, void* arg);
   void clearDeferred();
+  // The heap of armed timers, earliest deadline first.
+  static bool before(const Timer* a, const Timer* b);
+  void armTimer(Timer& timer, MonotonicTime deadline, MonotonicTime now);
+  void disarmTimer(Timer& timer);
+  void placeTimer(uint32_t slot, Timer* timer);
+  void siftUp(uint32_t slot);
+  void siftDown(uint32_t slot);
+  // Points the libevent timer at the earliest deadline when it is not already due before it.
+  void scheduleTimers(MonotonicTime now);
+  void runTimers();
 
   event_base* base_;
   // post() wakes the loop through this eventfd, so the base itself needs no lock.
@@ -56,9 +70,21 @@ class Dispatcher {
   std::vector<std::function<void()>> posted_;
   std::vector<DeferredDeletablePtr> deferred_;
   bool deferred_scheduled_ = false;
+  std::vector<Timer*> timers_;
+  struct event timer_event_;
+  MonotonicTime timer_event_at_{};  // when timer_event_ fires, while timer_event_armed_
+  bool timer_event_armed_ = false;
+  uint32_t next_timer_order_ = 0;
 };
 
-// A one-shot timer; embedded in its owner, no allocation when armed.
+// How early a timer may fire: libevent measures its own timeout on a coarser clock, so it can
+// wake the loop slightly before a deadline; a timer that close is run then, not re-armed.
+inline constexpr std::chrono::milliseconds kTimerSlack{1};
+
+// A one-shot timer; embedded in its owner, no allocation when armed. A timer is a slot in its
+// dispatcher's heap of deadlines (56 bytes, not a libevent event of 128 plus its callback): the
+// dispatcher keeps one libevent timer for the earliest of them. It fires at most
+// kTimerSlack early, never late by more than the loop's own latency.
 class Timer {
  public:
   Timer(Dispatcher& dispatcher, std::function<void()> cb);
@@ -68,12 +94,17 @@ class Timer {
 
   void enable(std::chrono::milliseconds timeout);
   void disable();
-  bool enabled() const;
+  bool enabled() const { return slot_ != kUnarmed; }
 
  private:
-  static void onFire(evutil_socket_t, short, void* arg);
-  struct event event_;
+  friend class Dispatcher;
+  static constexpr uint32_t kUnarmed = UINT32_MAX;
+
+  Dispatcher& dispatcher_;
   std::function<void()> cb_;
+  MonotonicTime deadline_{};
+  uint32_t slot_ = kUnarmed;  // its index in the dispatcher's heap while armed
+  uint32_t order_ = 0;        // among equal deadlines, the one armed first fires first
 };
 
 // Readiness of one socket, edge-triggered: the owner reads or writes until EAGAIN and is told
@@ -84,7 +115,17 @@ class FileEvent {
   static constexpr uint32_t kWrite = 2;
   static constexpr uint32_t kClosed = 4;
 
-  FileEvent(Dispatcher& dispatcher, int fd, std::function<void(uint32_t)> cb);
+  // Names the owner's method that hears the events: FileEvent(d, fd, this,
+  // FileEvent::To<&Connection::onFileEvent>()). The event is libevent's struct event and no more
+  // (128 bytes): libevent calls the method through a function made for it, with the owner as
+  // its argument, so there is no callback object to store.
+  template <auto Method>
+  struct To {};
+
+  template <class Owner, auto Method>
+  FileEvent(Dispatcher& dispatcher, int fd, Owner* owner, To<Method>) {
+    assign(dispatcher, fd, &FileEvent::deliver<Owner, Method>, owner);
+  }
   ~FileEvent();
   FileEvent(const FileEvent&) = delete;
   FileEvent& operator=(const FileEvent&) = delete;
@@ -95,9 +136,15 @@ class FileEvent {
   void remove();
 
  private:
-  static void onReady(evutil_socket_t, short what, void* arg);
+  using Callback = void (*)(evutil_socket_t, short, void*);
+  void assign(Dispatcher& dispatcher, int fd, Callback cb, void* owner);
+  static uint32_t events(short what);
+  template <class Owner, auto Method>
+  static void deliver(evutil_socket_t, short what, void* owner) {
+    (static_cast<Owner*>(owner)->*Method)(events(what));
+  }
+
   struct event event_;
-  std::function<void(uint32_t)> cb_;
 };
 
 }  // namespace event

@@ -45,7 +45,7 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
       peer_(peer),
       state_(state),
       id_(t_next_connection_id++),
-      file_event_(dispatcher, fd, [this](uint32_t events) { onFileEvent(events); }) {}
+      file_event_(dispatcher, fd, this, event::FileEvent::To<&Connection::onFileEvent>()) {}
 
 std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher, const Address& to,
                                                   int max_fd, const Address* source,

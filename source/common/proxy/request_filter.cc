@@ -15,19 +15,11 @@ const char* phaseName(RequestPhase phase) {
   return "authorize";
 }
 
-namespace {
-// Request filters waiting for the end of the current callback to be deleted.
-struct ReleasedFilters : event::DeferredDeletable {
-  std::vector<RequestFilterPtr> filters;
-};
-}  // namespace
-
-void RequestFilterChain::releaseFilters() {
-  end();
-  if (filters_.empty()) return;
-  auto released = std::make_unique<ReleasedFilters>();
-  released->filters.swap(filters_);
-  worker_.dispatcher().deferredDelete(std::move(released));
+void RequestFilterChain::release(std::unique_ptr<RequestFilterChain>& chain) {
+  if (chain == nullptr) return;
+  chain->end();
+  event::Dispatcher& dispatcher = chain->worker_.dispatcher();
+  dispatcher.deferredDelete(std::move(chain));
 }
 
 void RequestFilterChain::addFilter(RequestFilterPtr filter) {

@@ -67,7 +67,11 @@ class RequestFilter : public memory::SlabAllocated {
 using RequestFilterPtr = std::unique_ptr<RequestFilter>;
 
 // Runs the request filters of one connection (or stream) over its requests, one at a time.
-class RequestFilterChain : public RequestFilterCallbacks {
+// Held by pointer (from the worker's slab) so that a connection or stream that becomes a
+// tunnel lets the chain and its filters go: a tunnel holds none of them.
+class RequestFilterChain : public RequestFilterCallbacks,
+                           public memory::SlabAllocated,
+                           public event::DeferredDeletable {
  public:
   RequestFilterChain(WorkerContext& worker, RequestSink& sink) : worker_(worker), sink_(sink) {}
 
@@ -77,10 +81,10 @@ class RequestFilterChain : public RequestFilterCallbacks {
   // Ends the current request (if any): filters that saw it drop pending work.
   void end();
   bool active() const { return state_ == State::Running || state_ == State::Paused; }
-  // Ends the current request and lets every filter go (deleted from the loop: one of them may
-  // be on the stack): a connection that became a tunnel runs no more requests.
-  void releaseFilters();
-  bool hasFilters() const { return !filters_.empty(); }
+  // Ends the chain's request and lets the chain and its filters go (deleted from the loop: the
+  // chain or a filter may be on the stack): a connection that became a tunnel runs no more
+  // requests. Leaves `chain` null.
+  static void release(std::unique_ptr<RequestFilterChain>& chain);
 
   // RequestFilterCallbacks
   WorkerContext& worker() override { return worker_; }

@@ -52,9 +52,8 @@ TestDnsServer::TestDnsServer(event::Dispatcher& dispatcher) {
   socklen_t len = sizeof(addr);
   SLUICE_ASSERT(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0, "getsockname");
   port_ = ntohs(addr.sin_port);
-  file_event_ = std::make_unique<event::FileEvent>(dispatcher, fd_, [this](uint32_t events) {
-    if (events & event::FileEvent::kRead) onReadable();
-  });
+  file_event_ = std::make_unique<event::FileEvent>(
+      dispatcher, fd_, this, event::FileEvent::To<&TestDnsServer::onSocketEvent>());
 }
 
 TestDnsServer::~TestDnsServer() {

@@ -57,6 +57,9 @@ class TestDnsServer {
   };
 
   void onReadable();
+  void onSocketEvent(uint32_t events) {
+    if (events & event::FileEvent::kRead) onReadable();
+  }
   void handle(const uint8_t* query, size_t length, const void* peer, uint32_t peer_length);
 
   int fd_ = -1;

@@ -112,6 +112,95 @@ TEST(TimerTest, DestroyedArmedTimerNeverFires) {
   EXPECT_EQ(0, fired);
 }
 
+TEST(TimerTest, ManyTimersFireInDeadlineOrderAndEqualDeadlinesInArmingOrder) {
+  Dispatcher d;
+  std::vector<int> order;
+  std::vector<std::unique_ptr<Timer>> timers;
+  // Armed out of order: 40, 10, 30, 20, 10, 0 ms... ten of each deadline.
+  const int deadlines[] = {40, 10, 30, 20, 0};
+  for (int round = 0; round < 10; ++round) {
+    for (int ms : deadlines) {
+      const int id = static_cast<int>(timers.size());
+      timers.push_back(std::make_unique<Timer>(d, [&order, id] { order.push_back(id); }));
+      timers.back()->enable(milliseconds(ms));
+    }
+  }
+  ASSERT_TRUE(runUntil(d, [&] { return order.size() == timers.size(); }));
+  ASSERT_EQ(timers.size(), order.size());
+  for (size_t i = 1; i < order.size(); ++i) {
+    const int a = deadlines[order[i - 1] % 5];
+    const int b = deadlines[order[i] % 5];
+    EXPECT_LE(a, b) << "at " << i;
+    if (a == b) EXPECT_LT(order[i - 1], order[i]) << "at " << i;  // armed first, fired first
+  }
+  for (auto& t : timers) EXPECT_FALSE(t->enabled());
+}
+
+TEST(TimerTest, DisarmingTheEarliestLetsTheNextFireOnTime) {
+  Dispatcher d;
+  bool early_fired = false;
+  Clock::time_point later_at;
+  Timer early(d, [&] { early_fired = true; });
+  Timer later(d, [&] { later_at = Clock::now(); });
+  const auto start = Clock::now();
+  early.enable(milliseconds(5));
+  later.enable(milliseconds(40));
+  early.disable();
+  ASSERT_TRUE(runUntil(d, [&] { return later_at != Clock::time_point(); }));
+  EXPECT_FALSE(early_fired);
+  EXPECT_GE(later_at - start, milliseconds(39));
+  // Re-arming a later deadline earlier moves it up.
+  Clock::time_point moved_at;
+  Timer moved(d, [&] { moved_at = Clock::now(); });
+  Timer other(d, [] {});
+  other.enable(milliseconds(1000));
+  moved.enable(milliseconds(2000));
+  const auto moved_start = Clock::now();
+  moved.enable(milliseconds(10));
+  ASSERT_TRUE(runUntil(d, [&] { return moved_at != Clock::time_point(); }));
+  EXPECT_LT(moved_at - moved_start, milliseconds(900));
+  EXPECT_TRUE(other.enabled());
+}
+
+TEST(TimerTest, ACallbackMayDestroyOrDisarmTimersDueInTheSamePass) {
+  Dispatcher d;
+  int fired = 0;
+  auto second = std::make_unique<Timer>(d, [&] { ++fired; });
+  Timer third(d, [&] { ++fired; });
+  Timer first(d, [&] {
+    ++fired;
+    second.reset();   // due in this pass: destroyed before it runs
+    third.disable();  // also due: disarmed
+  });
+  first.enable(milliseconds(0));
+  second->enable(milliseconds(0));
+  third.enable(milliseconds(0));
+  runFor(d, milliseconds(30));
+  EXPECT_EQ(1, fired);
+}
+
+TEST(TimerTest, AZeroTimerArmedByATimerWaitsForTheNextIteration) {
+  Dispatcher d;
+  int passes = 0;
+  int fired = 0;
+  std::unique_ptr<Timer> again;
+  again = std::make_unique<Timer>(d, [&] {
+    ++fired;
+    again->enable(milliseconds(0));  // would spin forever if run in the same pass
+  });
+  again->enable(milliseconds(0));
+  for (; passes < 5; ++passes) event_base_loop(d.base(), EVLOOP_ONCE);
+  EXPECT_EQ(5, fired);
+}
+
+TEST(TimerTest, ATimerMayOutliveItsDispatcher) {
+  auto d = std::make_unique<Dispatcher>();
+  Timer timer(*d, [] {});
+  timer.enable(milliseconds(100));
+  d.reset();
+  EXPECT_FALSE(timer.enabled());
+}
+
 TEST(DispatcherTest, PostFromAnotherThreadRunsOnTheLoop) {
   Dispatcher d;
   std::atomic<int> ran{0};
@@ -269,16 +358,31 @@ TEST(DispatcherTest, NowIsSteadyClockTime) {
   EXPECT_LT(std::chrono::abs(Clock::now() - inside), std::chrono::seconds(1));
 }
 
+// An owner of a FileEvent: the event calls its method with the events.
+struct EventCounter {
+  void onEvents(uint32_t events) {
+    seen |= events;
+    if (events & FileEvent::kRead) ++reads;
+    if (events & FileEvent::kWrite) ++writes;
+  }
+  uint32_t seen = 0;
+  int reads = 0;
+  int writes = 0;
+};
+
+TEST(FileEventTest, HoldsNothingButTheLibeventEvent) {
+  static_assert(sizeof(FileEvent) == sizeof(struct event));
+  static_assert(sizeof(Timer) <= 56);
+}
+
 TEST(FileEventTest, ReadAndWriteReadinessEdgeTriggered) {
   Dispatcher d;
   int fds[2];
   ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds));
-  int reads = 0;
-  int writes = 0;
-  FileEvent ev(d, fds[0], [&](uint32_t events) {
-    if (events & FileEvent::kRead) ++reads;
-    if (events & FileEvent::kWrite) ++writes;
-  });
+  EventCounter counter;
+  int& reads = counter.reads;
+  int& writes = counter.writes;
+  FileEvent ev(d, fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
   ASSERT_TRUE(runUntil(d, [&] { return writes >= 1; }));  // initially writable
   EXPECT_EQ(0, reads);
   ASSERT_EQ(1, ::write(fds[1], "x", 1));
@@ -299,8 +403,9 @@ TEST(FileEventTest, PeerCloseReportsClosedAndRead) {
   Dispatcher d;
   int fds[2];
   ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds));
-  uint32_t seen = 0;
-  FileEvent ev(d, fds[0], [&](uint32_t events) { seen |= events; });
+  EventCounter counter;
+  uint32_t& seen = counter.seen;
+  FileEvent ev(d, fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
   ::close(fds[1]);
   ASSERT_TRUE(runUntil(d, [&] { return (seen & FileEvent::kClosed) != 0; }));
   EXPECT_NE(0u, seen & FileEvent::kRead);

@@ -36,7 +36,9 @@ TEST(SlabTest, ObjectsArePackedInOneChunkAndNeverOverlap) {
   EXPECT_EQ(slabStats().live_objects - before.live_objects, 50u);
   uintptr_t last = 0;
   for (uintptr_t s : starts) {
-    if (last != 0) EXPECT_GE(s - last, sizeof(Derived));
+    if (last != 0) {
+      EXPECT_GE(s - last, sizeof(Derived));
+    }
     last = s;
   }
   for (int i = 0; i < 50; ++i) {

@@ -570,7 +570,8 @@ class MiniDnsServer {
     socklen_t len = sizeof(a);
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
-    event_ = std::make_unique<event::FileEvent>(dispatcher, fd_, [this](uint32_t) { onRead(); });
+    event_ = std::make_unique<event::FileEvent>(
+        dispatcher, fd_, this, event::FileEvent::To<&MiniDnsServer::onSocketEvent>());
   }
   ~MiniDnsServer() {
     event_.reset();
@@ -583,6 +584,7 @@ class MiniDnsServer {
   int queries = 0;
 
  private:
+  void onSocketEvent(uint32_t) { onRead(); }
   void onRead() {
     uint8_t q[512];
     sockaddr_storage peer;
