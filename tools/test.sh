@@ -18,6 +18,7 @@ unit_passed=0
 unit_failed=0
 integ_passed=0
 integ_failed=0
+failed_names=()
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -31,6 +32,9 @@ summary() {
     detail="${joined}$detail passed"
   fi
   echo
+  # What failed, by name, next to the verdict (the logs may be gone when someone reads this).
+  local name
+  for name in "${failed_names[@]}"; do echo "failed: $name"; done
   echo "logs: $logs"
   echo "sluice tests: $verdict ($detail)"
   # The plain tally, for tools that read the last line.
@@ -79,6 +83,9 @@ if [[ $rc -eq 4 ]]; then
 elif [[ $rc -ne 0 || $unit_targets_failed -ne 0 ]]; then
   failures+=("unit tests (bazel exit $rc, $unit_targets_failed target(s) failed)")
   ((unit_failed == 0)) && unit_failed=1
+  mapfile -t -O "${#failed_names[@]}" failed_names < <(grep -E \
+    '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY|INCOMPLETE)' "$logs/unit.log" |
+    awk '{print $1}')
 else
   echo "unit: $unit_targets_passed targets, $unit_passed test cases passed"
 fi
@@ -118,6 +125,9 @@ if [[ $rc -eq 5 ]]; then
 elif [[ $rc -ne 0 ]]; then
   failures+=("integration tests (pytest exit $rc)")
   ((integ_failed == 0)) && integ_failed=1
+  # pytest -rfE ends with one "FAILED path::test - reason" (or ERROR) line per failure.
+  mapfile -t -O "${#failed_names[@]}" failed_names < \
+    <(grep -E '^(FAILED|ERROR) ' "$logs/integration.log" | cut -c1-300)
 fi
 
 # -- fuzz smoke --------------------------------------------------------------------------------

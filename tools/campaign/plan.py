@@ -60,6 +60,7 @@ class Test:
     quick: bool = False          # part of --quick
     na: str = ""                 # no peer can run it here: why
     workers: int = 1             # the workers row: cores for the proxy
+    crosscheck: bool = False     # run again with wrk at each peer's chosen level (wrk.py)
     rows: list = field(default_factory=list)
 
 
@@ -82,7 +83,7 @@ def http_tests(group, quick_ids, mem_levels):
     origin = "{origin}"
     tests = [
         Test(f"{g}.1k", g, "load", "GET of 1 KiB, keep-alive", ["--dst", origin + "/bytes/1024"],
-             SMALL, keepalive=True),
+             SMALL, keepalive=True, crosscheck=(g == "plain")),
         Test(f"{g}.10k", g, "load", "GET of 10 KiB, keep-alive",
              ["--dst", origin + "/bytes/10240"], SMALL, keepalive=True),
         Test(f"{g}.new", g, "load", "GET of 1 KiB, a new client connection per request" +
@@ -266,6 +267,7 @@ def runs_of(test, settings):
     s = settings
     if test.kind in ("load", "udp"):
         n = len(sweep_levels(test, s)) + s.runs - 1
+        n += s.runs if test.crosscheck else 0
         return n, s.warmup + n * (s.duration + s.per_run)
     if test.kind == "bulk":
         return s.runs, s.warmup + s.runs * (s.duration + s.per_run)

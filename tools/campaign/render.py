@@ -433,6 +433,41 @@ def build(d):
                   table, caption=f"{row['title']}: {row['unit']}, measured values by proxy")
         doc.p(cond, "conditions")
 
+    # the same test from a second load generator
+    cc = d.get("crosscheck") or {}
+    doc.h(2, "Cross-check: the same test driven by wrk", "crosscheck")
+    doc.p("Every row above is measured with `sluice-load`. To show that its figures are the "
+          "proxies' and not the load generator's, the plain HTTP 1 KB keep-alive test runs "
+          "again with wrk (a Lua script sends absolute-form GETs with the key in "
+          "Proxy-Authorization, as a client configured with a proxy does), against each HTTP "
+          "peer at the concurrency its sweep chose, on the same cores, as many runs as the "
+          "row. The two generators agree when the ratio is near 1× and the CPU per request "
+          "is alike; the order of the peers should not change.")
+    cc_rows = []
+    for p in peers:
+        e = (cc.get("peers") or {}).get(p["id"])
+        if not e:
+            continue
+        w = e.get("wrk_rate")
+        s = e.get("sluice_load_rate")
+        cc_rows.append([
+            p["name"], f"{e['concurrency']:,}", fmt(s) if s else "—",
+            (fmt(w) + ("" if e["clean"] else " *")) if w else "—",
+            f"{fmt(e['wrk_rate_min'])} – {fmt(e['wrk_rate_max'])}" if w else "",
+            f"{w / s:.2f}×" if w and s else "",
+            fmt(e.get("sluice_load_cpu_us")) if e.get("sluice_load_cpu_us") else "—",
+            fmt(e.get("wrk_cpu_us")) if e.get("wrk_cpu_us") else "—",
+            e.get("failure", "")])
+    if cc_rows:
+        doc.table(["Proxy", "Connections", "sluice-load req/s", "wrk req/s", "wrk min – max",
+                   "wrk / sluice-load", "CPU µs/req (sluice-load)", "CPU µs/req (wrk)",
+                   "Notes"], cc_rows,
+                  caption="HTTP, 1 KB responses: sluice-load and wrk side by side")
+        doc.p(cond, "conditions")
+    else:
+        doc.p("Not run" + (f" ({cc['note']})" if cc.get("note") else
+                           " (the plain HTTP 1 KB test did not run)") + ".")
+
     # how each peer was run
     doc.h(2, "How each peer was run", "peers")
     for p in peers:

@@ -63,7 +63,7 @@ def test_every_row_and_peer_is_in_every_output(campaign):
     for g in d["groups"]:
         assert g["title"] in md and escape(g["title"], quote=False) in page
     for section in ("Test by test", "How each peer was run", "What the numbers do not show",
-                    "What each one supports"):
+                    "What each one supports", "Cross-check: the same test driven by wrk"):
         assert section in md and section in page
     # a peer that is not here says why, in the report
     for p in d["peers"]:
@@ -111,6 +111,60 @@ def test_http2_new_connection_row_has_figures_for_the_http2_peers(campaign):
         rep = r["report"]
         assert rep["proxy_kind"] == "h2" and rep["new_conn"] and not rep["tunnel"]
         assert rep["requests"] > 0 and rep["connections_opened"] >= rep["requests"], rep
+
+
+def test_wrk_cross_checks_the_1k_row_for_every_http_peer_that_ran_it(campaign):
+    out, _, d = campaign
+    cc = d["crosscheck"]["peers"]
+    ran = {pid for pid, r in d["results"]["plain.1k"].items() if "value" in r}
+    assert "sluice" in ran
+    assert set(cc) == ran, (set(cc), ran)
+    for pid, e in cc.items():
+        assert e["concurrency"] == d["results"]["plain.1k"][pid]["concurrency"], pid
+        assert e["sluice_load_rate"] == d["results"]["plain.1k"][pid]["value"], pid
+        # The proxy spent CPU on wrk's requests: they went through it.
+        assert e["wrk_rate"] > 0 and e["wrk_cpu_us"] > 0, (pid, e)
+    assert cc["sluice"]["clean"], cc["sluice"]
+    runs = [r for r in d["runs"] if r.get("generator") == "wrk"]
+    assert {r["peer"] for r in runs} == ran
+    for r in runs:
+        assert any(c.endswith("wrk") for c in r["command"]), r["command"]
+        assert r["report"]["requests"] > 0, r
+    md = (out / "report.md").read_text()
+    assert "wrk / sluice-load" in md
+
+
+def test_wrk_output_parses_into_a_report():
+    import sys
+    sys.path.insert(0, str(REPO / "tools" / "campaign"))
+    import wrk
+    text = """Running 4s test @ http://127.0.0.1:18603/
+  1 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     1.62ms  212.33us   6.01ms   84.12%
+    Req/Sec    39.61k     1.20k   41.02k    80.00%
+  157644 requests in 4.00s, 185.03MB read
+  Socket errors: connect 0, read 3, write 0, timeout 2
+  Non-2xx or 3xx responses: 10
+Requests/sec:  39410.73
+Transfer/sec:     46.26MB
+"""
+    r = wrk.parse(text)
+    assert r == {"ok": 157634, "failed": 15, "requests": 157644, "elapsed_s": 4.0,
+                 "errors": {"read": 3, "timeout": 2}, "wrk_requests_per_s": 39410.73}
+    assert wrk.parse("unable to connect to 127.0.0.1:1 Connection refused") is None
+    assert wrk.parse("  10 requests in 1.50m, 1KB read\n")["elapsed_s"] == 90.0
+    lua = wrk.script("http://bench:s%3Acret@127.0.0.1:9/", "http://127.0.0.1:8/bytes/1024",
+                     close=True)
+    assert 'wrk.path = "http://127.0.0.1:8/bytes/1024"' in lua
+    assert 'Proxy-Authorization"] = "Basic YmVuY2g6czpjcmV0"' in lua  # bench:s:cret
+    assert 'wrk.headers["Connection"] = "close"' in lua
+    assert "Proxy-Authorization" not in wrk.script("http://127.0.0.1:9", "http://o/x", False)
+    assert wrk.connect_url("http://bench:x@127.0.0.1:9") == "http://127.0.0.1:9/"
+    # A peer that closes after every response: each close is a "read error" to wrk.
+    closing = {"ok": 10, "failed": 12, "requests": 10, "errors": {"read": 12, "timeout": 1}}
+    wrk.closes_are_not_errors(closing)
+    assert closing["failed"] == 2 and closing["errors"] == {"read": 2, "timeout": 1}
 
 
 def test_the_page_renders_in_chromium(campaign, tmp_path):
