@@ -18,7 +18,6 @@ namespace {
 // Bytes read per readiness event before yielding to other connections on the loop.
 constexpr size_t kReadPerEvent = 4 * buffer::kBlockSize;
 constexpr std::chrono::milliseconds kFlushCloseTimeout{10000};
-thread_local uint64_t t_next_connection_id = 1;
 }  // namespace
 
 bool setNonBlocking(int fd) {
@@ -41,11 +40,10 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
 
 Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& peer, State state)
     : dispatcher_(dispatcher),
-      fd_(fd),
+      file_event_(dispatcher, fd, this, event::FileEvent::To<&Connection::onFileEvent>()),
       peer_(peer),
-      state_(state),
-      id_(t_next_connection_id++),
-      file_event_(dispatcher, fd, this, event::FileEvent::To<&Connection::onFileEvent>()) {}
+      fd_(fd),
+      state_(state) {}
 
 std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher, const Address& to,
                                                   int max_fd, const Address* source,

@@ -125,7 +125,6 @@ class Connection : public event::DeferredDeletable,
   bool open() const { return state_ != State::Closed; }
   // An outbound connection not yet Connected: the TCP connect, or its transport's handshake.
   bool connecting() const { return state_ == State::Connecting || awaiting_transport_; }
-  uint64_t id() const { return id_; }
   // errno of a failed outbound connect (0 otherwise).
   int connectError() const { return connect_error_; }
 
@@ -186,11 +185,8 @@ class Connection : public event::DeferredDeletable,
   void closeNow(ConnectionEvent event);
   void checkLowWatermark();
 
+  // Pointers first, then the address and the 4-byte fields, then the flags: no padding between.
   event::Dispatcher& dispatcher_;
-  int fd_;
-  Address peer_;
-  State state_;
-  uint64_t id_;
   ConnectionCallbacks* callbacks_ = nullptr;
   WriteInterceptor* interceptor_ = nullptr;
   TransportSocketPtr transport_;
@@ -199,9 +195,14 @@ class Connection : public event::DeferredDeletable,
   buffer::Buffer write_buffer_;
   event::FileEvent file_event_;
   std::unique_ptr<event::Timer> flush_timer_;
+  std::unique_ptr<std::string> connect_prefix_;  // null: none (the usual case)
+  Address peer_;
+  int fd_;
   ConnectionByteCounters counters_;
   uint32_t high_watermark_ = kDefaultHighWatermark;
   uint32_t read_disable_count_ = 0;
+  int connect_error_ = 0;
+  State state_;
   bool above_high_ = false;
   bool read_end_ = false;           // the peer half-closed its write side
   bool write_end_pending_ = false;  // shut down our write side once the buffer drains
@@ -218,8 +219,6 @@ class Connection : public event::DeferredDeletable,
   // head waiting for its destination (or a client sending it slowly) holds 1 KiB, not 16.
   bool inbound_ = false;
   ConnectionEvent deferred_event_ = ConnectionEvent::RemoteClose;
-  int connect_error_ = 0;
-  std::unique_ptr<std::string> connect_prefix_;  // null: none (the usual case)
 };
 
 using ConnectionPtr = std::unique_ptr<Connection>;

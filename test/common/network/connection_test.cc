@@ -84,7 +84,7 @@ TEST_F(ConnectionTest, ConnectToListeningSocketReportsConnected) {
   EXPECT_EQ(1u, client_cb_.events.size());
   EXPECT_EQ(0, client_->connectError());
   EXPECT_EQ(listener_.address(), client_->peer());
-  EXPECT_NE(client_->id(), server_->id());
+  EXPECT_NE(client_->fd(), server_->fd());
   EXPECT_TRUE(server_->open());
   EXPECT_FALSE(server_->connecting());
 }
