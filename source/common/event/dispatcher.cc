@@ -135,12 +135,23 @@ void Dispatcher::siftDown(uint32_t slot) {
   placeTimer(slot, timer);
 }
 
+void Dispatcher::resift(uint32_t slot) {
+  if (slot > 0 && before(timers_[slot], timers_[(slot - 1) / 2])) {
+    siftUp(slot);
+  } else {
+    siftDown(slot);
+  }
+}
+
 void Dispatcher::armTimer(Timer& timer, MonotonicTime deadline, MonotonicTime now) {
-  if (timer.slot_ != Timer::kUnarmed) disarmTimer(timer);
   timer.deadline_ = deadline;
   timer.order_ = next_timer_order_++;
-  timers_.push_back(&timer);
-  siftUp(static_cast<uint32_t>(timers_.size() - 1));
+  if (timer.slot_ == Timer::kUnarmed) {
+    timers_.push_back(&timer);
+    timer.slot_ = static_cast<uint32_t>(timers_.size() - 1);
+  }
+  // Re-arming an armed timer moves it in place (a keep-alive request re-arms its codec's).
+  resift(timer.slot_);
   if (timers_.front() == &timer) scheduleTimers(now);
 }
 
@@ -151,11 +162,7 @@ void Dispatcher::disarmTimer(Timer& timer) {
   timers_.pop_back();
   if (last != &timer) {
     placeTimer(slot, last);
-    if (slot > 0 && before(last, timers_[(slot - 1) / 2])) {
-      siftUp(slot);
-    } else {
-      siftDown(slot);
-    }
+    resift(slot);
   }
   // With timers left, the libevent timer stays as it is: firing early, it finds nothing due
   // and points itself at the new earliest deadline (one wakeup, not one event_add per disable).

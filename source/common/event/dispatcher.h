@@ -57,6 +57,8 @@ class Dispatcher {
   void placeTimer(uint32_t slot, Timer* timer);
   void siftUp(uint32_t slot);
   void siftDown(uint32_t slot);
+  // Moves the timer at `slot` up or down to where its deadline belongs.
+  void resift(uint32_t slot);
   // Points the libevent timer at the earliest deadline when it is not already due before it.
   void scheduleTimers(MonotonicTime now);
   void runTimers();

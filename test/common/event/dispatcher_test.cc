@@ -160,6 +160,15 @@ TEST(TimerTest, DisarmingTheEarliestLetsTheNextFireOnTime) {
   ASSERT_TRUE(runUntil(d, [&] { return moved_at != Clock::time_point(); }));
   EXPECT_LT(moved_at - moved_start, milliseconds(900));
   EXPECT_TRUE(other.enabled());
+  // Re-arming the earliest later moves it down, behind the next one.
+  std::vector<int> order;
+  Timer a(d, [&] { order.push_back(1); });
+  Timer b(d, [&] { order.push_back(2); });
+  a.enable(milliseconds(5));
+  b.enable(milliseconds(20));
+  a.enable(milliseconds(60));
+  ASSERT_TRUE(runUntil(d, [&] { return order.size() == 2; }));
+  EXPECT_EQ((std::vector<int>{2, 1}), order);
 }
 
 TEST(TimerTest, ACallbackMayDestroyOrDisarmTimersDueInTheSamePass) {
