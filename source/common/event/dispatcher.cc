@@ -1,7 +1,10 @@
 #include "source/common/event/dispatcher.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -27,6 +30,12 @@ Dispatcher::Dispatcher() {
   event_add(&post_event_, nullptr);
   event_assign(&deferred_event_, base_, -1, 0, &Dispatcher::onDeferredDelete, this);
   evtimer_assign(&timer_event_, base_, &Dispatcher::onTimerEvent, this);
+  sockets_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  SLUICE_ASSERT(sockets_fd_ >= 0, "epoll_create1 failed");
+  event_assign(&sockets_event_, base_, sockets_fd_, EV_READ | EV_PERSIST, &Dispatcher::onSockets,
+               this);
+  event_add(&sockets_event_, nullptr);
+  event_assign(&activated_event_, base_, -1, 0, &Dispatcher::onActivated, this);
 }
 
 Dispatcher::~Dispatcher() {
@@ -34,10 +43,13 @@ Dispatcher::~Dispatcher() {
   event_del(&post_event_);
   event_del(&deferred_event_);
   evtimer_del(&timer_event_);
+  event_del(&sockets_event_);
+  event_del(&activated_event_);
   // Timers that outlive the dispatcher (destroyed after it) must not reach back into it.
   for (Timer* timer : timers_) timer->slot_ = Timer::kUnarmed;
   event_base_free(base_);
   close(wake_fd_);
+  close(sockets_fd_);
 }
 
 void Dispatcher::run() { event_base_loop(base_, 0); }
@@ -223,29 +235,89 @@ void Timer::disable() {
   if (slot_ != kUnarmed) dispatcher_.disarmTimer(*this);
 }
 
-void FileEvent::assign(Dispatcher& dispatcher, int fd, Callback cb, void* owner) {
-  event_assign(&event_, dispatcher.base(), fd, EV_READ | EV_WRITE | EV_PERSIST | EV_ET | EV_CLOSED,
-               cb, owner);
-  event_add(&event_, nullptr);
+void Dispatcher::onSockets(evutil_socket_t, short, void* arg) {
+  auto* self = static_cast<Dispatcher*>(arg);
+  // Level-triggered in libevent: a full batch leaves the set ready, and the next loop iteration
+  // takes the rest (after timers and other events had their turn).
+  const int n = epoll_wait(self->sockets_fd_, self->ready_, kReadyBatch, 0);
+  if (n <= 0) return;
+  self->ready_count_ = n;
+  for (int i = 0; i < n; ++i) {
+    self->ready_next_ = i + 1;
+    auto* event = static_cast<FileEvent*>(self->ready_[i].data.ptr);
+    if (event == nullptr) continue;  // went away earlier in this batch
+    const uint32_t what = self->ready_[i].events;
+    uint32_t events = 0;
+    if ((what & EPOLLERR) || ((what & EPOLLHUP) && !(what & EPOLLRDHUP))) {
+      events = FileEvent::kRead | FileEvent::kWrite;
+    } else {
+      if (what & EPOLLIN) events |= FileEvent::kRead;
+      if (what & EPOLLOUT) events |= FileEvent::kWrite;
+      if (what & EPOLLRDHUP) events |= FileEvent::kClosed | FileEvent::kRead;
+    }
+    event->deliver_(event->owner_, events);
+  }
+  self->ready_count_ = 0;
+  self->ready_next_ = 0;
 }
 
-FileEvent::~FileEvent() { event_del(&event_); }
+void Dispatcher::onActivated(evutil_socket_t, short, void* arg) {
+  auto* self = static_cast<Dispatcher*>(arg);
+  // Events activated by these callbacks wait for the next turn.
+  self->delivering_.swap(self->activated_);
+  for (size_t i = 0; i < self->delivering_.size(); ++i) {
+    FileEvent* event = self->delivering_[i];
+    if (event == nullptr) continue;
+    const uint32_t events = event->activated_;
+    event->activated_ = 0;
+    event->deliver_(event->owner_, events);
+  }
+  self->delivering_.clear();
+}
+
+void Dispatcher::forget(FileEvent* event) {
+  for (int i = ready_next_; i < ready_count_; ++i) {
+    if (ready_[i].data.ptr == event) ready_[i].data.ptr = nullptr;
+  }
+  if (event->activated_ != 0) {
+    event->activated_ = 0;
+    for (FileEvent*& e : activated_) {
+      if (e == event) e = nullptr;
+    }
+  }
+  for (FileEvent*& e : delivering_) {
+    if (e == event) e = nullptr;
+  }
+}
+
+void FileEvent::add() {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.ptr = this;
+  if (epoll_ctl(dispatcher_.sockets_fd_, EPOLL_CTL_ADD, fd_, &ev) != 0) {
+    // Not a socket epoll can watch, or one already watched: the owner hears an error on its
+    // first read or write, so tell it now.
+    SLUICE_LOG(Warn, "epoll_ctl(ADD, %d): %s", fd_, strerror(errno));
+    fd_ = -1;
+    activate(kRead | kWrite);
+  }
+}
 
 void FileEvent::activate(uint32_t events) {
-  short what = 0;
-  if (events & kRead) what |= EV_READ;
-  if (events & kWrite) what |= EV_WRITE;
-  event_active(&event_, what, 0);
+  if (events == 0) return;
+  if (activated_ == 0) {
+    if (dispatcher_.activated_.empty()) event_active(&dispatcher_.activated_event_, EV_TIMEOUT, 0);
+    dispatcher_.activated_.push_back(this);
+  }
+  activated_ |= events;
 }
 
-void FileEvent::remove() { event_del(&event_); }
-
-uint32_t FileEvent::events(short what) {
-  uint32_t events = 0;
-  if (what & EV_READ) events |= kRead;
-  if (what & EV_WRITE) events |= kWrite;
-  if (what & EV_CLOSED) events |= kClosed | kRead;
-  return events;
+void FileEvent::remove() {
+  if (fd_ >= 0) {
+    epoll_ctl(dispatcher_.sockets_fd_, EPOLL_CTL_DEL, fd_, nullptr);
+    fd_ = -1;
+  }
+  dispatcher_.forget(this);
 }
 
 }  // namespace event

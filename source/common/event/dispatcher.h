@@ -9,6 +9,7 @@
 
 #include <event2/event.h>
 #include <event2/event_struct.h>
+#include <sys/epoll.h>
 
 namespace sluice {
 namespace event {
@@ -23,6 +24,7 @@ class DeferredDeletable {
 using DeferredDeletablePtr = std::unique_ptr<DeferredDeletable>;
 
 class Timer;
+class FileEvent;
 
 // One libevent event_base and the thread that runs it. Everything created on a dispatcher is
 // used only from its thread; post() is the one way in from other threads.
@@ -49,6 +51,11 @@ class Dispatcher {
   static void onPosted(evutil_socket_t, short, void* arg);
   static void onDeferredDelete(evutil_socket_t, short, void* arg);
   static void onTimerEvent(evutil_socket_t, short, void* arg);
+  friend class FileEvent;
+  static void onSockets(evutil_socket_t, short, void* arg);
+  static void onActivated(evutil_socket_t, short, void* arg);
+  // A socket event went away: nothing still queued for it (ready or activated) reaches it.
+  void forget(FileEvent* event);
   void clearDeferred();
   // The heap of armed timers, earliest deadline first.
   static bool before(const Timer* a, const Timer* b);
@@ -77,6 +84,18 @@ class Dispatcher {
   MonotonicTime timer_event_at_{};  // when timer_event_ fires, while timer_event_armed_
   bool timer_event_armed_ = false;
   uint32_t next_timer_order_ = 0;
+  // The sockets' epoll set, watched by libevent as one descriptor.
+  int sockets_fd_;
+  struct event sockets_event_;
+  // What one look at the set found; an entry is cleared when its event goes away meanwhile.
+  static constexpr int kReadyBatch = 256;
+  epoll_event ready_[kReadyBatch];
+  int ready_count_ = 0;
+  int ready_next_ = 0;
+  // Events activate() queued, and those being delivered now (cleared the same way).
+  std::vector<FileEvent*> activated_;
+  std::vector<FileEvent*> delivering_;
+  struct event activated_event_;
 };
 
 // How early a timer may fire: libevent measures its own timeout on a coarser clock, so it can
@@ -110,7 +129,10 @@ class Timer {
 };
 
 // Readiness of one socket, edge-triggered: the owner reads or writes until EAGAIN and is told
-// again only when more becomes possible. Registered once; nothing to re-arm per operation.
+// again only when more is ready. A socket event is a registration in its dispatcher's own epoll
+// set, not a libevent event: 32 bytes, and nothing kept per descriptor number. The dispatcher's
+// set is one descriptor that libevent watches; when it is ready, the dispatcher takes what is
+// ready from it and calls each owner.
 class FileEvent {
  public:
   static constexpr uint32_t kRead = 1;
@@ -118,17 +140,20 @@ class FileEvent {
   static constexpr uint32_t kClosed = 4;
 
   // Names the owner's method that hears the events: FileEvent(d, fd, this,
-  // FileEvent::To<&Connection::onFileEvent>()). The event is libevent's struct event and no more
-  // (128 bytes): libevent calls the method through a function made for it, with the owner as
-  // its argument, so there is no callback object to store.
+  // FileEvent::To<&Connection::onFileEvent>()). The dispatcher calls the method through a
+  // function made for it, with the owner as its argument, so there is no callback object.
   template <auto Method>
   struct To {};
 
   template <class Owner, auto Method>
-  FileEvent(Dispatcher& dispatcher, int fd, Owner* owner, To<Method>) {
-    assign(dispatcher, fd, &FileEvent::deliver<Owner, Method>, owner);
+  FileEvent(Dispatcher& dispatcher, int fd, Owner* owner, To<Method>)
+      : dispatcher_(dispatcher),
+        owner_(owner),
+        deliver_(&FileEvent::deliver<Owner, Method>),
+        fd_(fd) {
+    add();
   }
-  ~FileEvent();
+  ~FileEvent() { remove(); }
   FileEvent(const FileEvent&) = delete;
   FileEvent& operator=(const FileEvent&) = delete;
 
@@ -138,15 +163,19 @@ class FileEvent {
   void remove();
 
  private:
-  using Callback = void (*)(evutil_socket_t, short, void*);
-  void assign(Dispatcher& dispatcher, int fd, Callback cb, void* owner);
-  static uint32_t events(short what);
+  friend class Dispatcher;
+  using Deliver = void (*)(void* owner, uint32_t events);
   template <class Owner, auto Method>
-  static void deliver(evutil_socket_t, short what, void* owner) {
-    (static_cast<Owner*>(owner)->*Method)(events(what));
+  static void deliver(void* owner, uint32_t events) {
+    (static_cast<Owner*>(owner)->*Method)(events);
   }
+  void add();
 
-  struct event event_;
+  Dispatcher& dispatcher_;
+  void* owner_;
+  Deliver deliver_;
+  int fd_;                  // -1 once removed
+  uint32_t activated_ = 0;  // events activate() asked for, not yet delivered
 };
 
 }  // namespace event

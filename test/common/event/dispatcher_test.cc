@@ -379,8 +379,9 @@ struct EventCounter {
   int writes = 0;
 };
 
-TEST(FileEventTest, HoldsNothingButTheLibeventEvent) {
-  static_assert(sizeof(FileEvent) == sizeof(struct event));
+TEST(FileEventTest, HoldsOnlyItsOwnerAndItsSocket) {
+  // A registration in the dispatcher's epoll set, not a libevent event (128 bytes).
+  static_assert(sizeof(FileEvent) <= 32);
   static_assert(sizeof(Timer) <= 56);
 }
 
@@ -419,6 +420,81 @@ TEST(FileEventTest, PeerCloseReportsClosedAndRead) {
   ASSERT_TRUE(runUntil(d, [&] { return (seen & FileEvent::kClosed) != 0; }));
   EXPECT_NE(0u, seen & FileEvent::kRead);
   ::close(fds[0]);
+}
+
+// Two sockets ready in the same look at the epoll set: whichever is called first destroys the
+// other's event, which must then not be called (its entry in the batch is cleared).
+TEST(FileEventTest, AnEventDestroyedEarlierInTheSameBatchIsNotCalled) {
+  Dispatcher d;
+  int a[2], b[2];
+  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, a));
+  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b));
+  struct Owner {
+    void onEvents(uint32_t) {
+      ++calls;
+      other->reset();
+    }
+    std::unique_ptr<FileEvent>* other = nullptr;
+    int calls = 0;
+  };
+  Owner oa, ob;
+  std::unique_ptr<FileEvent> ea, eb;
+  oa.other = &eb;
+  ob.other = &ea;
+  ea = std::make_unique<FileEvent>(d, a[0], &oa, FileEvent::To<&Owner::onEvents>());
+  eb = std::make_unique<FileEvent>(d, b[0], &ob, FileEvent::To<&Owner::onEvents>());
+  // Both are writable at once: one batch holds both.
+  runFor(d, milliseconds(20));
+  EXPECT_EQ(1, oa.calls + ob.calls);
+  EXPECT_TRUE(ea == nullptr || eb == nullptr);
+  ea.reset();
+  eb.reset();
+  for (int fd : {a[0], a[1], b[0], b[1]}) ::close(fd);
+}
+
+TEST(FileEventTest, RemovedWhileActivatedIsNotCalled) {
+  Dispatcher d;
+  int fds[2];
+  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds));
+  EventCounter counter;
+  FileEvent ev(d, fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
+  ASSERT_TRUE(runUntil(d, [&] { return counter.writes >= 1; }));
+  const int before = counter.reads + counter.writes;
+  ev.activate(FileEvent::kRead);
+  ev.remove();
+  runFor(d, milliseconds(20));
+  EXPECT_EQ(before, counter.reads + counter.writes);
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+// A socket event made by another's callback is told of its readiness (the set is looked at
+// again on the next loop iteration).
+TEST(FileEventTest, AnEventMadeFromACallbackHearsItsSocket) {
+  Dispatcher d;
+  int a[2], b[2];
+  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, a));
+  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b));
+  ASSERT_EQ(1, ::write(b[1], "x", 1));
+  EventCounter second;
+  std::unique_ptr<FileEvent> made;
+  struct Maker {
+    void onEvents(uint32_t) {
+      if (*made == nullptr) {
+        *made =
+            std::make_unique<FileEvent>(*d, fd, counter, FileEvent::To<&EventCounter::onEvents>());
+      }
+    }
+    Dispatcher* d;
+    int fd;
+    EventCounter* counter;
+    std::unique_ptr<FileEvent>* made;
+  };
+  Maker maker{&d, b[0], &second, &made};
+  FileEvent first(d, a[0], &maker, FileEvent::To<&Maker::onEvents>());
+  ASSERT_TRUE(runUntil(d, [&] { return second.reads == 1; }));
+  made.reset();
+  for (int fd : {a[0], a[1], b[0], b[1]}) ::close(fd);
 }
 
 }  // namespace
