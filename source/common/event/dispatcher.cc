@@ -17,10 +17,13 @@ Dispatcher::Dispatcher() {
   event_config* cfg = event_config_new();
   // Each base is used by one thread; post() takes its own lock.
   event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
-  // No EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST: a socket is registered once for its whole life
-  // (edge-triggered, read and write), so there is nothing to batch, and a deferred change list
-  // applies the removal after the socket is closed (a failing EPOLL_CTL_DEL), then meets the
-  // next socket with the same number as a modification (a failing EPOLL_CTL_MOD before the ADD).
+  // Sockets are in the dispatcher's own epoll set, not in libevent (FileEvent): libevent waits on
+  // that set, its wake eventfd and the few descriptors of its own (the DNS resolver's, the admin
+  // endpoint's) with poll(2). Not with epoll: an epoll set that another epoll set watches makes
+  // every EPOLL_CTL_ADD to it take the kernel's global epoll mutex and walk the nesting for loops,
+  // once per accepted or connected socket; polled, the set is a descriptor like any other.
+  event_config_avoid_method(cfg, "epoll");
+  event_config_avoid_method(cfg, "select");
   base_ = event_base_new_with_config(cfg);
   event_config_free(cfg);
   SLUICE_ASSERT(base_ != nullptr, "event_base_new failed");
