@@ -334,12 +334,12 @@ void OriginExchange::onShapeTimer() {
   if (state_ == State::Idle || !upstream_) return;
   const int64_t now = policy::monotonicNanos();
   const uint32_t generation = generation_;
-  if (shaped_[1].paused && shaped_[1].resume_at <= now) {
-    shaped_[1].paused = false;
+  if (shaped_.at(1).paused && shaped_.at(1).resume_at <= now) {
+    shaped_.at(1).paused = false;
     upstream_->readDisable(false);
   }
-  if (shaped_[0].paused && shaped_[0].resume_at <= now) {
-    shaped_[0].paused = false;
+  if (shaped_.at(0).paused && shaped_.at(0).resume_at <= now) {
+    shaped_.at(0).paused = false;
     owner_->onOriginBackedUp(false);
     if (generation != generation_ || state_ == State::Idle) return;
   }
@@ -348,10 +348,10 @@ void OriginExchange::onShapeTimer() {
 
 void OriginExchange::stopShaping(bool tell_owner) {
   shaped_.disarm();
-  if (shaped_[1].paused && upstream_) upstream_->readDisable(false);
-  shaped_[1] = {};
-  const bool body_paused = shaped_[0].paused;
-  shaped_[0] = {};
+  const ShapedWays& shaped = shaped_;
+  if (shaped[1].paused && upstream_) upstream_->readDisable(false);
+  const bool body_paused = shaped[0].paused;
+  shaped_.clear();
   if (body_paused && tell_owner) owner_->onOriginBackedUp(false);
 }
 

@@ -189,7 +189,7 @@ void TunnelRelay::shape(size_t way, size_t bytes) {
   }
   if (wait <= 0) return;
   if (shaped_.pause(way, now, wait) && mode_ == Mode::Buffered) {
-    shaped_[way].read_disabled = true;
+    shaped_.at(way).read_disabled = true;
     if (way == 0) {
       downstream_.readDisableDownstream(true);
     } else {
@@ -203,7 +203,7 @@ void TunnelRelay::onShapeTimer() {
   if (finished_) return;
   const int64_t now = policy::monotonicNanos();
   for (size_t way = 0; way < 2 && !finished_; ++way) {
-    ShapedWays::Way& s = shaped_[way];
+    ShapedWays::Way& s = shaped_.at(way);
     if (!s.paused || s.resume_at > now) continue;
     s.paused = false;
     if (s.read_disabled) {
