@@ -26,8 +26,9 @@ using DeferredDeletablePtr = std::unique_ptr<DeferredDeletable>;
 class Timer;
 class FileEvent;
 
-// One libevent event_base and the thread that runs it. Everything created on a dispatcher is
-// used only from its thread; post() is the one way in from other threads.
+// One libevent event_base, the epoll set of its sockets (FileEvent) that the base watches as one
+// descriptor, and the thread that runs them. Everything created on a dispatcher is used only from
+// its thread; post() is the one way in from other threads.
 class Dispatcher {
  public:
   Dispatcher();

@@ -334,12 +334,14 @@ void OriginExchange::onShapeTimer() {
   if (state_ == State::Idle || !upstream_) return;
   const int64_t now = policy::monotonicNanos();
   const uint32_t generation = generation_;
-  if (shaped_.at(1).paused && shaped_.at(1).resume_at <= now) {
-    shaped_.at(1).paused = false;
+  ShapedWays::Way& download = shaped_.at(1);
+  if (download.paused && download.resume_at <= now) {
+    download.paused = false;
     upstream_->readDisable(false);
   }
-  if (shaped_.at(0).paused && shaped_.at(0).resume_at <= now) {
-    shaped_.at(0).paused = false;
+  ShapedWays::Way& upload = shaped_.at(0);
+  if (upload.paused && upload.resume_at <= now) {
+    upload.paused = false;
     owner_->onOriginBackedUp(false);
     if (generation != generation_ || state_ == State::Idle) return;
   }

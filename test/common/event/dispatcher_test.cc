@@ -379,6 +379,21 @@ struct EventCounter {
   int writes = 0;
 };
 
+// A connected pair of non-blocking Unix sockets, closed when it goes (an end closed early is -1).
+struct SocketPair {
+  SocketPair() { EXPECT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds)); }
+  ~SocketPair() {
+    for (int fd : fds) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  void closePeer() {
+    ::close(fds[1]);
+    fds[1] = -1;
+  }
+  int fds[2] = {-1, -1};
+};
+
 TEST(FileEventTest, HoldsOnlyItsOwnerAndItsSocket) {
   // A registration in the dispatcher's epoll set, not a libevent event (128 bytes).
   static_assert(sizeof(FileEvent) <= 32);
@@ -387,8 +402,8 @@ TEST(FileEventTest, HoldsOnlyItsOwnerAndItsSocket) {
 
 TEST(FileEventTest, ReadAndWriteReadinessEdgeTriggered) {
   Dispatcher d;
-  int fds[2];
-  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds));
+  SocketPair pair;
+  int* fds = pair.fds;
   EventCounter counter;
   int& reads = counter.reads;
   int& writes = counter.writes;
@@ -405,30 +420,24 @@ TEST(FileEventTest, ReadAndWriteReadinessEdgeTriggered) {
   ASSERT_EQ(1, ::write(fds[1], "y", 1));
   runFor(d, milliseconds(20));
   EXPECT_EQ(2, reads);
-  ::close(fds[0]);
-  ::close(fds[1]);
 }
 
 TEST(FileEventTest, PeerCloseReportsClosedAndRead) {
   Dispatcher d;
-  int fds[2];
-  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds));
+  SocketPair pair;
   EventCounter counter;
   uint32_t& seen = counter.seen;
-  FileEvent ev(d, fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
-  ::close(fds[1]);
+  FileEvent ev(d, pair.fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
+  pair.closePeer();
   ASSERT_TRUE(runUntil(d, [&] { return (seen & FileEvent::kClosed) != 0; }));
   EXPECT_NE(0u, seen & FileEvent::kRead);
-  ::close(fds[0]);
 }
 
 // Two sockets ready in the same look at the epoll set: whichever is called first destroys the
 // other's event, which must then not be called (its entry in the batch is cleared).
 TEST(FileEventTest, AnEventDestroyedEarlierInTheSameBatchIsNotCalled) {
   Dispatcher d;
-  int a[2], b[2];
-  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, a));
-  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b));
+  SocketPair a, b;
   struct Owner {
     void onEvents(uint32_t) {
       ++calls;
@@ -441,41 +450,35 @@ TEST(FileEventTest, AnEventDestroyedEarlierInTheSameBatchIsNotCalled) {
   std::unique_ptr<FileEvent> ea, eb;
   oa.other = &eb;
   ob.other = &ea;
-  ea = std::make_unique<FileEvent>(d, a[0], &oa, FileEvent::To<&Owner::onEvents>());
-  eb = std::make_unique<FileEvent>(d, b[0], &ob, FileEvent::To<&Owner::onEvents>());
+  ea = std::make_unique<FileEvent>(d, a.fds[0], &oa, FileEvent::To<&Owner::onEvents>());
+  eb = std::make_unique<FileEvent>(d, b.fds[0], &ob, FileEvent::To<&Owner::onEvents>());
   // Both are writable at once: one batch holds both.
   runFor(d, milliseconds(20));
   EXPECT_EQ(1, oa.calls + ob.calls);
   EXPECT_TRUE(ea == nullptr || eb == nullptr);
   ea.reset();
   eb.reset();
-  for (int fd : {a[0], a[1], b[0], b[1]}) ::close(fd);
 }
 
 TEST(FileEventTest, RemovedWhileActivatedIsNotCalled) {
   Dispatcher d;
-  int fds[2];
-  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds));
+  SocketPair pair;
   EventCounter counter;
-  FileEvent ev(d, fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
+  FileEvent ev(d, pair.fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
   ASSERT_TRUE(runUntil(d, [&] { return counter.writes >= 1; }));
   const int before = counter.reads + counter.writes;
   ev.activate(FileEvent::kRead);
   ev.remove();
   runFor(d, milliseconds(20));
   EXPECT_EQ(before, counter.reads + counter.writes);
-  ::close(fds[0]);
-  ::close(fds[1]);
 }
 
 // A socket event made by another's callback is told of its readiness (the set is looked at
 // again on the next loop iteration).
 TEST(FileEventTest, AnEventMadeFromACallbackHearsItsSocket) {
   Dispatcher d;
-  int a[2], b[2];
-  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, a));
-  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b));
-  ASSERT_EQ(1, ::write(b[1], "x", 1));
+  SocketPair a, b;
+  ASSERT_EQ(1, ::write(b.fds[1], "x", 1));
   EventCounter second;
   std::unique_ptr<FileEvent> made;
   struct Maker {
@@ -490,11 +493,10 @@ TEST(FileEventTest, AnEventMadeFromACallbackHearsItsSocket) {
     EventCounter* counter;
     std::unique_ptr<FileEvent>* made;
   };
-  Maker maker{&d, b[0], &second, &made};
-  FileEvent first(d, a[0], &maker, FileEvent::To<&Maker::onEvents>());
+  Maker maker{&d, b.fds[0], &second, &made};
+  FileEvent first(d, a.fds[0], &maker, FileEvent::To<&Maker::onEvents>());
   ASSERT_TRUE(runUntil(d, [&] { return second.reads == 1; }));
   made.reset();
-  for (int fd : {a[0], a[1], b[0], b[1]}) ::close(fd);
 }
 
 }  // namespace
