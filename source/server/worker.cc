@@ -28,6 +28,41 @@ constexpr std::chrono::milliseconds kAcceptBackoff{100};
 
 // ---- ActiveConnection ----
 
+// The connection's write filters, in the order added (run in reverse): what sees the codec's
+// output on their behalf, and their way to the client.
+struct ActiveConnection::WriteFilters : network::WriteInterceptor, network::WriteFilterCallbacks {
+  explicit WriteFilters(network::Connection& c) : connection_(c) {}
+  network::Connection& connection() override { return connection_; }
+  void injectWrite(buffer::Buffer& data, bool end_stream) override {
+    connection_.writeDirect(data, end_stream);
+  }
+  bool onWrite(buffer::Buffer& data, bool end_stream) override {
+    for (auto it = filters.rbegin(); it != filters.rend(); ++it) {
+      if ((*it)->onWrite(data, end_stream) == network::FilterStatus::StopIteration) return false;
+    }
+    return true;
+  }
+  network::Connection& connection_;
+  std::vector<network::WriteFilterPtr> filters;
+};
+
+namespace {
+// What a filter chain's factories add their filters through.
+class FilterAdder : public network::FilterManager {
+ public:
+  explicit FilterAdder(ActiveConnection& connection) : connection_(connection) {}
+  void addReadFilter(network::ReadFilterPtr filter) override {
+    connection_.addReadFilter(std::move(filter));
+  }
+  void addWriteFilter(network::WriteFilterPtr filter) override {
+    connection_.addWriteFilter(std::move(filter));
+  }
+
+ private:
+  ActiveConnection& connection_;
+};
+}  // namespace
+
 ActiveConnection::ActiveConnection(Worker& worker, ListenerConfigSharedPtr listener,
                                    network::ConnectionPtr connection, network::ConnectionSlot slot)
     : worker_(worker),
@@ -45,12 +80,13 @@ ActiveConnection::~ActiveConnection() {
   // Filters go first: they may still use the connection while they release what they hold.
   connection_->setWriteInterceptor(nullptr);
   filters_.clear();
-  write_filters_.clear();
+  write_filters_.reset();
   listener_->stats.downstream_cx_active.dec();
 }
 
 void ActiveConnection::initialize(const FilterChainConfig& chain) {
-  for (const auto& factory : chain.filters) factory(*this);
+  FilterAdder adder(*this);
+  for (const auto& factory : chain.filters) factory(adder);
   startFilters(0);
 }
 
@@ -62,21 +98,13 @@ void ActiveConnection::addReadFilter(network::ReadFilterPtr filter) {
 proxy::WorkerContext& ActiveConnection::worker() { return worker_; }
 
 void ActiveConnection::addWriteFilter(network::WriteFilterPtr filter) {
-  filter->initializeWriteFilterCallbacks(*this);
-  write_filters_.push_back(std::move(filter));
-  // Connections without write filters never pay for the interception.
-  connection_->setWriteInterceptor(this);
-}
-
-bool ActiveConnection::onWrite(buffer::Buffer& data, bool end_stream) {
-  for (auto it = write_filters_.rbegin(); it != write_filters_.rend(); ++it) {
-    if ((*it)->onWrite(data, end_stream) == network::FilterStatus::StopIteration) return false;
+  if (write_filters_ == nullptr) {
+    write_filters_ = std::make_unique<WriteFilters>(*connection_);
+    // Connections without write filters never pay for the interception.
+    connection_->setWriteInterceptor(write_filters_.get());
   }
-  return true;
-}
-
-void ActiveConnection::injectWrite(buffer::Buffer& data, bool end_stream) {
-  connection_->writeDirect(data, end_stream);
+  filter->initializeWriteFilterCallbacks(*write_filters_);
+  write_filters_->filters.push_back(std::move(filter));
 }
 
 // onNewConnection runs on each filter in order; a filter that stops holds back the later ones
@@ -84,7 +112,7 @@ void ActiveConnection::injectWrite(buffer::Buffer& data, bool end_stream) {
 void ActiveConnection::startFilters(size_t from) {
   for (size_t i = from; i < filters_.size() && !closed_; ++i) {
     if (filters_[i]->onNewConnection() == network::FilterStatus::StopIteration) {
-      stopped_at_ = i;
+      stopped_at_ = static_cast<uint32_t>(i);
       return;
     }
   }
@@ -96,7 +124,7 @@ void ActiveConnection::startFilters(size_t from) {
 void ActiveConnection::deliver(size_t from, buffer::Buffer& data, bool end_stream) {
   for (size_t i = from; i < filters_.size() && !closed_; ++i) {
     if (filters_[i]->onData(data, end_stream) == network::FilterStatus::StopIteration) {
-      stopped_at_ = i;
+      stopped_at_ = static_cast<uint32_t>(i);
       return;
     }
   }

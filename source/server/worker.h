@@ -33,10 +33,7 @@ class ActiveListener;
 // A client connection served by its network filter chain. Lives on one worker until it closes.
 class ActiveConnection : public memory::SlabAllocated,
                          public network::ConnectionCallbacks,
-                         public network::FilterManager,
                          public network::ReadFilterCallbacks,
-                         public network::WriteFilterCallbacks,
-                         public network::WriteInterceptor,
                          public event::DeferredDeletable {
  public:
   ActiveConnection(Worker& worker, ListenerConfigSharedPtr listener,
@@ -53,15 +50,11 @@ class ActiveConnection : public memory::SlabAllocated,
   // Closes the connection (a reload took its client's address away).
   void close();
 
-  // network::FilterManager
-  void addReadFilter(network::ReadFilterPtr filter) override;
-  void addWriteFilter(network::WriteFilterPtr filter) override;
-  // network::ReadFilterCallbacks, network::WriteFilterCallbacks
+  // What the filter chain's factories add to (network::FilterManager).
+  void addReadFilter(network::ReadFilterPtr filter);
+  void addWriteFilter(network::WriteFilterPtr filter);
+  // network::ReadFilterCallbacks
   network::Connection& connection() override { return *connection_; }
-  // network::WriteFilterCallbacks
-  void injectWrite(buffer::Buffer& data, bool end_stream) override;
-  // network::WriteInterceptor
-  bool onWrite(buffer::Buffer& data, bool end_stream) override;
   void continueReading() override;
   proxy::WorkerContext& worker() override;
   // network::ConnectionCallbacks
@@ -87,8 +80,10 @@ class ActiveConnection : public memory::SlabAllocated,
   network::ConnectionSlot
       slot_;  // its place in the listener's connection limits, held until deletion
   absl::InlinedVector<network::ReadFilterPtr, 1> filters_;  // usually one: the codec
-  std::vector<network::WriteFilterPtr> write_filters_;      // in the order added; run in reverse
-  size_t stopped_at_ = 0;  // the filter that last returned StopIteration
+  // Made with the first write filter: a connection without any holds a null pointer.
+  struct WriteFilters;
+  std::unique_ptr<WriteFilters> write_filters_;
+  uint32_t stopped_at_ = 0;  // the filter that last returned StopIteration
   bool initialized_ = false;
   bool closed_ = false;
 };

@@ -160,18 +160,22 @@ class Http1ProxyFilter : public network::ReadFilter,
   std::unique_ptr<upstream::TunnelRelay> tunnel_;
   const upstream::TunnelStats* key_tunnel_stats_ = nullptr;
   std::optional<event::Timer> timer_;
-  State state_ = State::ReadingHead;
 
   // The request in flight. The head lives in a per-worker pooled object while it is needed and
   // points into the client's read buffer, which is not drained until the head is sent.
   PendingRequest* pending_ = nullptr;
+  size_t head_scanned_ = 0;  // bytes of the next head already looked at
+
+  // What the request in flight leaves in its end-of-request record.
+  upstream::RequestTrace trace_;
+
+  uint32_t head_size_ = 0;
+  State state_ = State::ReadingHead;
   http1::Method method_ = http1::Method::Other;
+  http1::BodyFraming request_framing_ = http1::BodyFraming::None;
   bool client_keep_alive_ = true;
   bool client_http10_ = false;
   bool head_in_buffer_ = false;  // the request head is still at the front of the client buffer
-  size_t head_scanned_ = 0;      // bytes of the next head already looked at
-  uint32_t head_size_ = 0;
-  http1::BodyFraming request_framing_ = http1::BodyFraming::None;
   bool retried_ = false;
   bool head_timer_armed_ = false;
   bool draining_ = false;
@@ -180,13 +184,8 @@ class Http1ProxyFilter : public network::ReadFilter,
   bool upgrade_ = false;
   // In the tunnel state because of an accepted upgrade (for upgrades_active).
   bool upgraded_ = false;
-
   // The response in flight ends with Connection: close (the client is closed after it).
   bool response_close_client_ = false;
-
-  // What the request in flight leaves in its end-of-request record.
-  upstream::RequestTrace trace_;
-
   // The client half-closed (while its request was served, or before its tunnel started).
   bool downstream_ended_ = false;
 };

@@ -117,6 +117,7 @@ class Timer {
   void enable(std::chrono::milliseconds timeout);
   void disable();
   bool enabled() const { return slot_ != kUnarmed; }
+  Dispatcher& dispatcher() const { return dispatcher_; }
 
  private:
   friend class Dispatcher;

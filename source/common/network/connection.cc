@@ -43,7 +43,20 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
       file_event_(dispatcher, fd, this, event::FileEvent::To<&Connection::onFileEvent>()),
       peer_(peer),
       fd_(fd),
-      state_(state) {}
+      state_(state),
+      above_high_(false),
+      read_end_(false),
+      write_end_pending_(false),
+      write_shut_(false),
+      close_after_flush_(false),
+      read_pending_(false),
+      peer_closed_(false),
+      write_blocked_(false),
+      force_deliver_(false),
+      in_write_(false),
+      close_deferred_(false),
+      awaiting_transport_(false),
+      inbound_(false) {}
 
 std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher, const Address& to,
                                                   int max_fd, const Address* source,

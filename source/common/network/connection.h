@@ -203,21 +203,22 @@ class Connection : public event::DeferredDeletable,
   uint32_t read_disable_count_ = 0;
   int connect_error_ = 0;
   State state_;
-  bool above_high_ = false;
-  bool read_end_ = false;           // the peer half-closed its write side
-  bool write_end_pending_ = false;  // shut down our write side once the buffer drains
-  bool write_shut_ = false;
-  bool close_after_flush_ = false;
-  bool read_pending_ = false;  // edge-triggered readiness not yet consumed
-  bool peer_closed_ = false;   // the kernel reported the peer's FIN (EPOLLRDHUP)
-  bool write_blocked_ = false;
-  bool force_deliver_ = false;       // hand buffered bytes to the callbacks on the next read event
-  bool in_write_ = false;            // inside write(): a close waits for the loop
-  bool close_deferred_ = false;      // deferred_event_ is delivered on the next event
-  bool awaiting_transport_ = false;  // outbound: TCP is up, Connected waits for the handshake
+  // One bit each, all false at construction (a tunnel holds two connections).
+  bool above_high_ : 1;
+  bool read_end_ : 1;           // the peer half-closed its write side
+  bool write_end_pending_ : 1;  // shut down our write side once the buffer drains
+  bool write_shut_ : 1;
+  bool close_after_flush_ : 1;
+  bool read_pending_ : 1;  // edge-triggered readiness not yet consumed
+  bool peer_closed_ : 1;   // the kernel reported the peer's FIN (EPOLLRDHUP)
+  bool write_blocked_ : 1;
+  bool force_deliver_ : 1;       // hand buffered bytes to the callbacks on the next read event
+  bool in_write_ : 1;            // inside write(): a close waits for the loop
+  bool close_deferred_ : 1;      // deferred_event_ is delivered on the next event
+  bool awaiting_transport_ : 1;  // outbound: TCP is up, Connected waits for the handshake
   // Accepted from a client: a read into an empty buffer starts with a small block, so a request
   // head waiting for its destination (or a client sending it slowly) holds 1 KiB, not 16.
-  bool inbound_ = false;
+  bool inbound_ : 1;
   ConnectionEvent deferred_event_ = ConnectionEvent::RemoteClose;
 };
 

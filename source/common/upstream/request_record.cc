@@ -1,5 +1,8 @@
 #include "source/common/upstream/request_record.h"
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <string>
 
 #include "source/common/common/logger.h"
@@ -53,6 +56,12 @@ std::string_view staticMethod(std::string_view method) {
     if (n == method) return n;
   }
   return {};
+}
+
+// A lookup's or a connect's time as a trace keeps it: -1 (none) or at most about 35 minutes.
+int32_t clampMicros(std::chrono::microseconds d) {
+  if (d.count() < 0) return -1;
+  return static_cast<int32_t>(std::min<int64_t>(d.count(), INT32_MAX));
 }
 
 std::string micros(std::chrono::microseconds d) {
@@ -131,9 +140,11 @@ void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std:
   text_.append(path);
   host_len_ = static_cast<uint16_t>(host.size());
   path_len_ = static_cast<uint16_t>(path.size());
-  method_ = staticMethod(method);
+  const std::string_view known = staticMethod(method);
+  static_method_ = known.empty() ? nullptr : known.data();
+  static_method_len_ = static_cast<uint8_t>(known.size());
   method_len_ = 0;
-  if (method_.empty()) {
+  if (known.empty()) {
     method = method.substr(0, 255);  // a token
     text_.append(method);
     method_len_ = static_cast<uint16_t>(method.size());
@@ -144,11 +155,12 @@ void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std:
   client_ = client;
   upstream_ = network::Address();
   start_ = std::chrono::steady_clock::now();
-  resolve_ = connect_ = std::chrono::microseconds(-1);
+  resolve_us_ = connect_us_ = -1;
   to_origin_ = from_origin_ = 0;
   status_ = 0;
-  proxy_status_error_ = {};
-  policy_rule_ = {};
+  proxy_status_error_ = nullptr;
+  policy_rule_ = nullptr;
+  policy_rule_len_ = 0;
   policy_report_only_ = false;
   failure_ = FailureKind::None;
   has_first_byte_ = false;
@@ -158,8 +170,8 @@ void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std:
 void RequestTrace::routed(const proxy::ProxyRequest& request) {
   key_ = request.principal;
   grant_ = request.grant;
-  resolve_ = request.resolve_time;
-  connect_ = request.connect_time;
+  resolve_us_ = clampMicros(request.resolve_time);
+  connect_us_ = clampMicros(request.connect_time);
   upstream_ = request.upstream_address;
   setPolicyRule(request.policy_rule, request.policy_report_only);
 }
@@ -194,13 +206,14 @@ RequestRecord RequestTrace::record(std::string_view listener, event::MonotonicTi
   const std::string_view text = text_;
   r.host = text.substr(0, host_len_);
   r.path = text.substr(host_len_, path_len_);
-  r.method = method_len_ == 0 ? method_ : text.substr(size_t{host_len_} + path_len_, method_len_);
+  r.method = method_len_ == 0 ? std::string_view(static_method_, static_method_len_)
+                              : text.substr(size_t{host_len_} + path_len_, method_len_);
   r.port = port_;
   r.status = status_;
   r.bytes_to_origin = to_origin_;
   r.bytes_from_origin = from_origin_;
-  r.resolve = resolve_;
-  r.connect = connect_;
+  r.resolve = std::chrono::microseconds(resolve_us_);
+  r.connect = std::chrono::microseconds(connect_us_);
   if (has_first_byte_) {
     r.first_byte = std::chrono::duration_cast<std::chrono::microseconds>(first_byte_ - start_);
   }
@@ -208,8 +221,8 @@ RequestRecord RequestTrace::record(std::string_view listener, event::MonotonicTi
   r.upstream = upstream_;
   r.denial = text.substr(prefixLength());
   r.failure = failure_;
-  r.proxy_status_error = proxy_status_error_;
-  r.policy_rule = policy_rule_;
+  if (proxy_status_error_ != nullptr) r.proxy_status_error = proxy_status_error_;
+  if (policy_rule_len_ != 0) r.policy_rule = std::string_view(policy_rule_, policy_rule_len_);
   r.policy_report_only = policy_report_only_;
   return r;
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -83,12 +84,14 @@ class RequestTrace {
   // request) authenticated with.
   bool revoked() const { return grant_ != nullptr && grant_->revoked(); }
   // The RFC 9209 error type of the answer sluice made itself (a static string).
-  void setProxyStatusError(std::string_view error) { proxy_status_error_ = error; }
+  void setProxyStatusError(const char* error) { proxy_status_error_ = error; }
   // A policy rule (config-owned) refused, or in report-only would have refused, the request or
   // one of its destinations; the first one counts (routed() takes the request's).
   void setPolicyRule(std::string_view rule, bool report_only) {
-    if (!policy_rule_.empty() || rule.empty()) return;
-    policy_rule_ = rule;
+    if (policy_rule_len_ != 0 || rule.empty()) return;
+    rule = rule.substr(0, UINT16_MAX);
+    policy_rule_ = rule.data();
+    policy_rule_len_ = static_cast<uint16_t>(rule.size());
     policy_report_only_ = report_only;
   }
   // The request was refused or failed (the reason is copied).
@@ -112,30 +115,33 @@ class RequestTrace {
   // The host, the path, then the denial reason (one string, its capacity kept across requests);
   // the method points at a static name when it is a known one, else into text_ after the path.
   std::string text_;
-  std::string_view method_;
-  uint16_t method_len_ = 0;  // of a method copied into text_ (0: method_ is static)
-  uint16_t host_len_ = 0;
-  uint16_t path_len_ = 0;
   std::string_view key_;
   const proxy::KeyGrant* grant_ = nullptr;
-  std::string_view proxy_status_error_;
-  std::string_view policy_rule_;
+  // A known method's static name (its length in static_method_len_), or null: it is in text_.
+  const char* static_method_ = nullptr;
+  const char* proxy_status_error_ = nullptr;  // a static name, or null
+  const char* policy_rule_ = nullptr;         // config-owned, policy_rule_len_ bytes
   network::Address client_;
   network::Address upstream_;
   event::MonotonicTime start_{};
   event::MonotonicTime first_byte_{};
-  std::chrono::microseconds resolve_{-1};
-  std::chrono::microseconds connect_{-1};
+  int32_t resolve_us_ = -1;  // -1: no lookup
+  int32_t connect_us_ = -1;  // -1: no connect
   uint64_t to_origin_ = 0;
   uint64_t from_origin_ = 0;
+  policy::LimitSlot limit_slot_;
+  uint16_t method_len_ = 0;  // of a method copied into text_ (0: static_method_)
+  uint16_t host_len_ = 0;
+  uint16_t path_len_ = 0;
+  uint16_t policy_rule_len_ = 0;
   uint16_t port_ = 0;
   uint16_t status_ = 0;
+  uint8_t static_method_len_ = 0;
   proxy::Protocol protocol_ = proxy::Protocol::Http1;
   FailureKind failure_ = FailureKind::None;
   bool open_ = false;
   bool has_first_byte_ = false;
   bool policy_report_only_ = false;
-  policy::LimitSlot limit_slot_;
 
   // The longest path a record keeps (a longer one is cut).
   static constexpr size_t kMaxPathBytes = 2048;

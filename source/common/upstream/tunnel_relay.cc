@@ -13,6 +13,10 @@ namespace {
 // Bytes one direction moves per readiness event while spliced before it yields the loop.
 constexpr size_t kSpliceBudget = 1024 * 1024;
 constexpr unsigned kSpliceFlags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
+// An idle timeout as the relay keeps it (at most about 49 days).
+uint32_t clampMillis(std::chrono::milliseconds ms) {
+  return static_cast<uint32_t>(std::clamp<int64_t>(ms.count(), 0, UINT32_MAX));
+}
 }  // namespace
 
 const char* tunnelEndName(TunnelEnd end) {
@@ -31,7 +35,7 @@ const char* tunnelEndName(TunnelEnd end) {
   return "done";
 }
 
-network::Connection* ConnectionDownstream::spliceableConnection() { return &connection_; }
+network::Connection* ConnectionDownstream::spliceableConnection() { return connection_; }
 
 TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, event::Timer& timer,
                          const TunnelOptions& options)
@@ -44,19 +48,25 @@ TunnelRelay::TunnelRelay(UpstreamHandle upstream, network::Connection& client, T
 TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream* downstream,
                          network::Connection* client, TunnelOwner* owner, event::Timer& timer,
                          const TunnelOptions& options)
-    : dispatcher_(upstream->dispatcher()),
-      limiter_(upstream.info().limiter),
+    : limiter_(upstream.info().limiter),
       upstream_(upstream.takeForTunnel()),
-      connection_downstream_(client != nullptr
-                                 ? std::make_optional<ConnectionDownstream>(*client, *owner)
-                                 : std::nullopt),
-      downstream_(downstream != nullptr ? *downstream : *connection_downstream_),
-      idle_timeout_(options.idle_timeout),
+      connection_downstream_(client, owner),
+      downstream_(downstream != nullptr ? *downstream : connection_downstream_),
       listener_stats_(options.listener_stats),
       key_stats_(options.key_stats),
+      timer_(timer),
+      idle_timeout_ms_(clampMillis(options.idle_timeout)),
       max_pipes_(static_cast<uint32_t>(options.max_pipes)),
       splice_allowed_(options.splice),
-      timer_(timer) {
+      started_(false),
+      downstream_ended_(false),
+      upstream_ended_(false),
+      bulk_(false),
+      splice_off_(false),
+      leaving_splice_(false),
+      closing_(false),
+      finished_(false),
+      end_pending_(false) {
   upstream_->setCallbacks(this);
 }
 
@@ -67,7 +77,7 @@ TunnelRelay::~TunnelRelay() { stop(); }
 void TunnelRelay::dispose(std::unique_ptr<TunnelRelay>& relay) {
   if (!relay) return;
   relay->abort();
-  event::Dispatcher& dispatcher = relay->dispatcher_;
+  event::Dispatcher& dispatcher = relay->dispatcher();
   dispatcher.deferredDelete(std::move(relay));
 }
 
@@ -79,7 +89,7 @@ void TunnelRelay::start(buffer::Buffer& early, bool downstream_ended, bool upstr
   });
   touch();
   started_at_ = last_activity_;
-  timer_.enable(idle_timeout_);
+  timer_.enable(std::chrono::milliseconds(idle_timeout_ms_));
   if (!early.empty()) {
     countToUpstream(early.length());
     upstream_->write(early);
@@ -103,7 +113,7 @@ void TunnelRelay::countToUpstream(size_t n) {
 }
 
 void TunnelRelay::countToDownstream(size_t n) {
-  if (bytes_to_downstream_ == 0 && n > 0) first_byte_at_ = dispatcher_.now();
+  if (bytes_to_downstream_ == 0 && n > 0) first_byte_at_ = dispatcher().now();
   bytes_to_downstream_ += n;
   forEachStats([n](const TunnelStats& s) { s.bytes_to_downstream.add(n); });
 }
@@ -196,7 +206,7 @@ void TunnelRelay::shape(size_t way, size_t bytes) {
       upstream_->readDisable(true);
     }
   }
-  shaped_.arm(dispatcher_, now, [this] { onShapeTimer(); });
+  shaped_.arm(dispatcher(), now, [this] { onShapeTimer(); });
 }
 
 void TunnelRelay::onShapeTimer() {
@@ -217,7 +227,7 @@ void TunnelRelay::onShapeTimer() {
       pump(direction(way));
     }
   }
-  if (!finished_) shaped_.arm(dispatcher_, now, [this] { onShapeTimer(); });
+  if (!finished_) shaped_.arm(dispatcher(), now, [this] { onShapeTimer(); });
 }
 
 void TunnelRelay::onTimer() {
@@ -235,9 +245,10 @@ void TunnelRelay::onTimer() {
   // The timer is armed once per idle period, not per byte: on expiry it checks when the last
   // byte moved and re-arms for the rest.
   const auto idle =
-      std::chrono::duration_cast<std::chrono::milliseconds>(dispatcher_.now() - last_activity_);
-  if (idle < idle_timeout_) {
-    timer_.enable(idle_timeout_ - idle);
+      std::chrono::duration_cast<std::chrono::milliseconds>(dispatcher().now() - last_activity_);
+  const std::chrono::milliseconds idle_timeout(idle_timeout_ms_);
+  if (idle < idle_timeout) {
+    timer_.enable(idle_timeout - idle);
     return;
   }
   finish(TunnelEnd::IdleTimeout);
@@ -287,7 +298,7 @@ void TunnelRelay::stop() {
   if (started_) {
     forEachStats([](const TunnelStats& s) { s.tunnels_active.dec(); });
     if (listener_stats_ != nullptr) {
-      listener_stats_->duration.record(dispatcher_.now() - started_at_);
+      listener_stats_->duration.record(dispatcher().now() - started_at_);
     }
   }
   releasePipes();

@@ -55,21 +55,23 @@ class TunnelOwner {
 
 // The client side of a tunnel that is a whole client connection (HTTP/1.1, SOCKS5); the relay
 // made for such a connection owns it, and the codec hears the end as its TunnelOwner.
+// (Unset, it is the unused place of a relay whose client side is an HTTP/2 stream.)
 class ConnectionDownstream final : public TunnelDownstream {
  public:
-  ConnectionDownstream(network::Connection& connection, TunnelOwner& owner)
+  ConnectionDownstream() = default;
+  ConnectionDownstream(network::Connection* connection, TunnelOwner* owner)
       : connection_(connection), owner_(owner) {}
 
   void writeDownstream(buffer::Buffer& data, bool end_stream) override {
-    connection_.write(data, end_stream);
+    connection_->write(data, end_stream);
   }
-  void readDisableDownstream(bool disable) override { connection_.readDisable(disable); }
+  void readDisableDownstream(bool disable) override { connection_->readDisable(disable); }
   network::Connection* spliceableConnection() override;
-  void onTunnelEnd(TunnelEnd end) override { owner_.onTunnelEnd(end); }
+  void onTunnelEnd(TunnelEnd end) override { owner_->onTunnelEnd(end); }
 
  private:
-  network::Connection& connection_;
-  TunnelOwner& owner_;
+  network::Connection* connection_ = nullptr;
+  TunnelOwner* owner_ = nullptr;
 };
 
 struct TunnelOptions {
@@ -165,7 +167,8 @@ class TunnelRelay : public event::DeferredDeletable,
   void onRawReadable(network::Connection& connection) override;
   void onRawWritable(network::Connection& connection) override;
 
-  void touch() { last_activity_ = dispatcher_.now(); }
+  event::Dispatcher& dispatcher() const { return timer_.dispatcher(); }
+  void touch() { last_activity_ = dispatcher().now(); }
   // The listener's counters and, for an authenticated request, the key's.
   template <class F>
   void forEachStats(F f) const {
@@ -194,23 +197,20 @@ class TunnelRelay : public event::DeferredDeletable,
   bool shapePaused(size_t way) const { return shaped_[way].paused; }
   void onShapeTimer();
 
-  event::Dispatcher& dispatcher_;
   // The request's limits when it has any (bandwidth is charged to them), else null: a tunnel
   // without limits pays one null check per read.
   policy::KeyLimiter* const limiter_;
   TunnelUpstream upstream_;
   ShapedWays shaped_;  // [0] client → destination, [1] destination → client
-  std::optional<ConnectionDownstream> connection_downstream_;
+  // The client side when it is the whole client connection (unset otherwise).
+  ConnectionDownstream connection_downstream_;
   TunnelDownstream& downstream_;
-  const std::chrono::milliseconds idle_timeout_;
   const TunnelStats* const listener_stats_;
   const TunnelStats* const key_stats_;
-  const uint32_t max_pipes_;
-  const bool splice_allowed_;
+  // The codec's timer; its dispatcher is the relay's.
   event::Timer& timer_;
   event::MonotonicTime started_at_;
   event::MonotonicTime last_activity_;
-  Mode mode_ = Mode::Buffered;
   // Only while spliced: [0] client → destination, [1] destination → client.
   struct SpliceState {
     Direction dirs[2];
@@ -219,15 +219,20 @@ class TunnelRelay : public event::DeferredDeletable,
   uint64_t bytes_to_upstream_ = 0;
   uint64_t bytes_to_downstream_ = 0;
   event::MonotonicTime first_byte_at_{};
-  bool started_ = false;
-  bool downstream_ended_ = false;  // the client's end was passed to the destination
-  bool upstream_ended_ = false;    // the destination's end was passed to the client
-  bool bulk_ = false;              // a full read was seen: splice when both sides allow
-  bool splice_off_ = false;        // no pipe could be had: this tunnel copies from now on
-  bool leaving_splice_ = false;
-  bool closing_ = false;  // both ended; the destination's last bytes are being flushed
-  bool finished_ = false;
-  bool end_pending_ = false;  // onTunnelEnd is due from the timer
+  const uint32_t idle_timeout_ms_;
+  const uint32_t max_pipes_;
+  const bool splice_allowed_;
+  Mode mode_ = Mode::Buffered;
+  // One bit each, all false at construction (an idle tunnel holds a relay).
+  bool started_ : 1;
+  bool downstream_ended_ : 1;  // the client's end was passed to the destination
+  bool upstream_ended_ : 1;    // the destination's end was passed to the client
+  bool bulk_ : 1;              // a full read was seen: splice when both sides allow
+  bool splice_off_ : 1;        // no pipe could be had: this tunnel copies from now on
+  bool leaving_splice_ : 1;
+  bool closing_ : 1;  // both ended; the destination's last bytes are being flushed
+  bool finished_ : 1;
+  bool end_pending_ : 1;  // onTunnelEnd is due from the timer
   TunnelEnd end_ = TunnelEnd::Done;
 };
 
