@@ -1,8 +1,12 @@
 #include "source/server/server.h"
 
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <set>
 
 #include <fcntl.h>
@@ -29,6 +33,32 @@
 
 namespace sluice {
 namespace server {
+
+namespace {
+// How long a reload waits for the workers to take the new config (each does at its loop's next
+// turn, which a busy worker reaches within milliseconds).
+constexpr std::chrono::milliseconds kReloadApplyWait{5000};
+
+// Counts the workers that have taken a reload's config.
+class WorkersApplied {
+ public:
+  explicit WorkersApplied(size_t workers) : left_(workers) {}
+  void done() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (left_ > 0 && --left_ == 0) cv_.notify_all();
+  }
+  // Whether all had within `limit`.
+  bool wait(std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, limit, [this] { return left_ == 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  size_t left_;
+};
+}  // namespace
 
 absl::StatusOr<int> createListenSocket(const network::Address& address, uint32_t backlog) {
   int fd = ::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -528,9 +558,14 @@ Server::ReloadResult Server::reload() {
   config_version_gauge_.add(1);
   reloads_done_.inc();
   const bool keys_revoked = !revoked.empty();
+  auto applied = std::make_shared<WorkersApplied>(workers_.size());
   for (size_t w = 0; w < workers_.size(); ++w) {
-    workers_[w]->applyConfig(next, std::move((*sockets)[w]), keys_revoked);
+    workers_[w]->applyConfig(next, std::move((*sockets)[w]), keys_revoked,
+                             [applied] { applied->done(); });
   }
+  // The answer (and SIGHUP's return to the loop) waits until every worker runs the new config:
+  // a request sent after a reload's 200 meets the new keys, groups and listeners.
+  const bool all_applied = applied->wait(kReloadApplyWait);
   writePidFile();
 
   std::string report =
@@ -552,6 +587,12 @@ Server::ReloadResult Server::reload() {
                           static_cast<int>(config_->revoke_grace.count()));
   }
   for (const std::string& note : later) absl::StrAppendFormat(&report, "%s\n", note);
+  if (!all_applied) {
+    absl::StrAppendFormat(&report, "not every worker had taken the new config after %d ms\n",
+                          static_cast<int>(kReloadApplyWait.count()));
+    SLUICE_LOG(Warn, "reload: not every worker had taken the new config after %d ms",
+               static_cast<int>(kReloadApplyWait.count()));
+  }
   SLUICE_LOG(Info, "reloaded: config version %d (%d listeners%s%s%s)", config_version_,
              config_->listeners.size(),
              added.empty() ? "" : "; added " + absl::StrJoin(added, ", "),

@@ -485,9 +485,11 @@ void Worker::stop() {
 }
 
 void Worker::applyConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> sockets,
-                         bool keys_revoked) {
-  dispatcher_.post([this, next = std::move(next), sockets = std::move(sockets), keys_revoked] {
+                         bool keys_revoked, std::function<void()> applied) {
+  dispatcher_.post([this, next = std::move(next), sockets = std::move(sockets), keys_revoked,
+                    applied = std::move(applied)] {
     swapConfig(next, sockets, keys_revoked);
+    if (applied) applied();
   });
 }
 

@@ -182,8 +182,9 @@ class Worker : public proxy::WorkerContext {
   // per listener of `next`, in order; the running ones not kept stop accepting), new
   // connections get the new version, and after next->revoke_grace whatever a revoked key
   // authenticated and connections from addresses the next config refuses are closed.
+  // `applied` runs on the worker's thread once it has (the reload waits for every worker).
   void applyConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> sockets,
-                   bool keys_revoked);
+                   bool keys_revoked, std::function<void()> applied = {});
   void join();
   size_t activeConnections() const { return active_.load(std::memory_order_relaxed); }
 

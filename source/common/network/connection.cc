@@ -114,16 +114,16 @@ void Connection::onFileEvent(uint32_t events) {
       socklen_t len = sizeof(err);
       if (getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
     }
-    if (err == 0 && connect_prefix_ != nullptr) {
+    if (err == 0 && extras_ != nullptr && !extras_->connect_prefix.empty()) {
+      std::string& prefix = extras_->connect_prefix;
       // A freshly connected socket's send buffer is empty: a short header goes out whole.
-      const ssize_t n = ::send(fd_, connect_prefix_->data(), connect_prefix_->size(),
-                               MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n != static_cast<ssize_t>(connect_prefix_->size())) {
+      const ssize_t n = ::send(fd_, prefix.data(), prefix.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n != static_cast<ssize_t>(prefix.size())) {
         err = n < 0 ? errno : EIO;
       } else {
         counters_.tx.add(static_cast<uint64_t>(n));
       }
-      connect_prefix_.reset();
+      std::string().swap(prefix);
     }
     if (err != 0) {
       connect_error_ = err;
@@ -176,7 +176,7 @@ bool Connection::hasUnreadBytes(size_t taken) const {
 
 void Connection::setTransportSocket(TransportSocketPtr transport) {
   transport_ = std::move(transport);
-  transport_->setCallbacks(*this);
+  transport_->setConnection(*this);
 }
 
 void Connection::onTransportReadReady() {
@@ -392,9 +392,9 @@ void Connection::close(CloseType type) {
     if (close_after_flush_) return;
     close_after_flush_ = true;
     ++read_disable_count_;
-    flush_timer_ = std::make_unique<event::Timer>(
-        dispatcher_, [this] { closeNow(ConnectionEvent::LocalClose); });
-    flush_timer_->enable(kFlushCloseTimeout);
+    std::optional<event::Timer>& timer = extras().flush_timer;
+    timer.emplace(dispatcher_, [this] { closeNow(ConnectionEvent::LocalClose); });
+    timer->enable(kFlushCloseTimeout);
     return;
   }
   closeNow(ConnectionEvent::LocalClose);
@@ -419,7 +419,7 @@ void Connection::closeNow(ConnectionEvent event) {
   fd_ = -1;
   read_buffer_.clear();
   write_buffer_.clear();
-  if (flush_timer_) flush_timer_->disable();
+  if (extras_ != nullptr && extras_->flush_timer) extras_->flush_timer->disable();
   if (callbacks_ != nullptr) callbacks_->onEvent(event);
 }
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "source/common/buffer/buffer.h"
@@ -71,9 +72,7 @@ struct ConnectionByteCounters {
 // A non-blocking TCP socket on one worker's dispatcher, with its own read and write buffers
 // (both empty, holding no memory, while idle). Closing delivers LocalClose/RemoteClose once and
 // then the owner deletes the connection through the dispatcher's deferred delete.
-class Connection : public event::DeferredDeletable,
-                   public memory::SlabAllocated,
-                   private TransportSocketCallbacks {
+class Connection : public event::DeferredDeletable, public memory::SlabAllocated {
  public:
   static constexpr uint32_t kDefaultHighWatermark = 1024 * 1024;
 
@@ -106,9 +105,7 @@ class Connection : public event::DeferredDeletable,
   // completes, before anything of the transport socket or the owner (a PROXY protocol header
   // toward a parent, ahead of its TLS). A socket that does not take them all at once fails the
   // connect (RemoteClose, connectError() EIO).
-  void setConnectPrefix(std::string prefix) {
-    connect_prefix_ = std::make_unique<std::string>(std::move(prefix));
-  }
+  void setConnectPrefix(std::string prefix) { extras().connect_prefix = std::move(prefix); }
   // Why the transport closed the connection before its handshake completed (None for plain
   // TCP, and for a connection that closed for any other reason).
   TransportFailure transportFailure() const {
@@ -121,7 +118,10 @@ class Connection : public event::DeferredDeletable,
   ConnectionCallbacks* callbacks() const { return callbacks_; }
   event::Dispatcher& dispatcher() { return dispatcher_; }
   const Address& peer() const { return peer_; }
-  int fd() const override { return fd_; }
+  int fd() const { return fd_; }
+  // The kernel reported the peer's FIN (EPOLLRDHUP): a short read no longer means the socket
+  // is drained, since the FIN may sit behind the bytes read.
+  bool peerClosed() const { return peer_closed_; }
   bool open() const { return state_ != State::Closed; }
   // An outbound connection not yet Connected: the TCP connect, or its transport's handshake.
   bool connecting() const { return state_ == State::Connecting || awaiting_transport_; }
@@ -174,9 +174,6 @@ class Connection : public event::DeferredDeletable,
   void onReadReady();
   void onTransportReadReady();
   void flushTransport();
-  // TransportSocketCallbacks (fd() is public above)
-  bool peerClosed() const override { return peer_closed_; }
-  Connection& connection() override { return *this; }
   // Outbound: delivers Connected once the transport's handshake is done. False when the owner
   // closed the connection from it.
   bool checkTransportReady();
@@ -194,8 +191,17 @@ class Connection : public event::DeferredDeletable,
   buffer::Buffer read_buffer_;
   buffer::Buffer write_buffer_;
   event::FileEvent file_event_;
-  std::unique_ptr<event::Timer> flush_timer_;
-  std::unique_ptr<std::string> connect_prefix_;  // null: none (the usual case)
+  // What few connections need, made on first use: the timer of a flushed close, the bytes an
+  // outbound connection sends as soon as it connects (a parent's PROXY header).
+  struct Extras {
+    std::optional<event::Timer> flush_timer;
+    std::string connect_prefix;  // empty: none
+  };
+  Extras& extras() {
+    if (extras_ == nullptr) extras_ = std::make_unique<Extras>();
+    return *extras_;
+  }
+  std::unique_ptr<Extras> extras_;
   Address peer_;
   int fd_;
   ConnectionByteCounters counters_;

@@ -41,23 +41,13 @@ struct TransportFailure {
   std::string_view reason;  // short, for a log or a client; valid while the transport lives
 };
 
-// What a transport socket may do with the connection it serves.
-class TransportSocketCallbacks {
- public:
-  virtual ~TransportSocketCallbacks() = default;
-  virtual int fd() const = 0;
-  virtual Connection& connection() = 0;
-  // The kernel reported the peer's FIN (EPOLLRDHUP): a short read no longer means the socket
-  // is drained, since the FIN may sit behind the bytes read.
-  virtual bool peerClosed() const = 0;
-};
-
 // A layer between a connection's buffers and its socket (TLS). A connection without one reads
 // and writes the socket directly, which is the plain-TCP fast path.
 class TransportSocket {
  public:
   virtual ~TransportSocket() = default;
-  virtual void setCallbacks(TransportSocketCallbacks& callbacks) = 0;
+  // The connection the socket belongs to (its descriptor, peerClosed(), close()).
+  virtual void setConnection(Connection& connection) = 0;
   // The socket is readable: read and decode into `buffer` (at most about `max` plaintext bytes).
   virtual IoResult doRead(buffer::Buffer& buffer, size_t max) = 0;
   // The socket is writable or there is new data: encode and send what fits; `buffer` is drained

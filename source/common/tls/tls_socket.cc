@@ -72,19 +72,19 @@ void TlsSocket::attachBio() {
   SSL_set_bio(ssl_.get(), bio, bio);  // one reference, owned by the SSL
 }
 
-void TlsSocket::setCallbacks(network::TransportSocketCallbacks& callbacks) {
-  callbacks_ = &callbacks;
+void TlsSocket::setConnection(network::Connection& connection) {
+  connection_ = &connection;
   if (client_ != nullptr) return;  // the owner's connect deadline bounds the handshake
-  handshake_timer_ = std::make_unique<event::Timer>(callbacks.connection().dispatcher(),
-                                                    [this] { onHandshakeTimeout(); });
+  handshake_timer_ =
+      std::make_unique<event::Timer>(connection.dispatcher(), [this] { onHandshakeTimeout(); });
   handshake_timer_->enable(context_->config().handshake_timeout);
-  handshake_started_ = callbacks.connection().dispatcher().now();
+  handshake_started_ = connection.dispatcher().now();
 }
 
 void TlsSocket::onHandshakeTimeout() {
   if (handshake_done_) return;
   context_->stats().fail_timeout.inc();
-  callbacks_->connection().close(network::CloseType::NoFlush);
+  connection_->close(network::CloseType::NoFlush);
 }
 
 int TlsSocket::bioRead(char* out, int len) {
@@ -107,7 +107,7 @@ int TlsSocket::bioWrite(const char* in, int len) {
 }
 
 bool TlsSocket::flushRaw(network::IoResult& result) {
-  const int fd = callbacks_->fd();
+  const int fd = connection_->fd();
   while (!raw_out_.empty()) {
     int err = 0;
     size_t asked = 0;
@@ -203,7 +203,7 @@ bool TlsSocket::doHandshake(network::IoResult& result) {
     handshake_timer_.reset();
     TlsStats& s = context_->stats();
     s.handshakes.inc();
-    s.handshake_duration.record(callbacks_->connection().dispatcher().now() - handshake_started_);
+    s.handshake_duration.record(connection_->dispatcher().now() - handshake_started_);
     if (SSL_session_reused(ssl_.get())) s.handshakes_resumed.inc();
     std::string_view alpn = applicationProtocol();
     if (alpn == "h2") {
@@ -228,7 +228,7 @@ network::IoResult TlsSocket::doRead(buffer::Buffer& buffer, size_t max) {
     return r;
   }
   // Ciphertext in: everything the socket has, up to the budget.
-  const int fd = callbacks_->fd();
+  const int fd = connection_->fd();
   while (!raw_eof_) {
     if (r.wire_read >= kMaxRawPerRead) {
       r.again = true;
@@ -241,7 +241,7 @@ network::IoResult TlsSocket::doRead(buffer::Buffer& buffer, size_t max) {
       r.wire_read += static_cast<uint64_t>(rc);
       // A short read emptied the socket: edge-triggered readiness reports the next bytes, so
       // the read that would only return EAGAIN is skipped (as on the plain path).
-      if (static_cast<size_t>(rc) < asked && !callbacks_->peerClosed()) break;
+      if (static_cast<size_t>(rc) < asked && !connection_->peerClosed()) break;
       continue;
     }
     if (rc == 0) {

@@ -32,7 +32,7 @@ class TlsSocket : public network::TransportSocket {
   ~TlsSocket() override;
 
   // network::TransportSocket
-  void setCallbacks(network::TransportSocketCallbacks& callbacks) override;
+  void setConnection(network::Connection& connection) override;
   network::IoResult doRead(buffer::Buffer& buffer, size_t max) override;
   network::IoResult doWrite(buffer::Buffer& buffer, bool end_stream) override;
   size_t pendingWireBytes() const override { return raw_out_.length(); }
@@ -62,7 +62,7 @@ class TlsSocket : public network::TransportSocket {
   // One of the two is set: the side this socket is.
   ServerContextSharedPtr context_;
   ClientContextSharedPtr client_;
-  network::TransportSocketCallbacks* callbacks_ = nullptr;
+  network::Connection* connection_ = nullptr;
   bssl::UniquePtr<SSL> ssl_;
   buffer::Buffer raw_in_;
   buffer::Buffer raw_out_;
