@@ -217,16 +217,14 @@ void Dispatcher::runTimers() {
     if (timer.deadline_ > now + kTimerSlack) break;
     if (static_cast<int32_t>(timer.order_ - pass_end) >= 0) break;
     disarmTimer(timer);
-    timer.cb_();  // may arm, disarm or destroy any timer, itself included
+    timer.fire();  // may arm, disarm or destroy any timer, itself included
   }
   scheduleTimers(this->now());
 }
 
-Timer::Timer(Dispatcher& dispatcher, std::function<void()> cb)
-    : dispatcher_(dispatcher), cb_(std::move(cb)) {}
-
 Timer::~Timer() {
   if (slot_ != kUnarmed) dispatcher_.disarmTimer(*this);
+  thunk_(callback_, true);
 }
 
 void Timer::enable(std::chrono::milliseconds timeout) {

@@ -2,9 +2,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <type_traits>
 #include <vector>
 
 #include <event2/event.h>
@@ -104,12 +107,37 @@ class Dispatcher {
 inline constexpr std::chrono::milliseconds kTimerSlack{1};
 
 // A one-shot timer; embedded in its owner, no allocation when armed. A timer is a slot in its
-// dispatcher's heap of deadlines (56 bytes, not a libevent event of 128 plus its callback): the
+// dispatcher's heap of deadlines (40 bytes, not a libevent event of 128 plus its callback): the
 // dispatcher keeps one libevent timer for the earliest of them. It fires at most
 // kTimerSlack early, never late by more than the loop's own latency.
+//
+// The callback is kept in the timer itself when it fits a pointer and copies as bytes (a lambda
+// that captures `this`, as nearly every owner's does), on the heap otherwise.
 class Timer {
  public:
-  Timer(Dispatcher& dispatcher, std::function<void()> cb);
+  template <class F>
+  Timer(Dispatcher& dispatcher, F cb) : dispatcher_(dispatcher) {
+    using Fn = std::decay_t<F>;
+    if constexpr (sizeof(Fn) <= sizeof(callback_) && alignof(Fn) <= alignof(void*) &&
+                  std::is_trivially_copyable_v<Fn>) {
+      new (callback_) Fn(std::move(cb));
+      thunk_ = [](void* callback, bool destroy) {
+        if (!destroy) (*static_cast<Fn*>(callback))();
+      };
+    } else {
+      Fn* on_heap = new Fn(std::move(cb));
+      std::memcpy(callback_, &on_heap, sizeof(on_heap));
+      thunk_ = [](void* callback, bool destroy) {
+        Fn* f;
+        std::memcpy(&f, callback, sizeof(f));
+        if (destroy) {
+          delete f;
+        } else {
+          (*f)();
+        }
+      };
+    }
+  }
   ~Timer();
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
@@ -122,9 +150,13 @@ class Timer {
  private:
   friend class Dispatcher;
   static constexpr uint32_t kUnarmed = UINT32_MAX;
+  void fire() { thunk_(callback_, false); }
 
   Dispatcher& dispatcher_;
-  std::function<void()> cb_;
+  // The callback's bytes, or a pointer to it on the heap; thunk_ calls it (destroy false) or
+  // lets it go (destroy true).
+  alignas(void*) unsigned char callback_[sizeof(void*)];
+  void (*thunk_)(void* callback, bool destroy);
   MonotonicTime deadline_{};
   uint32_t slot_ = kUnarmed;  // its index in the dispatcher's heap while armed
   uint32_t order_ = 0;        // among equal deadlines, the one armed first fires first

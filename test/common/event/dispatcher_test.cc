@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -208,6 +210,34 @@ TEST(TimerTest, ATimerMayOutliveItsDispatcher) {
   timer.enable(milliseconds(100));
   d.reset();
   EXPECT_FALSE(timer.enabled());
+}
+
+TEST(TimerTest, KeepsASmallCallbackInlineAndALargeOneOnTheHeap) {
+  EXPECT_EQ(40u, sizeof(Timer));
+  Dispatcher d;
+  // One captured pointer: kept in the timer.
+  int small_fired = 0;
+  Timer small(d, [p = &small_fired] { ++*p; });
+  // A callback that owns memory and is larger than a pointer: on the heap, freed with the timer
+  // (ASan's leak check would fail the sanitized run otherwise).
+  auto owned = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = owned;
+  std::string label = "a label longer than the small-string buffer";
+  {
+    Timer large(d, [owned, label] { *owned += static_cast<int>(label.size()); });
+    owned.reset();
+    small.enable(milliseconds(0));
+    large.enable(milliseconds(0));
+    ASSERT_TRUE(runUntil(d, [&] { return small_fired == 1 && *watch.lock() == 43; }));
+    EXPECT_FALSE(watch.expired());
+  }
+  EXPECT_TRUE(watch.expired());
+  // A std::function passed in goes the same way.
+  int fn_fired = 0;
+  std::function<void()> fn = [&fn_fired] { ++fn_fired; };
+  Timer from_function(d, fn);
+  from_function.enable(milliseconds(0));
+  ASSERT_TRUE(runUntil(d, [&] { return fn_fired == 1; }));
 }
 
 TEST(DispatcherTest, PostFromAnotherThreadRunsOnTheLoop) {
