@@ -487,9 +487,10 @@ def test_squid_https_port_as_a_parent(start_sluice, squid_tls, certs, py_origin)
     assert s.stat("upstream.parent.squid.requests") == 2
     assert s.stat("upstream.parent.squid.failures") == 0
     assert s.stat("upstream.parent.squid.tls.handshakes") == 2
-    log = squid_tls.access_log()
+    connect_line = rf"CONNECT 127\.0\.0\.1:{py_origin.port} {SQUID_USER}"
+    log = squid_logged(squid_tls, connect_line)
     assert f"http://127.0.0.1:{py_origin.port}/hello" in log, log
-    assert re.search(rf"CONNECT 127\.0\.0\.1:{py_origin.port} {SQUID_USER}", log), log
+    assert re.search(connect_line, log), log
 
 
 def test_bad_parent_config_is_refused_with_its_path(tmp_path):
