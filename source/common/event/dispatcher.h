@@ -122,7 +122,7 @@ class Timer {
                   std::is_trivially_copyable_v<Fn>) {
       new (callback_) Fn(std::move(cb));
       thunk_ = [](void* callback, bool destroy) {
-        if (!destroy) (*static_cast<Fn*>(callback))();
+        if (!destroy) (*std::launder(static_cast<Fn*>(callback)))();
       };
     } else {
       Fn* on_heap = new Fn(std::move(cb));

@@ -1,7 +1,6 @@
 #include "source/common/upstream/request_record.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <string>
 

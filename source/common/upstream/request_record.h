@@ -1,7 +1,6 @@
 #pragma once
 
 #include <chrono>
-#include <climits>
 #include <cstdint>
 #include <string>
 #include <string_view>
