@@ -5,7 +5,7 @@
 
 SLUICE=${SLUICE_BIN:-bazel-bin/source/exe/sluice}
 LOAD=bazel-bin/tools/load/sluice-load
-ORIGIN=bazel-bin/tools/origin/sluice-origin
+ORIGIN=${ORIGIN_BIN:-bazel-bin/tools/origin/sluice-origin}
 
 bench_require_binaries() {
   local b

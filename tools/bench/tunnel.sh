@@ -131,5 +131,7 @@ echo "| --- | --- | --- | --- |"
 printf '%s\n' "${ROWS[@]}"
 echo
 echo "(${GB} GiB per bulk row, $CONNS connection(s); proxies on core 0 (1 worker), sluice-load and sluice-origin on core 1)"
+# What the kernel does per segment depends on it (BBR without the fq qdisc paces with a timer).
+echo "(TCP congestion control: $(sysctl -n net.ipv4.tcp_congestion_control), qdisc: $(sysctl -n net.core.default_qdisc))"
 spliced=$(curl -s "http://127.0.0.1:$ADMIN_PORT/stats?filter=tunnel.listener" | grep bytes_spliced | awk '{s += $2} END {print s + 0}')
 echo "(sluice with splice: $spliced bytes spliced)"

@@ -139,6 +139,8 @@ class Session : public network::ConnectionCallbacks, public event::DeferredDelet
   // Echoes as many WebSocket frames (or parts) as data holds; false: wait for more.
   bool processWebSocket(buffer::Buffer& data);
   void fillBytes();
+  // Copies n masked payload bytes to `to`, unmasked, the mask position carried on.
+  void unmask(const char* from, char* to, size_t n);
   void finishResponse();
   void sendSimple(std::string_view status_line, std::string_view content_type,
                   std::string_view body, bool close);
@@ -545,16 +547,17 @@ bool Session::processWebSocket(buffer::Buffer& data) {
     while (ws_left_ > 0 && !data.empty()) {
       const std::string_view chunk = data.front();
       const size_t n = std::min<uint64_t>({ws_left_, chunk.size(), sizeof(tmp)});
-      for (size_t i = 0; i < n; ++i) {
-        tmp[i] = static_cast<char>(chunk[i] ^ ws_mask_[ws_mask_pos_]);
-        ws_mask_pos_ = (ws_mask_pos_ + 1) & 3;
-      }
+      unmask(chunk.data(), tmp, n);
       if (ws_opcode_ != 0xA) out_.add(tmp, n);
       if (ws_opcode_ < 8) worker_.counters().ws_bytes.add(n);
       data.drain(n);
       ws_left_ -= n;
     }
-    if (!out_.empty()) conn_->write(out_);
+    // The echo goes out in writes of 64 KiB (as sluice-load sends), or less at a frame's end:
+    // writing each read's bytes at once would send the proxy segments only as large as the
+    // reads, smaller than the client's.
+    constexpr size_t kEchoWriteBytes = 4 * buffer::kBlockSize;
+    if (!out_.empty() && (ws_left_ == 0 || out_.length() >= kEchoWriteBytes)) conn_->write(out_);
     if (ws_left_ > 0) return false;
     ws_in_frame_ = false;
     if (ws_opcode_ == 0x8) {
@@ -698,12 +701,43 @@ void Session::sendSimple(std::string_view status_line, std::string_view content_
   if (conn_->open()) finishResponse();
 }
 
+void Session::unmask(const char* from, char* to, size_t n) {
+  size_t i = 0;
+  while (i < n && ws_mask_pos_ != 0) {
+    to[i] = static_cast<char>(from[i] ^ ws_mask_[ws_mask_pos_]);
+    ws_mask_pos_ = (ws_mask_pos_ + 1) & 3;
+    ++i;
+  }
+  // At mask position 0: eight bytes at a time with the mask repeated twice.
+  uint8_t key8[8];
+  for (size_t k = 0; k < 8; ++k) key8[k] = ws_mask_[k & 3];
+  uint64_t key;
+  memcpy(&key, key8, sizeof(key));
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word;
+    memcpy(&word, from + i, sizeof(word));
+    word ^= key;
+    memcpy(to + i, &word, sizeof(word));
+  }
+  for (; i < n; ++i) {
+    to[i] = static_cast<char>(from[i] ^ ws_mask_[ws_mask_pos_]);
+    ws_mask_pos_ = (ws_mask_pos_ + 1) & 3;
+  }
+}
+
 void Session::fillBytes() {
-  // Stops at the high watermark; onBelowWriteLowWatermark() calls back in for the rest.
+  // Stops at the high watermark; onBelowWriteLowWatermark() calls back in for the rest. Each
+  // write carries 64 KiB, as sluice-load's uploads do, so that both directions of a tunnel
+  // benchmark see segments of the same size (one block per write made 16 KiB segments).
+  constexpr size_t kWriteBytes = 4 * buffer::kBlockSize;
   while (left_ > 0 && conn_->open() && !conn_->aboveHighWatermark()) {
-    const size_t n = std::min<uint64_t>(left_, buffer::kBlockSize);
-    out_.add(g_block, n);
-    left_ -= n;
+    size_t burst = std::min<uint64_t>(left_, kWriteBytes);
+    left_ -= burst;
+    while (burst > 0) {
+      const size_t n = std::min<size_t>(burst, buffer::kBlockSize);
+      out_.add(g_block, n);
+      burst -= n;
+    }
     conn_->write(out_);
   }
   if (left_ == 0 && conn_->open() && phase_ == Phase::SendBytes) finishResponse();

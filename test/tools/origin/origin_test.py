@@ -404,6 +404,13 @@ class ExtrasTest(unittest.TestCase):
             c.send(frame[:3])
             c.send(frame[3:])
             self.assertEqual(read_ws_frame(c), (0x82, payload))
+        # A frame larger than one echo write, sent in pieces whose ends fall at every mask
+        # position: the echo is unmasked word by word from wherever a read left off.
+        payload = bytes(random.getrandbits(8) for _ in range(300007))
+        frame = ws_frame(0x2, payload)
+        for i in range(0, len(frame), 4097):
+            c.send(frame[i:i + 4097])
+        self.assertEqual(read_ws_frame(c), (0x82, payload))
         # Fragmented text message: each fragment echoed as it comes.
         c.send(ws_frame(0x1, b"hel", fin=False) + ws_frame(0x0, b"lo"))
         self.assertEqual(read_ws_frame(c), (0x01, b"hel"))
@@ -415,8 +422,9 @@ class ExtrasTest(unittest.TestCase):
         self.assertTrue(c.closed())
         c.close()
         after = self.stats()
-        self.assertEqual(after["ws_messages"] - before["ws_messages"], 6)
-        self.assertEqual(after["ws_bytes"] - before["ws_bytes"], 5 + 125 + 126 + 70000 + 5)
+        self.assertEqual(after["ws_messages"] - before["ws_messages"], 7)
+        self.assertEqual(after["ws_bytes"] - before["ws_bytes"],
+                         5 + 125 + 126 + 70000 + 300007 + 5)
 
     def test_websocket_rejects_unmasked_and_bad_upgrades(self):
         c = self.origin.connect()
