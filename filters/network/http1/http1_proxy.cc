@@ -186,7 +186,7 @@ void Http1ProxyFilter::processHead(buffer::Buffer& data) {
   }
   if (status == http1::ParseStatus::Error) {
     config_->stats.rq_rejected.inc();
-    trace_.begin(proxy::Protocol::Http1, "-", {}, 0, downstream().peer());
+    trace_.begin(proxy::Protocol::Http1, "-", {}, 0, &downstream().peer());
     sendLocalReply(err.status, http::ProxyError::HttpRequestError, err.reason, true);
     return;
   }
@@ -211,7 +211,7 @@ void Http1ProxyFilter::startRequest() {
   retried_ = false;
   upgrade_ = false;
   downstream_ended_ = false;
-  trace_.begin(proxy::Protocol::Http1, head.method_text, head.host, head.port, downstream().peer(),
+  trace_.begin(proxy::Protocol::Http1, head.method_text, head.host, head.port, &downstream().peer(),
                head.form == http1::TargetForm::Authority ? std::string_view() : head.path);
 
   if (head.form == http1::TargetForm::Authority) {

@@ -164,12 +164,12 @@ class Http1ProxyFilter : public network::ReadFilter,
   // The request in flight. The head lives in a per-worker pooled object while it is needed and
   // points into the client's read buffer, which is not drained until the head is sent.
   PendingRequest* pending_ = nullptr;
-  size_t head_scanned_ = 0;  // bytes of the next head already looked at
 
   // What the request in flight leaves in its end-of-request record.
   upstream::RequestTrace trace_;
 
   uint32_t head_size_ = 0;
+  uint32_t head_scanned_ = 0;  // bytes of the next head already looked at
   State state_ = State::ReadingHead;
   http1::Method method_ = http1::Method::Other;
   http1::BodyFraming request_framing_ = http1::BodyFraming::None;

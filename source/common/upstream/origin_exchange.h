@@ -249,7 +249,7 @@ class OriginExchange : private network::ConnectionCallbacks {
   bool response_paused_ = false;
   bool any_response_byte_ = false;
   bool decode_chunks_ = false;  // a chunked response is delivered as payload
-  size_t head_scanned_ = 0;
+  uint32_t head_scanned_ = 0;
   uint64_t response_body_left_ = 0;
   uint64_t request_body_left_ = 0;
   http1::Dechunker request_chunks_;  // the client's chunked body, passed on as framed

@@ -130,7 +130,7 @@ void emitRecord(const RequestRecord& r) {
 }
 
 void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
-                         uint16_t port, const network::Address& client, std::string_view path) {
+                         uint16_t port, const network::Address* client, std::string_view path) {
   limit_slot_.release();
   protocol_ = protocol;
   host = host.substr(0, 1024);
@@ -201,7 +201,7 @@ RequestRecord RequestTrace::record(std::string_view listener, event::MonotonicTi
   r.protocol = protocol_;
   r.listener = listener;
   r.key = key_;
-  r.client = client_;
+  if (client_ != nullptr) r.client = *client_;
   const std::string_view text = text_;
   r.host = text.substr(0, host_len_);
   r.path = text.substr(host_len_, path_len_);

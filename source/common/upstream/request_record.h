@@ -72,8 +72,10 @@ std::string formatRecord(const RequestRecord& record);
 // back, so it is released exactly once whatever ends the request.
 class RequestTrace {
  public:
+  // `client` is the client connection's own address (or null): it is read when the record is
+  // emitted, and every codec ends its requests' records before its connection goes away.
   void begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
-             uint16_t port, const network::Address& client, std::string_view path = {});
+             uint16_t port, const network::Address* client, std::string_view path = {});
   bool open() const { return open_; }
   // What the request filters found: the key's name, the lookup and connect times, where the
   // router connected.
@@ -120,8 +122,7 @@ class RequestTrace {
   const char* static_method_ = nullptr;
   const char* proxy_status_error_ = nullptr;  // a static name, or null
   const char* policy_rule_ = nullptr;         // config-owned, policy_rule_len_ bytes
-  network::Address client_;
-  network::Address upstream_;
+  const network::Address* client_ = nullptr;  // the client connection's (see begin())
   event::MonotonicTime start_{};
   event::MonotonicTime first_byte_{};
   int32_t resolve_us_ = -1;  // -1: no lookup
@@ -129,6 +130,7 @@ class RequestTrace {
   uint64_t to_origin_ = 0;
   uint64_t from_origin_ = 0;
   policy::LimitSlot limit_slot_;
+  network::Address upstream_;
   uint16_t method_len_ = 0;  // of a method copied into text_ (0: static_method_)
   uint16_t host_len_ = 0;
   uint16_t path_len_ = 0;

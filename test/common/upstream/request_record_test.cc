@@ -18,13 +18,13 @@ TEST(RequestTrace, EmitsOnceAfterEachBegin) {
   const uint64_t before = total();
   trace.end("l");  // nothing began
   EXPECT_EQ(total(), before);
-  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, network::Address());
+  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
   EXPECT_TRUE(trace.open());
   trace.end("l");
   trace.end("l");
   EXPECT_EQ(total(), before + 1);
   EXPECT_FALSE(trace.open());
-  trace.begin(proxy::Protocol::Http2, "GET", "example.com", 80, network::Address());
+  trace.begin(proxy::Protocol::Http2, "GET", "example.com", 80, nullptr);
   trace.end("l");
   EXPECT_EQ(total(), before + 2);
 }
@@ -44,7 +44,7 @@ TEST(RequestTrace, EndAddsTheDurationToTheListenersHistogram) {
   const uint64_t before = count("request.hist.http1.duration_seconds");
   RequestTrace trace;
   trace.end("hist", h1);  // nothing began
-  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, network::Address());
+  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
   trace.end("hist", h1);
   trace.end("hist", h1);
   EXPECT_EQ(count("request.hist.http1.duration_seconds"), before + 1);
@@ -63,7 +63,7 @@ TEST(RequestTrace, EndAddsTheDurationToTheListenersHistogram) {
 TEST(RequestTrace, FirstFailureWinsAndCountsAsDenied) {
   RequestTrace trace;
   const uint64_t before = denied();
-  trace.begin(proxy::Protocol::Socks5, "connect", "h", 1, network::Address());
+  trace.begin(proxy::Protocol::Socks5, "connect", "h", 1, nullptr);
   trace.fail("first reason", FailureKind::Refused);
   trace.fail("second reason", FailureKind::Timeout);
   const RequestRecord r = trace.record("l", std::chrono::steady_clock::now());
@@ -77,14 +77,14 @@ TEST(RequestTrace, FirstFailureWinsAndCountsAsDenied) {
 
 TEST(RequestTrace, KeepsAMethodItDoesNotKnowAndResetsOnBegin) {
   RequestTrace trace;
-  trace.begin(proxy::Protocol::Http1, "PROPFIND", "example.com", 80, network::Address());
+  trace.begin(proxy::Protocol::Http1, "PROPFIND", "example.com", 80, nullptr);
   trace.fail("refused");
   RequestRecord r = trace.record("l", std::chrono::steady_clock::now());
   EXPECT_EQ(r.method, "PROPFIND");
   EXPECT_EQ(r.host, "example.com");
   EXPECT_EQ(r.denial, "refused");
   trace.end("l");
-  trace.begin(proxy::Protocol::Http1, "GET", "b.example", 80, network::Address());
+  trace.begin(proxy::Protocol::Http1, "GET", "b.example", 80, nullptr);
   trace.setStatus(200);
   trace.addBytes(10, 20);
   r = trace.record("l", std::chrono::steady_clock::now());
@@ -99,17 +99,33 @@ TEST(RequestTrace, KeepsAMethodItDoesNotKnowAndResetsOnBegin) {
 
 TEST(RequestTrace, CarriesTheProxyStatusErrorOfItsOwnAnswerOnly) {
   RequestTrace trace;
-  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, network::Address());
+  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
   trace.setStatus(403);
   trace.setProxyStatusError("destination_ip_prohibited");
   RequestRecord r = trace.record("l", std::chrono::steady_clock::now());
   EXPECT_EQ(r.proxy_status_error, "destination_ip_prohibited");
   trace.end("l");
   // An origin's answer on the next request carries none.
-  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, network::Address());
+  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
   trace.setStatus(403);
   r = trace.record("l", std::chrono::steady_clock::now());
   EXPECT_EQ(r.proxy_status_error, "");
+  trace.end("l");
+}
+
+TEST(RequestTrace, RecordsTheClientConnectionsAddress) {
+  // The trace points at the client connection's address (the connection outlives the record).
+  network::Address client = *network::Address::parseHostPort("192.0.2.7:40000");
+  RequestTrace trace;
+  trace.begin(proxy::Protocol::Socks5, "connect", "h", 1, &client);
+  RequestRecord r = trace.record("l", std::chrono::steady_clock::now());
+  EXPECT_EQ(r.client, client);
+  EXPECT_NE(formatRecord(r).find(" client=192.0.2.7:40000 "), std::string::npos) << formatRecord(r);
+  trace.end("l");
+  // A request begun without one has none.
+  trace.begin(proxy::Protocol::Socks5, "connect", "h", 1, nullptr);
+  r = trace.record("l", std::chrono::steady_clock::now());
+  EXPECT_EQ(r.client, network::Address());
   trace.end("l");
 }
 
