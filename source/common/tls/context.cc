@@ -318,7 +318,11 @@ absl::Status ServerContext::addCertificate(const CertificateConfig& cc) {
 }
 
 bssl::UniquePtr<SSL> ServerContext::newSsl() const {
-  return bssl::UniquePtr<SSL>(SSL_new(certificates_.front().ctx.get()));
+  bssl::UniquePtr<SSL> ssl(SSL_new(certificates_.front().ctx.get()));
+  // What the handshake was configured with (the certificate's references, the cipher and
+  // group lists) is freed once it completes: a connection keeps only what the handshake made.
+  if (ssl) SSL_set_shed_handshake_config(ssl.get(), 1);
+  return ssl;
 }
 
 int ServerContext::selectAlpn(const uint8_t** out, uint8_t* out_len, const uint8_t* in,
@@ -543,6 +547,8 @@ bssl::UniquePtr<SSL> ClientContext::newSsl() const {
     // TLS 1.3 tickets are offered once (RFC 8446 appendix C.4); the server sends new ones.
     if (SSL_SESSION_should_be_single_use(session)) slot.sessions[--slot.count].reset();
   }
+  // As on the server side; renegotiation stays off, so the configuration does go.
+  SSL_set_shed_handshake_config(ssl.get(), 1);
   return ssl;
 }
 
