@@ -203,6 +203,12 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
   config->memory_release_interval =
       durationOr(bootstrap.has_memory_release_interval(), bootstrap.memory_release_interval(),
                  config->memory_release_interval);
+  if (bootstrap.has_tls_handshakes_per_turn()) {
+    if (bootstrap.tls_handshakes_per_turn() > 4096) {
+      return absl::InvalidArgumentError("tls_handshakes_per_turn: at most 4096 (0: no bound)");
+    }
+    config->tls_handshakes_per_turn = bootstrap.tls_handshakes_per_turn();
+  }
   if (bootstrap.upstream_pool().max_idle_per_destination() != 0) {
     config->pool_max_idle = bootstrap.upstream_pool().max_idle_per_destination();
   }

@@ -85,6 +85,8 @@ struct ServerConfig {
   std::chrono::milliseconds drain_timeout{10000};
   // 0: never hand free heap memory back to the system.
   std::chrono::milliseconds memory_release_interval{10000};
+  // TLS handshakes each worker starts per turn of its loop (0: no bound).
+  uint32_t tls_handshakes_per_turn = 16;
   uint32_t pool_max_idle = 256;
   // The upstream budget (0: automatic): see UpstreamLimits in bootstrap.proto.
   uint32_t upstream_per_client = 0;

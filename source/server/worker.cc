@@ -366,7 +366,9 @@ ActiveConnection* ActiveListener::newConnection(int fd, const network::Address& 
   auto conn = std::make_unique<network::Connection>(worker_.dispatcher(), fd, peer,
                                                     network::Connection::Blocking::NonBlocking);
   if (chain->transport_socket != nullptr) {
-    conn->setTransportSocket(chain->transport_socket->createTransportSocket());
+    network::TransportSocketPtr transport = chain->transport_socket->createTransportSocket();
+    transport->setHandshakeGate(worker_.handshakeGate());
+    conn->setTransportSocket(std::move(transport));
   }
   auto active =
       std::make_unique<ActiveConnection>(worker_, config_, std::move(conn), std::move(slot));
@@ -383,10 +385,17 @@ Worker::Worker(uint32_t index, ServerConfigSharedPtr config, std::vector<int> li
     : index_(index),
       config_(std::move(config)),
       listen_fds_(std::move(listen_fds)),
-      on_exit_(std::move(on_exit)) {
+      on_exit_(std::move(on_exit)),
+      handshake_gate_(
+          dispatcher_, config_->tls_handshakes_per_turn,
+          stats::Store::get().counter(
+              "server.tls_handshakes_waited",
+              "TLS handshakes that waited for a later turn of their worker's loop: more than "
+              "tls_handshakes_per_turn new TLS connections had their first bytes in one turn.")) {
   resolver_ = std::make_unique<dns::Resolver>(dispatcher_, config_->bootstrap.dns());
   pool_ = std::make_unique<upstream::Pool>(dispatcher_, config_->pool_max_idle,
                                            config_->pool_idle_timeout);
+
   revoked_closed_ = stats::Store::get().counter(
       "reload.revoked_closed",
       "Connections, tunnels, HTTP/2 streams and SOCKS5 sessions closed after a reload took "
@@ -518,6 +527,7 @@ void Worker::swapConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> 
   }
   pruneRetiredListeners();
   config_ = std::move(next);
+  handshake_gate_.setPerTurn(config_->tls_handshakes_per_turn);
   pruneEgressResolvers();
   if (upstream::AccessLog::get().enabled() && !access_log_) {
     access_log_.emplace(dispatcher_);

@@ -17,6 +17,7 @@
 #include "source/common/network/connection.h"
 #include "source/common/network/connection_limiter.h"
 #include "source/common/network/filter.h"
+#include "source/common/network/handshake_gate.h"
 #include "source/common/proxy/worker_context.h"
 #include "source/common/stats/stats.h"
 #include "source/common/upstream/access_log.h"
@@ -196,6 +197,8 @@ class Worker : public proxy::WorkerContext {
   uint32_t index() const override { return index_; }
   bool draining() const override { return draining_; }
 
+  // Where the TLS handshakes of this worker's accepted connections take turns.
+  network::HandshakeGate& handshakeGate() { return handshake_gate_; }
   void addConnection(std::unique_ptr<ActiveConnection> conn);
   // Deletes the listeners a reload removed whose last accepted socket is done.
   void pruneRetiredListeners();
@@ -224,6 +227,9 @@ class Worker : public proxy::WorkerContext {
   // One per egress address pair the groups' requests resolved from, made on first use.
   absl::flat_hash_map<network::Egress, std::unique_ptr<dns::Resolver>> egress_resolvers_;
   std::unique_ptr<upstream::Pool> pool_;
+  // Declared after the dispatcher and before the connections: a connection deleted late (the
+  // dispatcher's deferred deletions) finds itself out of the gate's queue.
+  network::HandshakeGate handshake_gate_;
   std::vector<std::unique_ptr<ActiveListener>> listeners_;
   // Listeners a reload removed, until the sockets in their listener filters are done.
   std::vector<std::unique_ptr<ActiveListener>> retired_listeners_;

@@ -368,3 +368,49 @@ def test_a_short_ticket_key_file_is_refused(certs, tmp_path):
     r = run_cli("check", "-c", str(cfg))
     assert r.returncode == 1
     assert "session_ticket_key_file" in r.stderr and "at least 32" in r.stderr, r.stderr
+
+
+def test_a_burst_of_handshakes_takes_turns_and_every_one_completes(tls_sluice, certs, nginx):
+    """60 clients send their ClientHello together; with two handshakes per turn the worker
+    starts them a few at a time (the rest wait unread) and every one completes and is served."""
+    s = tls_sluice(extra_tls="  handshakes_per_turn: 2\n")
+    ctx = client_context(certs["ca"])
+    socks = []
+    for _ in range(60):
+        raw = socket.create_connection(("127.0.0.1", s.tls_port), timeout=10)
+        raw.setblocking(False)
+        socks.append(ctx.wrap_socket(raw, server_hostname="localhost",
+                                     do_handshake_on_connect=False))
+    pending = set(socks)
+    deadline = time.monotonic() + 20
+    while pending and time.monotonic() < deadline:
+        for t in list(pending):
+            try:
+                t.do_handshake()
+                pending.discard(t)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                pass
+        time.sleep(0.002)
+    assert not pending, f"{len(pending)} handshakes did not complete"
+    for t in socks:
+        t.setblocking(True)
+        t.settimeout(10)
+        got = proxied_get(t, nginx.url("/small.txt"), f"127.0.0.1:{nginx.port}", s.key)
+        assert got.startswith(b"HTTP/1.1 200"), got[:200]
+        t.close()
+    assert s.stat("tls.https.handshakes") == 60
+    assert s.stat("server.tls_handshakes_waited") > 0
+    assert s.stat("tls.https.handshake_fail.timeout") == 0
+
+
+def test_handshakes_per_turn_out_of_range_is_refused(certs, tmp_path):
+    from sluice_proc import run_cli
+    d = certs["dir"]
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"auth: {{api_keys: [\"k\"]}}\n"
+                   f"tls: {{listen: \"127.0.0.1:{free_port()}\", "
+                   f"cert: \"{d / 'server-chain.pem'}\", key: \"{d / 'server.key'}\", "
+                   f"handshakes_per_turn: 5000}}\n")
+    r = run_cli("check", "-c", str(cfg))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "tls_handshakes_per_turn: at most 4096" in r.stderr, r.stderr

@@ -10,6 +10,7 @@
 #
 # The "just opened" figure is read once all N are established at the sink (or when no more have
 # been for 5 s), the other one 11 s later.
+# IDLE_MODES: the rows to run, of "plain tls h2 socks5" (default all four).
 # Ports: IDLE_PORT_BASE+1 to +6 (IDLE_PORT_BASE defaults to 18400). Needs a built sluice,
 # sluice-load and sluice-origin. Prints a markdown table.
 set -euo pipefail
@@ -79,12 +80,20 @@ measure() {  # name -- sluice-load proxy args...
             (a - b) * 1024 / h / 1000}')")
 }
 
-measure "HTTP CONNECT (plain port)" -- --proxy "http://u:$KEY@127.0.0.1:$SLUICE_PORT"
-measure "HTTP CONNECT over TLS" -- --proxy "https://u:$KEY@127.0.0.1:$TLS_PORT" \
-  --proxy-ca "$WORK/certs/ca.pem"
-measure "HTTP/2 CONNECT streams (100 per connection)" -- \
-  --proxy "h2://u:$KEY@127.0.0.1:$TLS_PORT" --proxy-ca "$WORK/certs/ca.pem"
-measure "SOCKS5 CONNECT" -- --proxy "socks5://u:$KEY@127.0.0.1:$SOCKS_PORT"
+MODES=" ${IDLE_MODES:-plain tls h2 socks5} "
+for m in $MODES; do
+  case $m in plain | tls | h2 | socks5) ;; *) echo "IDLE_MODES: unknown row $m" >&2; exit 2 ;; esac
+done
+[[ $MODES == *" plain "* ]] &&
+  measure "HTTP CONNECT (plain port)" -- --proxy "http://u:$KEY@127.0.0.1:$SLUICE_PORT"
+[[ $MODES == *" tls "* ]] &&
+  measure "HTTP CONNECT over TLS" -- --proxy "https://u:$KEY@127.0.0.1:$TLS_PORT" \
+    --proxy-ca "$WORK/certs/ca.pem"
+[[ $MODES == *" h2 "* ]] &&
+  measure "HTTP/2 CONNECT streams (100 per connection)" -- \
+    --proxy "h2://u:$KEY@127.0.0.1:$TLS_PORT" --proxy-ca "$WORK/certs/ca.pem"
+[[ $MODES == *" socks5 "* ]] &&
+  measure "SOCKS5 CONNECT" -- --proxy "socks5://u:$KEY@127.0.0.1:$SOCKS_PORT"
 
 if [ -n "$WINDOW" ]; then OPENED="$WINDOW at a time"; else OPENED="all at once"; fi
 echo "| tunnel ($N opened $OPENED) | held | sluice RSS per tunnel, just opened | after a memory release |"

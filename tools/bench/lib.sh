@@ -4,7 +4,7 @@
 # peers' configurations with these functions too (bash -c '. tools/bench/lib.sh; bench_...').
 
 SLUICE=${SLUICE_BIN:-bazel-bin/source/exe/sluice}
-LOAD=bazel-bin/tools/load/sluice-load
+LOAD=${LOAD_BIN:-bazel-bin/tools/load/sluice-load}
 ORIGIN=${ORIGIN_BIN:-bazel-bin/tools/origin/sluice-origin}
 
 bench_require_binaries() {
@@ -32,7 +32,8 @@ bench_cleanup() {
 
 # bench_sluice_config PORT_BASE [WORKERS]: a fresh key (KEY, kept when already set), test
 # certificates ($WORK/certs, kept when there), and $WORK/sluice.yaml with WORKERS workers (1):
-# plain port PORT_BASE+3, TLS +4, SOCKS5 +5, admin +6 (set as *_PORT).
+# plain port PORT_BASE+3, TLS +4, SOCKS5 +5, admin +6 (set as *_PORT). BENCH_TLS_OPTIONS: more
+# keys of the short form's tls section, e.g. "handshakes_per_turn: 0".
 bench_sluice_config() {
   local base=$1 workers=${2:-1}
   SLUICE_PORT=$((base + 3)) TLS_PORT=$((base + 4)) SOCKS_PORT=$((base + 5))
@@ -46,7 +47,7 @@ auth: {api_keys: ["$KEY"]}
 destinations: {allow_private: true}
 limits: {max_connections_per_client: 100000, max_connections: 100000,
          max_upstream_connections_per_client: 1000000}
-tls: {listen: "127.0.0.1:$TLS_PORT", cert: "$WORK/certs/server-chain.pem", key: "$WORK/certs/server.key"}
+tls: {listen: "127.0.0.1:$TLS_PORT", cert: "$WORK/certs/server-chain.pem", key: "$WORK/certs/server.key"${BENCH_TLS_OPTIONS:+, $BENCH_TLS_OPTIONS}}
 socks5: {listen: "127.0.0.1:$SOCKS_PORT"}
 YAML
 }

@@ -488,6 +488,9 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   bootstrap.set_workers(config.server().workers());
   bootstrap.set_pin_workers(config.server().pin_workers());
   bootstrap.set_pid_file(config.server().pid_file());
+  if (config.tls().has_handshakes_per_turn()) {
+    bootstrap.set_tls_handshakes_per_turn(config.tls().handshakes_per_turn());
+  }
   if (config.server().has_revoke_grace()) {
     *bootstrap.mutable_reload()->mutable_revoke_grace() = config.server().revoke_grace();
   }

@@ -290,6 +290,12 @@ void Connection::scheduleRead() {
   file_event_.activate(event::FileEvent::kRead);
 }
 
+void Connection::readSocketAgain() {
+  if (state_ != State::Open) return;
+  read_pending_ = true;
+  if (read_disable_count_ == 0) file_event_.activate(event::FileEvent::kRead);
+}
+
 void Connection::write(buffer::Buffer& data, bool end_stream) {
   if (interceptor_ != nullptr && state_ != State::Closed && !write_shut_ &&
       !interceptor_->onWrite(data, end_stream)) {

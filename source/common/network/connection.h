@@ -165,6 +165,9 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   // Gives the bytes in the read buffer to the callbacks again on the next loop iteration
   // (used after the owner switches state, e.g. an upgrade to a tunnel, or after readDisable).
   void scheduleRead();
+  // The transport left bytes unread on purpose (a handshake waiting its turn) and can take them
+  // now: the socket is read on the next loop iteration, as after a readiness edge.
+  void readSocketAgain();
 
  private:
   enum class State : uint8_t { Connecting, Open, Closed };

@@ -12,6 +12,7 @@ namespace sluice {
 namespace network {
 
 class Connection;
+class HandshakeGate;
 
 // The outcome of one doRead/doWrite of a transport socket.
 struct IoResult {
@@ -48,6 +49,9 @@ class TransportSocket {
   virtual ~TransportSocket() = default;
   // The connection the socket belongs to (its descriptor, peerClosed(), close()).
   virtual void setConnection(Connection& connection) = 0;
+  // The worker's gate for handshakes of accepted connections (set before setConnection). A
+  // transport without a costly handshake ignores it.
+  virtual void setHandshakeGate(HandshakeGate& gate) {}
   // The socket is readable: read and decode into `buffer` (at most about `max` plaintext bytes).
   virtual IoResult doRead(buffer::Buffer& buffer, size_t max) = 0;
   // The socket is writable or there is new data: encode and send what fits; `buffer` is drained

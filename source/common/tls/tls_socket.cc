@@ -50,11 +50,7 @@ constexpr size_t kMaxRawPerRead = 64 * 1024;
 
 }  // namespace
 
-TlsSocket::TlsSocket(ServerContextSharedPtr context)
-    : context_(std::move(context)), ssl_(context_->newSsl()) {
-  attachBio();
-  if (ssl_) SSL_set_accept_state(ssl_.get());
-}
+TlsSocket::TlsSocket(ServerContextSharedPtr context) : context_(std::move(context)) {}
 
 TlsSocket::TlsSocket(ClientContextSharedPtr context)
     : client_(std::move(context)), ssl_(client_->newSsl()) {
@@ -63,6 +59,27 @@ TlsSocket::TlsSocket(ClientContextSharedPtr context)
 }
 
 TlsSocket::~TlsSocket() = default;
+
+void TlsSocket::setHandshakeGate(network::HandshakeGate& gate) {
+  if (context_ != nullptr) gate_ = &gate;
+}
+
+void TlsSocket::onHandshakeTurn() {
+  turn_granted_ = true;
+  connection_->readSocketAgain();
+}
+
+bool TlsSocket::startServerHandshake() {
+  if (!turn_granted_ && gate_ != nullptr && !gate_->admit(*this)) return false;
+  ssl_ = context_->newSsl();
+  if (!ssl_) {
+    failed_ = true;
+    return false;
+  }
+  attachBio();
+  SSL_set_accept_state(ssl_.get());
+  return true;
+}
 
 void TlsSocket::attachBio() {
   if (!ssl_) return;
@@ -223,8 +240,9 @@ bool TlsSocket::doHandshake(network::IoResult& result) {
 
 network::IoResult TlsSocket::doRead(buffer::Buffer& buffer, size_t max) {
   network::IoResult r;
-  if (!ssl_) {
-    r.action = network::IoResult::Action::Close;
+  if (!ssl_ && (client_ != nullptr || !startServerHandshake())) {
+    // Waiting for its turn, the client's bytes stay in the socket; the gate wakes the read.
+    if (client_ != nullptr || failed_) r.action = network::IoResult::Action::Close;
     return r;
   }
   // Ciphertext in: everything the socket has, up to the budget.
@@ -311,6 +329,8 @@ network::IoResult TlsSocket::doRead(buffer::Buffer& buffer, size_t max) {
 
 network::IoResult TlsSocket::doWrite(buffer::Buffer& buffer, bool end_stream) {
   network::IoResult r;
+  // A server side not started yet has nothing to send (its plaintext waits for the handshake).
+  if (!ssl_ && client_ == nullptr && !failed_) return r;
   if (!ssl_ || !flushRaw(r)) {
     r.action = network::IoResult::Action::Close;
     return r;
@@ -353,6 +373,7 @@ network::IoResult TlsSocket::doWrite(buffer::Buffer& buffer, bool end_stream) {
 }
 
 void TlsSocket::onClose() {
+  leaveHandshakeQueue();
   if (!ssl_ || !handshake_done_) return;
   if (!shutdown_sent_) {
     SSL_shutdown(ssl_.get());

@@ -10,6 +10,7 @@
 
 #include "source/common/buffer/buffer.h"
 #include "source/common/event/dispatcher.h"
+#include "source/common/network/handshake_gate.h"
 #include "source/common/network/transport_socket.h"
 #include "source/common/tls/context.h"
 
@@ -21,11 +22,13 @@ namespace tls {
 // records, and the records of one flush leave in one writev.
 //
 // The server side serves an accepted connection, within its chain's handshake deadline and
-// size bound. The client side serves an outbound one (to a parent proxy): its hello leaves
-// with the connection's first flush after the connect, the connection reports Connected once
-// the handshake is done, and the owner's connect deadline bounds it; a failure says why
-// (failure()), a certificate that does not verify apart from the rest.
-class TlsSocket : public network::TransportSocket {
+// size bound. It starts when its worker's handshake gate lets it (its SSL object is made then):
+// until that turn the client's hello stays unread in the socket. The client side serves an outbound
+// one (to a parent proxy): its hello leaves with the connection's first flush after the connect,
+// the connection reports Connected once the handshake is done, and the owner's connect deadline
+// bounds it; a failure says why (failure()), a certificate that does not verify apart from the
+// rest.
+class TlsSocket : public network::TransportSocket, private network::HandshakeGate::Waiter {
  public:
   explicit TlsSocket(ServerContextSharedPtr context);
   explicit TlsSocket(ClientContextSharedPtr context);
@@ -33,6 +36,7 @@ class TlsSocket : public network::TransportSocket {
 
   // network::TransportSocket
   void setConnection(network::Connection& connection) override;
+  void setHandshakeGate(network::HandshakeGate& gate) override;
   network::IoResult doRead(buffer::Buffer& buffer, size_t max) override;
   network::IoResult doWrite(buffer::Buffer& buffer, bool end_stream) override;
   size_t pendingWireBytes() const override { return raw_out_.length(); }
@@ -49,6 +53,12 @@ class TlsSocket : public network::TransportSocket {
   // Ciphertext queued beyond this stops encryption until the socket takes it.
   static constexpr size_t kMaxRawOut = 64 * 1024;
 
+  // network::HandshakeGate::Waiter
+  void onHandshakeTurn() override;
+
+  // Server side: makes the SSL object once the gate (if any) lets the handshake start. False
+  // when it cannot start yet (or failed: ssl_ stays null and failed_ is set).
+  bool startServerHandshake();
   void attachBio();
   bool doHandshake(network::IoResult& result);
   void countFailure(int ssl_error);
@@ -63,6 +73,7 @@ class TlsSocket : public network::TransportSocket {
   ServerContextSharedPtr context_;
   ClientContextSharedPtr client_;
   network::Connection* connection_ = nullptr;
+  network::HandshakeGate* gate_ = nullptr;  // accepted connections: the worker's
   bssl::UniquePtr<SSL> ssl_;
   buffer::Buffer raw_in_;
   buffer::Buffer raw_out_;
@@ -72,6 +83,8 @@ class TlsSocket : public network::TransportSocket {
   bool handshake_done_ = false;
   bool shutdown_sent_ = false;
   bool raw_eof_ = false;
+  bool turn_granted_ = false;  // the gate woke this socket: its handshake may start
+  bool failed_ = false;        // the SSL object could not be made
   network::TransportFailure::Kind failure_kind_ = network::TransportFailure::Kind::None;
   std::string failure_reason_;
 };

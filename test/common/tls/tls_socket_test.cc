@@ -6,6 +6,7 @@
 #include <string>
 
 #include <signal.h>
+#include <sys/ioctl.h>
 
 #include "gtest/gtest.h"
 #include "openssl/ec_key.h"
@@ -15,6 +16,7 @@
 #include "openssl/x509v3.h"
 
 #include "source/common/network/connection.h"
+#include "source/common/network/handshake_gate.h"
 #include "source/common/stats/stats.h"
 #include "source/common/tls/context.h"
 #include "test/common/network/loopback.h"
@@ -132,7 +134,7 @@ class TlsSocketTest : public testing::Test {
   // Connects a client with TLS to the listener, whose accepted socket is served by the TLS
   // server side (or left raw with `tls_server` false: the peer then writes `raw_answer`).
   void connect(const ClientContextSharedPtr& context, bool tls_server = true,
-               const std::string& raw_answer = "") {
+               const std::string& raw_answer = "", network::HandshakeGate* gate = nullptr) {
     client_cb_ = test::RecordingCallbacks();
     server_cb_ = test::RecordingCallbacks();
     client_ = network::Connection::connectTo(dispatcher_, listener_.address());
@@ -149,7 +151,9 @@ class TlsSocketTest : public testing::Test {
     }
     server_ = std::make_unique<network::Connection>(dispatcher_, fd, listener_.address());
     server_->setCallbacks(&server_cb_);
-    server_->setTransportSocket(std::make_unique<TlsSocket>(server_context_));
+    auto transport = std::make_unique<TlsSocket>(server_context_);
+    if (gate != nullptr) transport->setHandshakeGate(*gate);
+    server_->setTransportSocket(std::move(transport));
   }
 
   bool waitForEvent() {
@@ -287,6 +291,94 @@ TEST_F(TlsSocketTest, TheNextConnectionResumesTheSession) {
   ASSERT_TRUE(waitForEvent());
   ASSERT_EQ(client_cb_.events[0], ConnectionEvent::Connected);
   EXPECT_EQ(counter("tls_test_resume_other.handshakes_resumed"), 0u);
+}
+
+// Two clients whose hellos are in their accepted sockets before the server sides exist, so one
+// look at the sockets finds both and a gate of one per turn starts one and queues the other.
+struct TwoHandshakes {
+  test::RecordingCallbacks client_cb[2];
+  test::RecordingCallbacks server_cb[2];
+  network::ConnectionPtr clients[2];
+  network::ConnectionPtr servers[2];
+  int fds[2] = {-1, -1};
+
+  static int unread(int fd) {
+    int n = 0;
+    return ioctl(fd, FIONREAD, &n) == 0 ? n : -1;
+  }
+  // The server side whose hello is still unread (the waiting one), or -1.
+  int waiting() const {
+    if (unread(fds[0]) > 0 && unread(fds[1]) == 0) return 0;
+    if (unread(fds[1]) > 0 && unread(fds[0]) == 0) return 1;
+    return -1;
+  }
+};
+
+class GatedTlsSocketTest : public TlsSocketTest {
+ protected:
+  // Returns once the gate has queued one of the two (its turn not come yet).
+  void startTwo(network::HandshakeGate& gate, const ClientContextSharedPtr& context,
+                TwoHandshakes& t) {
+    for (int i = 0; i < 2; ++i) {
+      t.clients[i] = network::Connection::connectTo(dispatcher_, listener_.address());
+      ASSERT_NE(t.clients[i], nullptr);
+      t.clients[i]->setCallbacks(&t.client_cb[i]);
+      t.clients[i]->setTransportSocket(std::make_unique<TlsSocket>(context));
+      t.fds[i] = listener_.accept();
+      ASSERT_GE(t.fds[i], 0);
+    }
+    ASSERT_TRUE(test::runUntil(dispatcher_, [&] {
+      return TwoHandshakes::unread(t.fds[0]) > 0 && TwoHandshakes::unread(t.fds[1]) > 0;
+    }));
+    for (int i = 0; i < 2; ++i) {
+      t.servers[i] =
+          std::make_unique<network::Connection>(dispatcher_, t.fds[i], listener_.address());
+      t.servers[i]->setCallbacks(&t.server_cb[i]);
+      auto transport = std::make_unique<TlsSocket>(server_context_);
+      transport->setHandshakeGate(gate);
+      t.servers[i]->setTransportSocket(std::move(transport));
+    }
+    // runUntil returns after the loop iteration that queued it; the turn is a later one.
+    ASSERT_TRUE(test::runUntil(dispatcher_, [&] { return gate.waitingCount() == 1; }));
+  }
+};
+
+TEST_F(GatedTlsSocketTest, AHandshakeBeyondItsTurnsShareWaitsUnreadAndThenCompletes) {
+  network::HandshakeGate gate(dispatcher_, 1,
+                              stats::Store::get().counter("tls_test_gate.handshakes_waited"));
+  TwoHandshakes t;
+  startTwo(gate, clientContext("parent.test", "tls_test_gate"), t);
+  // The waiting side has not read its client's hello; the one that started has.
+  EXPECT_GE(t.waiting(), 0);
+  EXPECT_EQ(counter("tls_test_gate.handshakes_waited"), 1u);
+  ASSERT_TRUE(test::runUntil(dispatcher_, [&] {
+    return !t.client_cb[0].events.empty() && !t.client_cb[1].events.empty();
+  }));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(t.client_cb[i].events[0], ConnectionEvent::Connected);
+    send(*t.clients[i], "hello " + std::to_string(i));
+  }
+  ASSERT_TRUE(test::runUntil(dispatcher_, [&] {
+    return t.server_cb[0].received == "hello 0" && t.server_cb[1].received == "hello 1";
+  }));
+  EXPECT_EQ(gate.waitingCount(), 0u);
+}
+
+TEST_F(GatedTlsSocketTest, AConnectionClosedWhileWaitingLeavesTheQueue) {
+  network::HandshakeGate gate(dispatcher_, 1,
+                              stats::Store::get().counter("tls_test_gate_close.waited"));
+  TwoHandshakes t;
+  startTwo(gate, clientContext("parent.test", "tls_test_gate_close"), t);
+  const int waiting = t.waiting();
+  ASSERT_GE(waiting, 0);
+  t.servers[waiting]->close(network::CloseType::NoFlush);
+  EXPECT_EQ(gate.waitingCount(), 0u);
+  const int other = 1 - waiting;
+  ASSERT_TRUE(test::runUntil(dispatcher_, [&] {
+    return !t.client_cb[0].events.empty() && !t.client_cb[1].events.empty();
+  }));
+  EXPECT_EQ(t.client_cb[other].events[0], ConnectionEvent::Connected);
+  EXPECT_NE(t.client_cb[waiting].events[0], ConnectionEvent::Connected);
 }
 
 TEST(ClientContextTest, ConfigErrorsNameTheirField) {
