@@ -9,6 +9,10 @@
 # --close sends "Connection: close": every request on a new client connection (origin
 # connections stay pooled where the proxy pools them).
 #
+# COMPARE_PERF_DIR=DIR: also `perf record -e cpu-clock` each proxy's processes during the
+# measured run, into DIR/<proxy>.data, with the requests served in DIR/<proxy>.requests (for
+# costs per request by symbol: perf report -i DIR/sluice.data --sort dso,sym).
+#
 # Needs: wrk, nginx-light, squid (tools/deps.sh --bench installs them) and a built sluice
 # (bazel build //:sluice). Prints a markdown table.
 set -euo pipefail
@@ -98,7 +102,19 @@ measure() {  # name target-url lua pids...
   local t0 t1 u0 u1 out reqs errors rps
   t0=$(cpu_ticks "$@")
   u0=$(cpu_ticks_user "$@")
+  local perf_pid="" slug
+  slug=$(echo "$name" | awk '{print tolower($1)}')
+  if [ -n "${COMPARE_PERF_DIR:-}" ]; then
+    mkdir -p "$COMPARE_PERF_DIR"
+    perf record -q -e cpu-clock -F 4999 -p "$(echo "$@" | tr ' ' ',')" \
+      -o "$COMPARE_PERF_DIR/$slug.data" -- sleep "$DURATION" 2>/dev/null &
+    perf_pid=$!
+  fi
   out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" ${lua:+-s "$lua"} "$target")
+  if [ -n "$perf_pid" ]; then
+    wait "$perf_pid" || true
+    echo "$out" | awk '/requests in/ {print $1}' >"$COMPARE_PERF_DIR/$slug.requests"
+  fi
   t1=$(cpu_ticks "$@")
   u1=$(cpu_ticks_user "$@")
   reqs=$(echo "$out" | awk '/requests in/ {print $1}')

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include "source/common/memory/slab.h"
@@ -264,7 +265,8 @@ void Buffer::commit(const Reservation& reservation, size_t n) {
   append(b);
 }
 
-ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked, bool small_first) {
+ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked, bool small_first,
+                         bool one_region) {
   // The tail's free space (or, with small_first and an empty buffer, a small block: a short
   // message held for a while, such as a request head waiting for its destination, keeps 1 KiB,
   // not a standard block), then up to kMaxFreshBlocks fresh blocks: a bulk transfer moves up to
@@ -278,6 +280,8 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked, bool small
   size_t room = 0;
   Block* small = nullptr;
   const bool use_tail = tail_ != nullptr && tail_->writable() > 0;
+  // A tail with little room would only make the one read come up full.
+  if (use_tail && tail_->writable() < kSmallBlockSize) one_region = false;
   if (use_tail) {
     iov[0].iov_base = tail_->data() + tail_->end;
     iov[0].iov_len = std::min<size_t>(tail_->writable(), max);
@@ -290,9 +294,10 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked, bool small
     room = iov[0].iov_len;
     iovcnt = 1;
   }
-  if (room < max) {
+  if (room < max && !(one_region && iovcnt == 1)) {
     nfresh = static_cast<int>(
         std::min<size_t>(kMaxFreshBlocks, (max - room + kBlockSize - 1) / kBlockSize));
+    if (one_region) nfresh = 1;
     peekFree(fresh, nfresh);
     for (int i = 0; i < nfresh; ++i) {
       iov[iovcnt].iov_base = fresh[i]->data();
@@ -302,7 +307,8 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked, bool small
     }
   }
   asked = room;
-  ssize_t rc = ::readv(fd, iov, iovcnt);
+  ssize_t rc =
+      iovcnt == 1 ? ::recv(fd, iov[0].iov_base, iov[0].iov_len, 0) : ::readv(fd, iov, iovcnt);
   if (rc < 0) err = errno;
   size_t got = rc > 0 ? static_cast<size_t>(rc) : 0;
   if (use_tail) {
@@ -344,7 +350,8 @@ ssize_t Buffer::writeTo(int fd, int& err, size_t& asked) {
     ++n;
   }
   if (n == 0) return 0;
-  ssize_t rc = ::writev(fd, iov, n);
+  ssize_t rc =
+      n == 1 ? ::send(fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL) : ::writev(fd, iov, n);
   if (rc < 0) {
     err = errno;
     return rc;

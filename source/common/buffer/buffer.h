@@ -95,10 +95,15 @@ class Buffer {
   // blocks left empty go back to the free list. Returns bytes read, 0 on EOF,
   // -1 with err = errno on error (EAGAIN included). `asked` is how many bytes were asked for:
   // a read that returns fewer has emptied the socket. small_first: an empty buffer reads into
-  // a small block (kSmallBlockSize) ahead of the standard ones.
-  ssize_t readFrom(int fd, size_t max, int& err, size_t& asked, bool small_first = false);
-  // One writev(2) of up to 64 blocks; drains what was written. -1 with err = errno on error.
-  // `asked` as for readFrom: a write that takes fewer has filled the socket's send buffer.
+  // a small block (kSmallBlockSize) ahead of the standard ones. one_region: a socket whose
+  // messages are small reads into one region only (the tail's room when it holds a small block's
+  // worth, else the small block or one fresh block) with recv(2), which costs the kernel less than
+  // readv(2) (no iovec to import, no file layer); a read that fills it is followed by another.
+  ssize_t readFrom(int fd, size_t max, int& err, size_t& asked, bool small_first = false,
+                   bool one_region = false);
+  // Sends up to 64 blocks, drains what was written; `fd` is a socket. One block goes with
+  // send(2), several with one writev(2). -1 with err = errno on error. `asked` as for readFrom:
+  // a write that takes fewer has filled the socket's send buffer.
   ssize_t writeTo(int fd, int& err, size_t& asked);
 
  private:

@@ -56,7 +56,8 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
       in_write_(false),
       close_deferred_(false),
       awaiting_transport_(false),
-      inbound_(false) {}
+      inbound_(false),
+      small_reads_(false) {}
 
 std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher, const Address& to,
                                                   int max_fd, const Address* source,
@@ -248,7 +249,8 @@ void Connection::onReadReady() {
   while (read_pending_ && !read_end_ && total < kReadPerEvent) {
     int err = 0;
     size_t asked = 0;
-    ssize_t rc = read_buffer_.readFrom(fd_, kReadPerEvent - total, err, asked, inbound_);
+    ssize_t rc = read_buffer_.readFrom(fd_, kReadPerEvent - total, err, asked, inbound_,
+                                       small_reads_ && total == 0);
     if (rc > 0) {
       total += static_cast<size_t>(rc);
       // A short read emptied the socket: edge-triggered readiness will report the next bytes,
@@ -271,7 +273,10 @@ void Connection::onReadReady() {
     closeNow(ConnectionEvent::RemoteClose);
     return;
   }
-  if (total > 0) counters_.rx.add(total);
+  if (total > 0) {
+    counters_.rx.add(total);
+    small_reads_ = total < (inbound_ ? buffer::kSmallBlockSize : buffer::kBlockSize);
+  }
   bool force = force_deliver_;
   force_deliver_ = false;
   if (total > 0 || saw_end || (force && (!read_buffer_.empty() || read_end_))) {

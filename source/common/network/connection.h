@@ -228,6 +228,9 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   // Accepted from a client: a read into an empty buffer starts with a small block, so a request
   // head waiting for its destination (or a client sending it slowly) holds 1 KiB, not 16.
   bool inbound_ : 1;
+  // The last read event brought less than one region's worth (a small block inbound, a block
+  // otherwise): the next starts with a single-region read (Buffer::readFrom's one_region).
+  bool small_reads_ : 1;
   ConnectionEvent deferred_event_ = ConnectionEvent::RemoteClose;
 };
 

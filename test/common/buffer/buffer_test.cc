@@ -457,6 +457,39 @@ TEST_F(BufferSocketTest, ReadRespectsMax) {
   EXPECT_EQ(data, contents(b));
 }
 
+TEST_F(BufferSocketTest, OneRegionReadsIntoOneBlockAndAFullOneIsFollowedByTheRest) {
+  const std::string data = pattern(3 * kBlockSize);
+  ASSERT_EQ(static_cast<ssize_t>(data.size()), ::write(fds_[1], data.data(), data.size()));
+  Buffer b;
+  int err = 0;
+  size_t asked = 0;
+  // One fresh block, not four: the read comes up full, so more may be waiting.
+  EXPECT_EQ(static_cast<ssize_t>(kBlockSize),
+            b.readFrom(fds_[0], 4 * kBlockSize, err, asked, false, true));
+  EXPECT_EQ(size_t{kBlockSize}, asked);
+  EXPECT_EQ(1, held());
+  // The tail is full: an ordinary read takes the rest into fresh blocks.
+  EXPECT_EQ(static_cast<ssize_t>(2 * kBlockSize), b.readFrom(fds_[0], 4 * kBlockSize, err, asked));
+  EXPECT_EQ(size_t{4} * kBlockSize, asked);
+  EXPECT_EQ(data, contents(b));
+}
+
+TEST_F(BufferSocketTest, OneRegionReadsASmallFirstMessageIntoTheSmallBlockOnly) {
+  ASSERT_EQ(100, ::write(fds_[1], pattern(100).data(), 100));
+  Buffer b;
+  int err = 0;
+  size_t asked = 0;
+  EXPECT_EQ(100, b.readFrom(fds_[0], 4 * kBlockSize, err, asked, true, true));
+  EXPECT_EQ(size_t{kSmallBlockSize}, asked);  // short: the socket is empty
+  EXPECT_EQ(pattern(100), contents(b));
+  // A tail with less than a small block's room reads as usual (tail and fresh blocks).
+  Buffer full;
+  full.add(pattern(kBlockSize - 10));
+  ASSERT_EQ(100, ::write(fds_[1], pattern(100).data(), 100));
+  EXPECT_EQ(100, full.readFrom(fds_[0], 4 * kBlockSize, err, asked, false, true));
+  EXPECT_EQ(10u + 3 * kBlockSize + (kBlockSize - 10), asked);
+}
+
 TEST_F(BufferSocketTest, OneReadFillsSeveralBlocks) {
   const std::string data = pattern(3 * kBlockSize + 10, 2);
   ASSERT_EQ(static_cast<ssize_t>(data.size()), ::write(fds_[1], data.data(), data.size()));
