@@ -156,6 +156,15 @@ void Buffer::addSlow(const void* data, size_t n) {
 
 void Buffer::move(Buffer& other) {
   if (other.head_ == nullptr) return;
+  if (tail_ != nullptr && other.length_ <= kCoalesceBytes && tail_->writable() >= other.length_) {
+    for (Block* b = other.head_; b != nullptr; b = b->next) {
+      memcpy(tail_->data() + tail_->end, b->data() + b->start, b->readable());
+      tail_->end += b->readable();
+    }
+    length_ += other.length_;
+    other.clear();
+    return;
+  }
   if (tail_ == nullptr) {
     head_ = other.head_;
   } else {

@@ -65,8 +65,12 @@ class Buffer {
     addSlow(data, n);
   }
   void add(std::string_view s) { add(s.data(), s.size()); }
-  // Appends all of other (whole blocks, no copy); other becomes empty.
+  // Appends all of other; other becomes empty. Its blocks are relinked, no copy, unless it holds
+  // at most kCoalesceBytes and this buffer's tail has room for them: then they are copied there,
+  // so a small message after a head leaves as one slice (one send(2), not a writev(2) of two)
+  // and its blocks go back at once.
   void move(Buffer& other);
+  static constexpr size_t kCoalesceBytes = 4096;
   // Appends the first n bytes of other; whole blocks are relinked, a partial one copied.
   void move(Buffer& other, size_t n);
   void drain(size_t n);
