@@ -44,8 +44,8 @@ int main(void) {
     for (int mode = 0; mode < 4; ++mode) {
       struct iovec w2[2] = {{head, sizeof head}, {body, sizeof body}};
       struct iovec w1[1] = {{in[4], 1024}};
-      struct iovec r[5] = {{in[0], 1024}, {in[1], 16384}, {in[2], 16384}, {in[3], 16384},
-                           {in[4], 16384}};
+      struct iovec r[5] = {
+          {in[0], 1024}, {in[1], 16384}, {in[2], 16384}, {in[3], 16384}, {in[4], 16384}};
       struct msghdr m = {0};
       double t0 = now();
       if (mode == 0) {
