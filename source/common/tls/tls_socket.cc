@@ -254,7 +254,9 @@ network::IoResult TlsSocket::doRead(buffer::Buffer& buffer, size_t max) {
     }
     int err = 0;
     size_t asked = 0;
-    ssize_t rc = raw_in_.readFrom(fd, kMaxRawPerRead - r.wire_read, err, asked);
+    // Small records last time (a keep-alive request): one recv(2) into one block first.
+    ssize_t rc = raw_in_.readFrom(fd, kMaxRawPerRead - r.wire_read, err, asked, false,
+                                  small_raw_reads_ && r.wire_read == 0);
     if (rc > 0) {
       r.wire_read += static_cast<uint64_t>(rc);
       // A short read emptied the socket: edge-triggered readiness reports the next bytes, so
@@ -272,6 +274,7 @@ network::IoResult TlsSocket::doRead(buffer::Buffer& buffer, size_t max) {
     return r;
   }
 
+  if (r.wire_read > 0) small_raw_reads_ = r.wire_read < buffer::kBlockSize;
   if (!handshake_done_) {
     handshake_bytes_ += r.wire_read;
     // A client's server is the operator's choice (a parent): BoringSSL's own bounds hold.

@@ -84,7 +84,10 @@ class TlsSocket : public network::TransportSocket, private network::HandshakeGat
   bool shutdown_sent_ = false;
   bool raw_eof_ = false;
   bool turn_granted_ = false;  // the gate woke this socket: its handshake may start
-  bool failed_ = false;        // the SSL object could not be made
+  // The last read event brought less than a block of ciphertext: the next starts with one
+  // single-region read (Buffer::readFrom's one_region).
+  bool small_raw_reads_ = false;
+  bool failed_ = false;  // the SSL object could not be made
   network::TransportFailure::Kind failure_kind_ = network::TransportFailure::Kind::None;
   std::string failure_reason_;
 };
