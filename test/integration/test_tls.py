@@ -370,13 +370,12 @@ def test_a_short_ticket_key_file_is_refused(certs, tmp_path):
     assert "session_ticket_key_file" in r.stderr and "at least 32" in r.stderr, r.stderr
 
 
-def test_a_burst_of_handshakes_takes_turns_and_every_one_completes(tls_sluice, certs, nginx):
-    """60 clients send their ClientHello together; with two handshakes per turn the worker
-    starts them a few at a time (the rest wait unread) and every one completes and is served."""
-    s = tls_sluice(extra_tls="  handshakes_per_turn: 2\n")
+def tls_burst(s, certs, n):
+    """n clients send their ClientHello together; returns once every handshake completed and a
+    GET went through each."""
     ctx = client_context(certs["ca"])
     socks = []
-    for _ in range(60):
+    for _ in range(n):
         raw = socket.create_connection(("127.0.0.1", s.tls_port), timeout=10)
         raw.setblocking(False)
         socks.append(ctx.wrap_socket(raw, server_hostname="localhost",
@@ -392,7 +391,14 @@ def test_a_burst_of_handshakes_takes_turns_and_every_one_completes(tls_sluice, c
                 pass
         time.sleep(0.002)
     assert not pending, f"{len(pending)} handshakes did not complete"
-    for t in socks:
+    return socks
+
+
+def test_a_burst_of_handshakes_takes_turns_and_every_one_completes(tls_sluice, certs, nginx):
+    """With two handshakes per turn the worker starts a burst a few at a time (the rest wait
+    unread) and every one completes and is served."""
+    s = tls_sluice(extra_tls="  handshakes_per_turn: 2\n")
+    for t in tls_burst(s, certs, 60):
         t.setblocking(True)
         t.settimeout(10)
         got = proxied_get(t, nginx.url("/small.txt"), f"127.0.0.1:{nginx.port}", s.key)
@@ -401,6 +407,22 @@ def test_a_burst_of_handshakes_takes_turns_and_every_one_completes(tls_sluice, c
     assert s.stat("tls.https.handshakes") == 60
     assert s.stat("server.tls_handshakes_waited") > 0
     assert s.stat("tls.https.handshake_fail.timeout") == 0
+
+
+def test_a_reload_changes_the_handshakes_per_turn(tls_sluice, certs):
+    s = tls_sluice(extra_tls="  handshakes_per_turn: 0\n")
+    for t in tls_burst(s, certs, 40):
+        t.close()
+    assert s.stat("server.tls_handshakes_waited") == 0  # no bound: none waits
+    text = s.config_path.read_text()
+    assert "handshakes_per_turn: 0" in text
+    s.config_path.write_text(text.replace("handshakes_per_turn: 0", "handshakes_per_turn: 1"))
+    r = s.admin("/reload", method="POST", data=b"")
+    assert r.status == 200, r.text
+    for t in tls_burst(s, certs, 40):
+        t.close()
+    assert s.stat("server.tls_handshakes_waited") > 0
+    assert s.stat("tls.https.handshakes") == 80
 
 
 def test_handshakes_per_turn_out_of_range_is_refused(certs, tmp_path):
