@@ -57,7 +57,7 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
       close_deferred_(false),
       awaiting_transport_(false),
       inbound_(false),
-      small_reads_(false) {}
+      small_reads_(true) {}
 
 std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher, const Address& to,
                                                   int max_fd, const Address* source,

@@ -229,7 +229,8 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   // head waiting for its destination (or a client sending it slowly) holds 1 KiB, not 16.
   bool inbound_ : 1;
   // The last read event brought less than one region's worth (a small block inbound, a block
-  // otherwise): the next starts with a single-region read (Buffer::readFrom's one_region).
+  // otherwise): the next starts with a single-region read (Buffer::readFrom's one_region). Set
+  // at first: a new client's head usually fits the small block (as nginx's first 1 KiB read).
   bool small_reads_ : 1;
   ConnectionEvent deferred_event_ = ConnectionEvent::RemoteClose;
 };

@@ -86,7 +86,7 @@ class TlsSocket : public network::TransportSocket, private network::HandshakeGat
   bool turn_granted_ = false;  // the gate woke this socket: its handshake may start
   // The last read event brought less than a block of ciphertext: the next starts with one
   // single-region read (Buffer::readFrom's one_region).
-  bool small_raw_reads_ = false;
+  bool small_raw_reads_ = true;
   bool failed_ = false;  // the SSL object could not be made
   network::TransportFailure::Kind failure_kind_ = network::TransportFailure::Kind::None;
   std::string failure_reason_;
