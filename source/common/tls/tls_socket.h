@@ -18,8 +18,8 @@ namespace sluice {
 namespace tls {
 
 // TLS on one connection. BoringSSL reads and writes through a BIO over two sluice buffers, so
-// ciphertext moves with the same readv/writev as plain TCP: one readv takes in several
-// records, and the records of one flush leave in one writev.
+// ciphertext moves with the same system calls as plain TCP (Buffer::readFrom, writeTo): one read
+// takes in several records, and the records of one flush leave in one write.
 //
 // The server side serves an accepted connection, within its chain's handshake deadline and
 // size bound. It starts when its worker's handshake gate lets it (its SSL object is made then):

@@ -32,6 +32,14 @@ class HandshakeGateTest : public testing::Test {
   stats::Counter counter(const std::string& name) { return stats::Store::get().counter(name); }
   uint64_t value(const std::string& name) { return stats::Store::get().counterValue(name); }
 
+  // What admit() answered each, in order.
+  static std::vector<bool> admitEach(HandshakeGate& gate,
+                                     const std::vector<std::unique_ptr<FakeHandshake>>& hs) {
+    std::vector<bool> admitted;
+    for (const auto& h : hs) admitted.push_back(gate.admit(*h));
+    return admitted;
+  }
+
   std::vector<std::unique_ptr<FakeHandshake>> make(int n) {
     std::vector<std::unique_ptr<FakeHandshake>> v;
     for (int i = 0; i < n; ++i) v.push_back(std::make_unique<FakeHandshake>(turns_, i));
@@ -45,11 +53,7 @@ class HandshakeGateTest : public testing::Test {
 TEST_F(HandshakeGateTest, StartsItsSharePerTurnAndTheRestInArrivalOrder) {
   HandshakeGate gate(dispatcher_, 2, counter("gate_test_order.waited"));
   auto h = make(5);
-  EXPECT_TRUE(gate.admit(*h[0]));
-  EXPECT_TRUE(gate.admit(*h[1]));
-  EXPECT_FALSE(gate.admit(*h[2]));
-  EXPECT_FALSE(gate.admit(*h[3]));
-  EXPECT_FALSE(gate.admit(*h[4]));
+  EXPECT_EQ(admitEach(gate, h), (std::vector<bool>{true, true, false, false, false}));
   // Asking again while queued keeps the place (and counts once).
   EXPECT_FALSE(gate.admit(*h[3]));
   EXPECT_EQ(gate.waitingCount(), 3u);
@@ -65,19 +69,14 @@ TEST_F(HandshakeGateTest, StartsItsSharePerTurnAndTheRestInArrivalOrder) {
   EXPECT_EQ(turns_, (std::vector<int>{2, 3, 4}));
   EXPECT_EQ(gate.waitingCount(), 0u);
   // That turn used one start of two: one more may start at once, the next waits.
-  auto later = make(2);
-  EXPECT_TRUE(gate.admit(*later[0]));
-  EXPECT_FALSE(gate.admit(*later[1]));
+  EXPECT_EQ(admitEach(gate, make(2)), (std::vector<bool>{true, false}));
   EXPECT_EQ(value("gate_test_order.waited"), 4u);
 }
 
 TEST_F(HandshakeGateTest, AWaiterThatGoesAwayLeavesTheQueue) {
   HandshakeGate gate(dispatcher_, 1, counter("gate_test_leave.waited"));
   auto h = make(4);
-  EXPECT_TRUE(gate.admit(*h[0]));
-  EXPECT_FALSE(gate.admit(*h[1]));
-  EXPECT_FALSE(gate.admit(*h[2]));
-  EXPECT_FALSE(gate.admit(*h[3]));
+  EXPECT_EQ(admitEach(gate, h), (std::vector<bool>{true, false, false, false}));
   h[1].reset();                 // destroyed while waiting (a connection closed)
   h[2]->leaveHandshakeQueue();  // or closed and not yet deleted
   EXPECT_FALSE(h[2]->waiting());
@@ -89,12 +88,12 @@ TEST_F(HandshakeGateTest, AWaiterThatGoesAwayLeavesTheQueue) {
 TEST_F(HandshakeGateTest, ZeroIsNoBoundAndAReloadToZeroWakesEveryone) {
   HandshakeGate open_gate(dispatcher_, 0, counter("gate_test_open.waited"));
   auto h = make(100);
-  for (auto& w : h) EXPECT_TRUE(open_gate.admit(*w));
+  EXPECT_EQ(admitEach(open_gate, h), std::vector<bool>(100, true));
   EXPECT_EQ(value("gate_test_open.waited"), 0u);
 
   HandshakeGate gate(dispatcher_, 1, counter("gate_test_reload.waited"));
   auto q = make(5);
-  for (auto& w : q) gate.admit(*w);
+  EXPECT_EQ(admitEach(gate, q), (std::vector<bool>{true, false, false, false, false}));
   EXPECT_EQ(gate.waitingCount(), 4u);
   gate.setPerTurn(0);
   turn();
@@ -105,9 +104,7 @@ TEST_F(HandshakeGateTest, WaitersOutliveTheirGateSafely) {
   auto h = make(3);
   {
     HandshakeGate gate(dispatcher_, 1, counter("gate_test_gone.waited"));
-    gate.admit(*h[0]);
-    gate.admit(*h[1]);
-    gate.admit(*h[2]);
+    EXPECT_EQ(admitEach(gate, h), (std::vector<bool>{true, false, false}));
     EXPECT_TRUE(h[2]->waiting());
   }
   // A worker's connections deleted after its gate: unqueued, nothing to touch.
