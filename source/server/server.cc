@@ -330,15 +330,13 @@ absl::Status Server::start() {
   }
   for (auto& w : workers_) w->start();
   running_ = true;
-  if (config_->memory_release_interval.count() > 0) {
-    // Workers allocate per connection, never per request: the arena locks malloc_trim takes
-    // are met only by connections opening or closing at that moment.
-    memory_release_timer_ = std::make_unique<event::Timer>(dispatcher_, [this] {
-      if (malloc_trim(0) != 0) memory_released_.inc();
-      memory_release_timer_->enable(config_->memory_release_interval);
-    });
-    memory_release_timer_->enable(config_->memory_release_interval);
-  }
+  // Workers allocate per connection, never per request: the arena locks malloc_trim takes are
+  // met only by connections opening or closing at that moment.
+  memory_release_timer_ = std::make_unique<event::Timer>(dispatcher_, [this] {
+    if (malloc_trim(0) != 0) memory_released_.inc();
+    armMemoryRelease();
+  });
+  armMemoryRelease();
   // The destination guard treats this host's addresses as sluice itself: follow interfaces
   // coming and going.
   upstream::UpstreamBudget& budget = upstream::UpstreamBudget::get();
@@ -377,6 +375,15 @@ absl::Status Server::start() {
     SLUICE_LOG(Info, "upgrade: serving on the handed-over sockets; the old process drains");
   }
   return absl::OkStatus();
+}
+
+void Server::armMemoryRelease() {
+  if (memory_release_timer_ == nullptr) return;
+  if (config_->memory_release_interval.count() > 0) {
+    memory_release_timer_->enable(config_->memory_release_interval);
+  } else {
+    memory_release_timer_->disable();
+  }
 }
 
 void Server::closeListenDups() {
@@ -553,6 +560,7 @@ Server::ReloadResult Server::reload() {
   closeListenDups();
   listen_dups_ = std::move(dups);
   config_ = next;
+  armMemoryRelease();
   bound_ = std::move(bound);
   ++config_version_;
   config_version_gauge_.add(1);
@@ -713,10 +721,6 @@ std::vector<std::string> Server::restartOnlyChanges(const ServerConfig& next) co
   }
   if (!MessageDifferencer::Equals(now.upstream_pool(), then.upstream_pool())) {
     notes.push_back("upstream_pool: takes effect at the next start");
-  }
-  if ((config_->memory_release_interval.count() == 0) !=
-      (next.memory_release_interval.count() == 0)) {
-    notes.push_back("memory_release_interval: turning it on or off takes effect at the next start");
   }
   return notes;
 }

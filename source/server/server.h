@@ -102,6 +102,8 @@ class Server {
   struct event* sigusr1_ = nullptr;  // reopens the access log
   std::unique_ptr<event::Timer> drain_timer_;
   std::unique_ptr<event::Timer> memory_release_timer_;
+  // Arms it for the running config's memory_release_interval (0: off).
+  void armMemoryRelease();
   // How often the host's interface addresses are re-read.
   static constexpr std::chrono::seconds kHostAddressInterval{2};
   std::unique_ptr<event::Timer> host_address_timer_;

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include <netinet/in.h>
 #include <pthread.h>
@@ -96,6 +97,17 @@ void ActiveConnection::addReadFilter(network::ReadFilterPtr filter) {
 }
 
 proxy::WorkerContext& ActiveConnection::worker() { return worker_; }
+
+void ActiveConnection::replaceReadFilter(network::ReadFilter& current,
+                                         network::ReadFilterPtr next) {
+  for (network::ReadFilterPtr& filter : filters_) {
+    if (filter.get() != &current) continue;
+    next->initializeReadFilterCallbacks(*this);
+    // The filter being replaced is on the stack: it goes once its call has returned.
+    connection_->dispatcher().deferredDelete(std::exchange(filter, std::move(next)));
+    return;
+  }
+}
 
 void ActiveConnection::addWriteFilter(network::WriteFilterPtr filter) {
   if (write_filters_ == nullptr) {
@@ -444,6 +456,14 @@ void Worker::pinToCpu() {
   SLUICE_LOG(Debug, "worker %d pinned to CPU %d", index_, cpu);
 }
 
+void Worker::armMemoryRelease() {
+  if (config_->memory_release_interval.count() > 0) {
+    memory_release_timer_->enable(config_->memory_release_interval);
+  } else {
+    memory_release_timer_->disable();
+  }
+}
+
 void Worker::start() {
   thread_ = std::thread([this] { run(); });
 }
@@ -463,8 +483,16 @@ void Worker::run() {
     access_log_.emplace(dispatcher_);
     access_log_->install();
   }
+  // Buffers a burst left in the free lists and nobody took since go back, for the main thread's
+  // malloc_trim (and the slabs) to return: an idle worker keeps no cache of them.
+  memory_release_timer_.emplace(dispatcher_, [this] {
+    buffer::BlockPool::releaseIdle();
+    armMemoryRelease();
+  });
+  armMemoryRelease();
   dispatcher_.run();
   // Close what is left on this thread, where it was created.
+  memory_release_timer_.reset();
   revoke_timer_.reset();
   listeners_.clear();
   retired_listeners_.clear();
@@ -528,6 +556,7 @@ void Worker::swapConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> 
   pruneRetiredListeners();
   config_ = std::move(next);
   handshake_gate_.setPerTurn(config_->tls_handshakes_per_turn);
+  if (memory_release_timer_) armMemoryRelease();
   pruneEgressResolvers();
   if (upstream::AccessLog::get().enabled() && !access_log_) {
     access_log_.emplace(dispatcher_);

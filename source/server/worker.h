@@ -58,6 +58,7 @@ class ActiveConnection : public memory::SlabAllocated,
   network::Connection& connection() override { return *connection_; }
   void continueReading() override;
   proxy::WorkerContext& worker() override;
+  void replaceReadFilter(network::ReadFilter& current, network::ReadFilterPtr next) override;
   // network::ConnectionCallbacks
   void onData(buffer::Buffer& data, bool end_stream) override;
   void onEvent(network::ConnectionEvent event) override;
@@ -241,6 +242,10 @@ class Worker : public proxy::WorkerContext {
   // The access log's lines of this worker gather here and leave in batches.
   std::optional<upstream::AccessLogBuffer> access_log_;
   std::optional<event::Timer> revoke_timer_;
+  // Every memory_release_interval: the buffer blocks left unused since the last time are freed.
+  std::optional<event::Timer> memory_release_timer_;
+  // Arms it for the running config's memory_release_interval (0: off).
+  void armMemoryRelease();
   stats::Counter revoked_closed_;
   std::atomic<size_t> active_{0};
   bool draining_ = false;

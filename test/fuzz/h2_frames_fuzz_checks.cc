@@ -72,6 +72,8 @@ class Harness : public network::ReadFilterCallbacks, public network::ConnectionC
       : worker_(worker), conn_(conn), filter_(filter) {}
   network::Connection& connection() override { return conn_; }
   void continueReading() override {}
+  // The HTTP/2 codec keeps its place for the connection's life.
+  void replaceReadFilter(network::ReadFilter&, network::ReadFilterPtr) override { abort(); }
   proxy::WorkerContext& worker() override { return worker_; }
   void onData(buffer::Buffer& data, bool end_stream) override { filter_.onData(data, end_stream); }
   void onEvent(network::ConnectionEvent event) override { filter_.onEvent(event); }

@@ -97,22 +97,7 @@ Http1ProxyFilter::~Http1ProxyFilter() {
   releaseUpstream();
   releaseHead();
   endRecord();
-  setState(State::Closed);
-}
-
-void Http1ProxyFilter::setState(State state) {
-  if (state_ == State::Tunnel && state != State::Tunnel) {
-    config_->stats.tunnels_active.dec();
-    if (upgraded_) {
-      config_->stats.upgrades_active.dec();
-      upgraded_ = false;
-    }
-  }
-  if (state_ != State::Tunnel && state == State::Tunnel) {
-    config_->stats.tunnels_active.inc();
-    if (upgraded_) config_->stats.upgrades_active.inc();
-  }
-  state_ = state;
+  state_ = State::Closed;
 }
 
 void Http1ProxyFilter::initializeReadFilterCallbacks(network::ReadFilterCallbacks& callbacks) {
@@ -135,7 +120,7 @@ network::FilterStatus Http1ProxyFilter::onData(buffer::Buffer& data, bool end_st
       processHead(data);
       if (end_stream && state_ == State::ReadingHead) {
         // The client closed between requests (or gave up mid-head): nothing to answer.
-        setState(State::Closed);
+        state_ = State::Closed;
         downstream().close(network::CloseType::FlushWrite);
       } else if (end_stream) {
         // The end came in the same read as the head: the request (or tunnel) it started must
@@ -148,9 +133,6 @@ network::FilterStatus Http1ProxyFilter::onData(buffer::Buffer& data, bool end_st
       break;
     case State::Forwarding:
       relayRequestBody(data, end_stream);
-      break;
-    case State::Tunnel:
-      tunnel_->onDownstreamData(data, end_stream);
       break;
     case State::Closed:
       data.clear();
@@ -298,7 +280,7 @@ void Http1ProxyFilter::startRequest() {
   // The request's place under its key's limits lives in its trace: a tunnel keeps it, the
   // record's end gives it back.
   pending_->request.limit_slot = trace_.limitSlot();
-  setState(State::Filtering);
+  state_ = State::Filtering;
   downstream().readDisable(true);
   chain_->start(pending_->request);
 }
@@ -321,7 +303,7 @@ void Http1ProxyFilter::onDenied(proxy::Denial denial, std::string_view reason) {
     head_in_buffer_ = false;
   }
   releaseHead();
-  setState(State::ReadingHead);
+  state_ = State::ReadingHead;
   timer_->enable(config_->idle_timeout);
   downstream().readDisable(false);
 }
@@ -341,11 +323,10 @@ void Http1ProxyFilter::onUpstreamReady(upstream::UpstreamHandle upstream) {
     releaseHead();
     // Bytes the client sent after the CONNECT head (an eager TLS hello) go first, then its end
     // if it already half-closed.
-    startTunnel(std::move(upstream), downstream().readBuffer(), false);
-    downstream().readDisable(false);
+    startTunnel(std::move(upstream), /*upgrade=*/false, /*upstream_ended=*/false);
     return;
   }
-  setState(State::Forwarding);
+  state_ = State::Forwarding;
   sendRequest(std::move(upstream));
 }
 
@@ -517,12 +498,10 @@ void Http1ProxyFilter::onUpgraded(const http1::ResponseHead& rh, upstream::Upstr
   trace_.setStatus(101);
   exchange_->reportTo(trace_);
   exchange_.reset();
-  upgraded_ = true;
   downstream().write(out);
   // Bytes the client sent behind its request head were left unread in its buffer (reading was
   // off): only now, after the 101, may they reach the origin.
-  startTunnel(std::move(upstream), downstream().readBuffer(), origin_ended);
-  downstream().readDisable(false);
+  startTunnel(std::move(upstream), /*upgrade=*/true, origin_ended);
 }
 
 void Http1ProxyFilter::onRetry() {
@@ -531,7 +510,7 @@ void Http1ProxyFilter::onRetry() {
   exchange_.reset();
   retried_ = true;
   pending_->request.fresh_connection = true;
-  setState(State::Filtering);
+  state_ = State::Filtering;
   timer_->disable();
   chain_->start(pending_->request);
 }
@@ -555,32 +534,18 @@ void Http1ProxyFilter::onOriginBackedUp(bool backed_up) {
   downstream().readDisable(backed_up);
 }
 
-void Http1ProxyFilter::startTunnel(upstream::UpstreamHandle upstream, buffer::Buffer& early,
+void Http1ProxyFilter::startTunnel(upstream::UpstreamHandle upstream, bool upgrade,
                                    bool upstream_ended) {
-  setState(State::Tunnel);
-  // No request follows on a tunnel: its filter chain is not needed any more.
+  // No request follows on a tunnel: the codec's part is done, and it gives its place to the
+  // tunnel (which takes the request's trace) and goes.
+  state_ = State::Closed;
   proxy::RequestFilterChain::release(chain_);
-  const upstream::UpstreamInfo& info = upstream.info();
-  upstream::TunnelOptions options;
-  options.idle_timeout = info.tunnel_idle_timeout;
-  options.splice = info.splice;
-  options.max_pipes = info.max_splice_pipes;
-  options.listener_stats = &config_->tunnel_stats;
-  options.key_stats = key_tunnel_stats_;
-  tunnel_ = std::make_unique<upstream::TunnelRelay>(std::move(upstream), downstream(), *this,
-                                                    *timer_, options);
-  tunnel_->start(early, downstream_ended_, upstream_ended);
-}
-
-void Http1ProxyFilter::onTunnelEnd(upstream::TunnelEnd end) {
-  if (end == upstream::TunnelEnd::UpstreamReset) {
-    trace_.fail("the destination closed the tunnel", upstream::FailureKind::Reset);
-  }
-  if (end == upstream::TunnelEnd::QuotaReached) trace_.fail("byte quota reached");
-  if (end == upstream::TunnelEnd::IdleTimeout) config_->stats.tunnel_idle_timeout.inc();
-  if (end == upstream::TunnelEnd::UpstreamReset) config_->stats.upstream_reset.inc();
-  if (end == upstream::TunnelEnd::DownstreamReset) config_->stats.downstream_reset.inc();
-  closeAll();
+  releaseHead();
+  timer_->disable();
+  downstream().readDisable(false);
+  upstream::ConnectionTunnel::replace(
+      *callbacks_, *this, config_->tunnel, trace_,
+      {std::move(upstream), key_tunnel_stats_, upgrade, downstream_ended_, upstream_ended});
 }
 
 void Http1ProxyFilter::finishExchange() {
@@ -590,11 +555,11 @@ void Http1ProxyFilter::finishExchange() {
   exchange_.reset();
   endRecord();
   if (response_close_client_ || !request_done || downstream_ended_ || draining_) {
-    setState(State::Closed);
+    state_ = State::Closed;
     downstream().close(network::CloseType::FlushWrite);
     return;
   }
-  setState(State::ReadingHead);
+  state_ = State::ReadingHead;
   timer_->enable(config_->idle_timeout);
   // Pipelined bytes already buffered are delivered again on the next loop turn.
   downstream().readDisable(false);
@@ -606,7 +571,7 @@ void Http1ProxyFilter::onEvent(network::ConnectionEvent event) {
     config_->stats.downstream_reset.inc();
     trace_.fail("the client closed the connection");
   }
-  setState(State::Closed);
+  state_ = State::Closed;
   if (chain_) chain_->end();
   if (timer_) timer_->disable();
   releaseUpstream();
@@ -626,19 +591,11 @@ void Http1ProxyFilter::onPeerEndWhileReadDisabled() {
 }
 
 void Http1ProxyFilter::onAboveWriteHighWatermark() {
-  if (tunnel_) {
-    tunnel_->onDownstreamBackedUp(true);
-  } else {
-    if (exchange_) exchange_->pauseResponse(true);
-  }
+  if (exchange_) exchange_->pauseResponse(true);
 }
 
 void Http1ProxyFilter::onBelowWriteLowWatermark() {
-  if (tunnel_) {
-    tunnel_->onDownstreamBackedUp(false);
-  } else {
-    if (exchange_) exchange_->pauseResponse(false);
-  }
+  if (exchange_) exchange_->pauseResponse(false);
 }
 
 void Http1ProxyFilter::onDrain() {
@@ -671,15 +628,12 @@ void Http1ProxyFilter::onTimer() {
       } else {
         // A drain's grace for a request on its way is not an idle timeout.
         if (!draining_) config_->stats.downstream_idle_timeout.inc();
-        setState(State::Closed);
+        state_ = State::Closed;
         downstream().close(network::CloseType::FlushWrite);
       }
       break;
     case State::Forwarding:  // the exchange keeps the body and response deadlines
       if (exchange_) exchange_->onTimer();
-      break;
-    case State::Tunnel:  // the relay keeps its idle deadline on this timer
-      if (tunnel_) tunnel_->onTimer();
       break;
     case State::Filtering:
     case State::Closed:
@@ -713,7 +667,7 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, http::ProxyError error,
   if (exchange_) exchange_->reportTo(trace_);
   endRecord();
   if (!close) return;
-  setState(State::Closed);
+  state_ = State::Closed;
   if (chain_) chain_->end();
   releaseUpstream();
   releaseHead();
@@ -721,8 +675,6 @@ void Http1ProxyFilter::sendLocalReply(uint16_t status, http::ProxyError error,
 }
 
 void Http1ProxyFilter::releaseUpstream() {
-  if (tunnel_) tunnel_->reportTo(trace_);
-  upstream::TunnelRelay::dispose(tunnel_);
   if (exchange_) {
     exchange_->reportTo(trace_);
     exchange_.reset();
@@ -730,7 +682,7 @@ void Http1ProxyFilter::releaseUpstream() {
 }
 
 void Http1ProxyFilter::closeAll() {
-  setState(State::Closed);
+  state_ = State::Closed;
   if (chain_) chain_->end();
   if (timer_) timer_->disable();
   releaseUpstream();

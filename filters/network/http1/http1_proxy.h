@@ -13,9 +13,9 @@
 #include "source/common/network/filter.h"
 #include "source/common/proxy/request_filter.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/connection_tunnel.h"
 #include "source/common/upstream/origin_exchange.h"
 #include "source/common/upstream/request_record.h"
-#include "source/common/upstream/tunnel_relay.h"
 
 namespace sluice {
 namespace filters {
@@ -47,8 +47,11 @@ struct Http1Config {
   std::vector<proxy::RequestFilterSpec> request_filters;
   Http1Stats stats;
   upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
-  std::string listener_name;           // for the end-of-request records
-  stats::Histogram request_duration;   // request.<listener>.http1.duration_seconds
+  // How the tunnels the codec's connections become are counted and recorded (pointing at the
+  // stats above).
+  upstream::ConnectionTunnelConfig tunnel;
+  std::string listener_name;          // for the end-of-request records
+  stats::Histogram request_duration;  // request.<listener>.http1.duration_seconds
 };
 using Http1ConfigSharedPtr = std::shared_ptr<const Http1Config>;
 
@@ -62,8 +65,7 @@ inline constexpr std::chrono::milliseconds kDrainIdleGrace{1000};
 class Http1ProxyFilter : public network::ReadFilter,
                          public proxy::RequestSink,
                          public proxy::RequestHeaders,
-                         public upstream::ExchangeOwner,
-                         public upstream::TunnelOwner {
+                         public upstream::ExchangeOwner {
  public:
   static constexpr uint32_t kMaxAddedHeaders = 16;
   // What one request needs from its head being parsed until that head is sent (or refused).
@@ -103,13 +105,12 @@ class Http1ProxyFilter : public network::ReadFilter,
     ReadingHead,  // waiting for (the rest of) a request head
     Filtering,    // request filters running; the client is not read
     Forwarding,   // request sent or being sent; relaying the response
-    Tunnel,       // CONNECT established or upgrade accepted (101): bytes both ways
+    // Also once the connection became a tunnel (CONNECT established, upgrade accepted): the
+    // codec gave its place to an upstream::ConnectionTunnel and is about to go.
     Closed,
   };
 
   network::Connection& downstream() { return callbacks_->connection(); }
-  // Every state change goes through here so the tunnel gauge stays exact.
-  void setState(State state);
   void processHead(buffer::Buffer& data);
   void startRequest();
   // The request head (and what came of the body) goes to the origin through the exchange.
@@ -131,10 +132,10 @@ class Http1ProxyFilter : public network::ReadFilter,
   void onExchangeError(upstream::ExchangeError error, std::string_view detail) override;
   void onOriginBackedUp(bool backed_up) override;
 
-  // CONNECT answered or upgrade accepted: the relay carries the bytes from here on.
-  void startTunnel(upstream::UpstreamHandle upstream, buffer::Buffer& early, bool upstream_ended);
-  // upstream::TunnelOwner
-  void onTunnelEnd(upstream::TunnelEnd end) override;
+  // CONNECT answered or upgrade accepted: the connection is a tunnel from here on, served by
+  // an upstream::ConnectionTunnel in this codec's place. Bytes the client sent behind its head
+  // (still in its read buffer) go first.
+  void startTunnel(upstream::UpstreamHandle upstream, bool upgrade, bool upstream_ended);
   void finishExchange();
   void onTimer();
   void armHeadTimer();
@@ -156,8 +157,7 @@ class Http1ProxyFilter : public network::ReadFilter,
   // The exchange with the origin of an http:// request, while it is forwarded (from the
   // worker's free list); it holds the origin connection.
   upstream::OriginExchangePtr exchange_;
-  // The tunnel (CONNECT, or an upgrade the origin accepted); it holds the origin connection.
-  std::unique_ptr<upstream::TunnelRelay> tunnel_;
+  // The authenticated key's tunnel counters, for a tunnel the request becomes.
   const upstream::TunnelStats* key_tunnel_stats_ = nullptr;
   std::optional<event::Timer> timer_;
 
@@ -182,8 +182,6 @@ class Http1ProxyFilter : public network::ReadFilter,
   // The request in flight is a WebSocket upgrade: sent with Upgrade / Connection: Upgrade on a
   // fresh origin connection that never goes back to the pool.
   bool upgrade_ = false;
-  // In the tunnel state because of an accepted upgrade (for upgrades_active).
-  bool upgraded_ = false;
   // The response in flight ends with Connection: close (the client is closed after it).
   bool response_close_client_ = false;
   // The client half-closed (while its request was served, or before its tunnel started).

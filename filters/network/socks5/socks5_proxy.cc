@@ -771,7 +771,6 @@ void Socks5Filter::releaseHandshake() {
 Socks5Filter::~Socks5Filter() {
   auth_stage_.reset();
   request_stage_.reset();
-  releaseTunnel();
   closeBindListener();
   if (udp_) trace_.addBytes(udp_->bytesToDestinations(), udp_->bytesFromDestinations());
   udp_.reset();
@@ -782,8 +781,6 @@ Socks5Filter::~Socks5Filter() {
 
 void Socks5Filter::setState(State state) {
   const Socks5Stats& s = config_->stats;
-  if (state_ == State::Tunnel && state != State::Tunnel) s.tunnels_active.dec();
-  if (state_ != State::Tunnel && state == State::Tunnel) s.tunnels_active.inc();
   if (state_ == State::Udp && state != State::Udp) s.udp_associations_active.dec();
   if (state_ != State::Udp && state == State::Udp) s.udp_associations_active.inc();
   state_ = state;
@@ -827,9 +824,6 @@ network::FilterStatus Socks5Filter::onData(buffer::Buffer& data, bool end_stream
     case State::BindWaiting:
       // Bytes after the request wait in the buffer for the tunnel.
       if (end_stream) downstream_ended_ = true;
-      break;
-    case State::Tunnel:
-      tunnel_->onDownstreamData(data, end_stream);
       break;
     case State::Udp:
       // The control connection carries nothing after the reply; its end ends the association.
@@ -1289,34 +1283,21 @@ void Socks5Filter::onUdpQuotaReached() {
 }
 
 void Socks5Filter::startTunnel(upstream::UpstreamHandle upstream) {
-  setState(State::Tunnel);
-  // The command is served: its filters (and the authentication's) are not needed any more.
+  // The command is served: its filters (and the authentication's) are not needed any more, nor
+  // is the codec, which gives its place to the tunnel (taking the command's trace) and goes.
   releaseStages();
-  upstream::TunnelOptions options;
-  options.idle_timeout = upstream.info().tunnel_idle_timeout;
-  options.splice = upstream.info().splice;
-  options.max_pipes = upstream.info().max_splice_pipes;
-  options.listener_stats = &config_->tunnel_stats;
-  options.key_stats = hs_->request.principal_tunnel_stats;
-  // The command is done with: a tunnel keeps nothing of its handshake.
+  const upstream::TunnelStats* key_stats = hs_->request.principal_tunnel_stats;
+  // The key a reload may revoke (CONNECT's router said it already; a BIND has none).
+  trace_.authenticated(hs_->request);
   target_.domain = {};
   releaseHandshake();
-  tunnel_ = std::make_unique<upstream::TunnelRelay>(std::move(upstream), downstream(), *this,
-                                                    *timer_, options);
-  // Bytes the client sent behind its request go first, then its end if it already half-closed.
-  tunnel_->start(downstream().readBuffer(), downstream_ended_);
+  setState(State::Closed);
+  timer_->disable();
   pauseReading(false);
-}
-
-void Socks5Filter::onTunnelEnd(upstream::TunnelEnd end) {
-  if (end == upstream::TunnelEnd::UpstreamReset) {
-    trace_.fail("the destination closed the tunnel", upstream::FailureKind::Reset);
-  }
-  if (end == upstream::TunnelEnd::QuotaReached) trace_.fail("byte quota reached");
-  if (end == upstream::TunnelEnd::IdleTimeout) config_->stats.tunnel_idle_timeout.inc();
-  if (end == upstream::TunnelEnd::UpstreamReset) config_->stats.upstream_reset.inc();
-  if (end == upstream::TunnelEnd::DownstreamReset) config_->stats.downstream_reset.inc();
-  closeAll();
+  // Bytes the client sent behind its request go first, then its end if it already half-closed.
+  upstream::ConnectionTunnel::replace(*callbacks_, *this, config_->tunnel, trace_,
+                                      {std::move(upstream), key_stats, /*upgrade=*/false,
+                                       downstream_ended_, /*upstream_ended=*/false});
 }
 
 void Socks5Filter::onEvent(network::ConnectionEvent event) {
@@ -1338,14 +1319,6 @@ void Socks5Filter::onPeerEndWhileReadDisabled() {
   if (downstream().hasUnreadBytes()) return;
   if (state_ != State::BindWaiting) config_->stats.rq_abandoned.inc();
   downstream().close(network::CloseType::NoFlush);
-}
-
-void Socks5Filter::onAboveWriteHighWatermark() {
-  if (tunnel_) tunnel_->onDownstreamBackedUp(true);
-}
-
-void Socks5Filter::onBelowWriteLowWatermark() {
-  if (tunnel_) tunnel_->onDownstreamBackedUp(false);
 }
 
 void Socks5Filter::onDrain() {
@@ -1382,9 +1355,6 @@ void Socks5Filter::onTimer() {
     case State::BindWaiting:
       config_->stats.bind_timeout.inc();
       sendReply(Reply::TtlExpired, network::Address());
-      break;
-    case State::Tunnel:  // the relay keeps its idle deadline on this timer
-      if (tunnel_) tunnel_->onTimer();
       break;
     case State::Filtering:
     case State::Udp:
@@ -1431,11 +1401,6 @@ void Socks5Filter::closeBindListener() {
   bind_->port.release();
 }
 
-void Socks5Filter::releaseTunnel() {
-  if (tunnel_) tunnel_->reportTo(trace_);
-  upstream::TunnelRelay::dispose(tunnel_);
-}
-
 void Socks5Filter::releaseStages() {
   for (std::unique_ptr<Stage>* stage : {&auth_stage_, &request_stage_}) {
     if (!*stage) continue;
@@ -1459,7 +1424,6 @@ void Socks5Filter::releaseAll() {
   if (auth_stage_) auth_stage_->end();
   if (request_stage_) request_stage_->end();
   if (timer_) timer_->disable();
-  releaseTunnel();
   closeBindListener();
   releaseUdp();
   endRecord();

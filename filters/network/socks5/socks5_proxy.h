@@ -16,9 +16,9 @@
 #include "source/common/proxy/request_filter.h"
 #include "source/common/socks5/wire.h"
 #include "source/common/stats/stats.h"
+#include "source/common/upstream/connection_tunnel.h"
 #include "source/common/upstream/request_record.h"
 #include "source/common/upstream/routes.h"
-#include "source/common/upstream/tunnel_relay.h"
 #include "source/common/upstream/upstream_budget.h"
 
 namespace sluice {
@@ -95,6 +95,9 @@ struct Socks5ProxyConfig {
   bool bind_splice = true;
   Socks5Stats stats;
   upstream::TunnelStats tunnel_stats;  // tunnel.listener.<listener>.*
+  // How the tunnels the codec's connections become are counted and recorded (pointing at the
+  // stats here).
+  upstream::ConnectionTunnelConfig tunnel;
   // The routes the router follows (Bootstrap.routes): datagrams to a destination a route sends
   // through SOCKS5 parents go through one of them.
   upstream::RoutesSharedPtr routes = upstream::Routes::none();
@@ -307,7 +310,7 @@ class UdpRelay : public Stage::Owner, public event::DeferredDeletable {
 // How long a handshake under way at a drain may still take.
 inline constexpr std::chrono::milliseconds kDrainHandshakeGrace{1000};
 
-class Socks5Filter : public network::ReadFilter, public Stage::Owner, public upstream::TunnelOwner {
+class Socks5Filter : public network::ReadFilter, public Stage::Owner {
  public:
   explicit Socks5Filter(Socks5ProxyConfigSharedPtr config);
   ~Socks5Filter() override;
@@ -317,8 +320,6 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   network::FilterStatus onNewConnection() override;
   network::FilterStatus onData(buffer::Buffer& data, bool end_stream) override;
   void onEvent(network::ConnectionEvent event) override;
-  void onAboveWriteHighWatermark() override;
-  void onBelowWriteLowWatermark() override;
   void onDrain() override;
   uint32_t onKeysRevoked() override;
   void onPeerEndWhileReadDisabled() override;
@@ -347,8 +348,9 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
     Request,      // waiting for the command
     Filtering,    // request filters running for the command
     BindWaiting,  // BIND: listening for the one inbound connection
-    Tunnel,       // bytes both ways (CONNECT or BIND)
     Udp,          // UDP ASSOCIATE: the control connection only keeps the association alive
+    // Also once the connection became a tunnel (CONNECT or BIND answered): the codec gave its
+    // place to an upstream::ConnectionTunnel and is about to go.
     Closed,
   };
 
@@ -379,9 +381,9 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   // that connected (counted; in a report-only group recorded and admitted).
   bool admitAnyPeer(const network::Address& peer);
   void onBindChecked();
+  // The reply went out: the connection is a tunnel from here on, served by an
+  // upstream::ConnectionTunnel in this codec's place.
   void startTunnel(upstream::UpstreamHandle upstream);
-  // upstream::TunnelOwner
-  void onTunnelEnd(upstream::TunnelEnd end) override;
   void onTimer();
   // Sends a reply; a failure closes the connection after it.
   void sendReply(Reply reply, const network::Address& bound);
@@ -390,7 +392,6 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   void sendAuthStatus(uint8_t status);
   network::Address localAddress() const;
   void closeBindListener();
-  void releaseTunnel();
   // Ends the stages and frees them from the loop (one of them may be on the stack).
   void releaseStages();
   void releaseUdp();
@@ -426,8 +427,6 @@ class Socks5Filter : public network::ReadFilter, public Stage::Owner, public ups
   Command command_ = Command::Connect;
   Target target_;  // target_.domain points into hs_->host
 
-  // CONNECT and BIND, once the reply went out.
-  std::unique_ptr<upstream::TunnelRelay> tunnel_;
   // BIND: made for the command (a connection that never binds holds none). It stays until the
   // filter goes, its socket closed once the peer connected: its event may be on the stack.
   struct BindListener {

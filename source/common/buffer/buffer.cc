@@ -29,6 +29,8 @@ void freeBlock(Block* b) {
 struct FreeList {
   Block* head = nullptr;
   uint32_t count = 0;
+  // The fewest blocks the list held since the last releaseIdle(): that many stayed unused.
+  uint32_t low = 0;
   ~FreeList() {
     while (head != nullptr) {
       Block* next = head->next;
@@ -40,7 +42,21 @@ struct FreeList {
     Block* b = head;
     head = b->next;
     --count;
+    low = std::min(low, count);
     return b;
+  }
+  // Frees the blocks no one took since the last call.
+  size_t releaseIdle() {
+    size_t bytes = 0;
+    for (uint32_t n = low; n > 0 && head != nullptr; --n) {
+      Block* b = head;
+      head = b->next;
+      --count;
+      bytes += sizeof(Block) + b->capacity;
+      freeBlock(b);
+    }
+    low = count;
+    return bytes;
   }
   bool push(Block* b, uint32_t max) {
     if (count >= max) return false;
@@ -86,6 +102,7 @@ void takeFree(int n) {
     b->start = 0;
   }
   t_free.count -= static_cast<uint32_t>(n);
+  t_free.low = std::min(t_free.low, t_free.count);
   t_outstanding += n;
 }
 
@@ -122,6 +139,10 @@ void BlockPool::release(Block* block) {
 }
 
 int64_t BlockPool::outstanding() { return t_outstanding; }
+
+size_t BlockPool::releaseIdle() { return t_free.releaseIdle() + t_free_small.releaseIdle(); }
+
+size_t BlockPool::freeBlocks() { return t_free.count + t_free_small.count; }
 
 void Buffer::append(Block* block) {
   block->next = nullptr;

@@ -15,6 +15,8 @@ class WorkerContext;
 
 namespace network {
 
+class ReadFilter;
+
 enum class FilterStatus : uint8_t {
   Continue,       // pass on to the next filter
   StopIteration,  // later filters wait until continueReading() (or the connection closes)
@@ -28,13 +30,17 @@ class ReadFilterCallbacks {
   // Resume iteration after StopIteration, from the next filter, with the buffered bytes.
   virtual void continueReading() = 0;
   virtual proxy::WorkerContext& worker() = 0;
+  // `current` (a filter of this connection, usually the codec, calling from one of its own
+  // methods) gives its place in the chain to `next`, which gets these callbacks and every event
+  // from now on. `current` is deleted from the loop, after the call it makes this from returns.
+  virtual void replaceReadFilter(ReadFilter& current, std::unique_ptr<ReadFilter> next) = 0;
 };
 
 // A network filter: sees the bytes of one downstream connection, in order with the others of
-// its chain. The last filter of a chain is terminal (a codec) and consumes the bytes.
-class ReadFilter : public memory::SlabAllocated {
+// its chain. The last filter of a chain is terminal (a codec) and consumes the bytes. Deleted
+// from the loop when it gives its place to another (ReadFilterCallbacks::replaceReadFilter).
+class ReadFilter : public event::DeferredDeletable, public memory::SlabAllocated {
  public:
-  virtual ~ReadFilter() = default;
   virtual void initializeReadFilterCallbacks(ReadFilterCallbacks& callbacks) = 0;
   // Once, when the connection is set up, before any byte.
   virtual FilterStatus onNewConnection() { return FilterStatus::Continue; }

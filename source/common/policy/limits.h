@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -334,6 +335,11 @@ class LimitSlot {
   ~LimitSlot() { release(); }
   LimitSlot(const LimitSlot&) = delete;
   LimitSlot& operator=(const LimitSlot&) = delete;
+  // The place moves with the request (a connection that becomes a tunnel); `other` holds none.
+  LimitSlot(LimitSlot&& other) noexcept
+      : limiter_(std::exchange(other.limiter_, nullptr)),
+        holds_key_(std::exchange(other.holds_key_, false)),
+        holds_group_(std::exchange(other.holds_group_, false)) {}
 
   // Admitted under some limit (and not released since).
   bool admitted() const { return limiter_ != nullptr; }

@@ -163,12 +163,11 @@ void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std:
   policy_report_only_ = false;
   failure_ = FailureKind::None;
   has_first_byte_ = false;
-  open_ = true;
+  open_.value = true;
 }
 
 void RequestTrace::routed(const proxy::ProxyRequest& request) {
-  key_ = request.principal;
-  grant_ = request.grant;
+  authenticated(request);
   resolve_us_ = clampMicros(request.resolve_time);
   connect_us_ = clampMicros(request.connect_time);
   upstream_ = request.upstream_address;
@@ -176,7 +175,7 @@ void RequestTrace::routed(const proxy::ProxyRequest& request) {
 }
 
 void RequestTrace::fail(std::string_view reason, FailureKind kind) {
-  if (!open_ || text_.size() > prefixLength()) return;  // the first one counts
+  if (!open_.value || text_.size() > prefixLength()) return;  // the first one counts
   text_.append(reason.empty() ? std::string_view("refused") : reason);
   failure_ = kind;
 }
@@ -189,8 +188,8 @@ void RequestTrace::firstByte(event::MonotonicTime at) {
 
 void RequestTrace::end(std::string_view listener, stats::Histogram duration) {
   limit_slot_.release();
-  if (!open_) return;
-  open_ = false;
+  if (!open_.value) return;
+  open_.value = false;
   const RequestRecord r = record(listener, std::chrono::steady_clock::now());
   duration.record(r.total);
   emitRecord(r);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "source/common/event/dispatcher.h"
 #include "source/common/network/address.h"
@@ -72,14 +73,25 @@ std::string formatRecord(const RequestRecord& record);
 // back, so it is released exactly once whatever ends the request.
 class RequestTrace {
  public:
+  RequestTrace() = default;
+  // The request in flight moves with everything it holds, its place under its limits included
+  // (the connection became a tunnel and its codec goes); the trace moved from is left closed.
+  RequestTrace(RequestTrace&& other) noexcept = default;
+  RequestTrace& operator=(RequestTrace&&) = delete;
+
   // `client` is the client connection's own address (or null): it is read when the record is
   // emitted, and every codec ends its requests' records before its connection goes away.
   void begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
              uint16_t port, const network::Address* client, std::string_view path = {});
-  bool open() const { return open_; }
+  bool open() const { return open_.value; }
   // What the request filters found: the key's name, the lookup and connect times, where the
   // router connected.
   void routed(const proxy::ProxyRequest& request);
+  // The key the request authenticated with (a command that no router served: a SOCKS5 BIND).
+  void authenticated(const proxy::ProxyRequest& request) {
+    key_ = request.principal;
+    grant_ = request.grant;
+  }
   void setStatus(uint16_t status) { status_ = status; }
   // Whether a reload revoked the key the request (or, once it ended, the connection's last
   // request) authenticated with.
@@ -140,7 +152,13 @@ class RequestTrace {
   uint8_t static_method_len_ = 0;
   proxy::Protocol protocol_ = proxy::Protocol::Http1;
   FailureKind failure_ = FailureKind::None;
-  bool open_ = false;
+  // Whether begin() came without an end() yet; a move takes it along (the source is closed).
+  struct OpenFlag {
+    bool value = false;
+    OpenFlag() = default;
+    OpenFlag(OpenFlag&& other) noexcept : value(std::exchange(other.value, false)) {}
+  };
+  OpenFlag open_;
   bool has_first_byte_ = false;
   bool policy_report_only_ = false;
 

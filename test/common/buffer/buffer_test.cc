@@ -293,6 +293,34 @@ TEST_F(BufferTest, EmptiedBufferReturnsEveryBlock) {
 }
 
 // Random operations against a std::string model.
+TEST_F(BufferTest, ReleaseIdleFreesOnlyBlocksLeftUnusedSinceTheLastRelease) {
+  BlockPool::releaseIdle();
+  BlockPool::releaseIdle();
+  ASSERT_EQ(BlockPool::freeBlocks(), 0u) << "two releases in a row leave nothing idle";
+  // A burst: eight blocks in use, then back in the free list.
+  {
+    Block* blocks[8];
+    for (Block*& b : blocks) b = BlockPool::acquire(kBlockSize);
+    for (Block* b : blocks) BlockPool::release(b);
+  }
+  EXPECT_EQ(BlockPool::freeBlocks(), 8u);
+  // The first release after the burst: they were in use since the last one, so they stay.
+  EXPECT_EQ(BlockPool::releaseIdle(), 0u);
+  EXPECT_EQ(BlockPool::freeBlocks(), 8u);
+  // Three of them taken and given back meanwhile: the five never touched go.
+  {
+    Block* blocks[3];
+    for (Block*& b : blocks) b = BlockPool::acquire(kBlockSize);
+    for (Block* b : blocks) BlockPool::release(b);
+  }
+  EXPECT_EQ(BlockPool::releaseIdle(), 5 * (sizeof(Block) + kBlockSize));
+  EXPECT_EQ(BlockPool::freeBlocks(), 3u);
+  // Nothing taken since: the rest go.
+  EXPECT_EQ(BlockPool::releaseIdle(), 3 * (sizeof(Block) + kBlockSize));
+  EXPECT_EQ(BlockPool::freeBlocks(), 0u);
+  EXPECT_EQ(held(), 0);
+}
+
 TEST_F(BufferTest, RandomizedAgainstStringModel) {
   std::mt19937 rng(20240607);
   auto size = [&](size_t max) { return std::uniform_int_distribution<size_t>(0, max)(rng); };

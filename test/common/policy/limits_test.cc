@@ -563,6 +563,26 @@ TEST(KeyLimiterTest, RetryAfterIsTheSecondsUntilAToken) {
   EXPECT_FALSE(second.admitted());
 }
 
+TEST(KeyLimiterTest, APlaceMovesWithItsSlot) {
+  // A connection that becomes a tunnel moves its request's trace, slot included: the place is
+  // held by the new slot alone and given back once.
+  auto limits = build(groupProto(0, 0, 2, 0, 0, 1));
+  auto a = limits->forKey("a");
+  const GroupLimiter& group = *limits->groupLimiter();
+  LimitRefusal refusal;
+  LimitSlot first;
+  ASSERT_TRUE(a->admit(first, refusal));
+  LimitSlot moved(std::move(first));
+  EXPECT_FALSE(first.admitted());  // NOLINT(bugprone-use-after-move): defined as empty
+  EXPECT_EQ(moved.limiter(), a.get());
+  first.release();
+  EXPECT_EQ(a->state().concurrency.active(), 1);
+  EXPECT_EQ(group.state().concurrency.active(), 1);
+  moved.release();
+  EXPECT_EQ(a->state().concurrency.active(), 0);
+  EXPECT_EQ(group.state().concurrency.active(), 0);
+}
+
 TEST(KeyLimiterTest, ConcurrencyPlacesAreHeldUntilReleasedOnce) {
   auto limits = build(groupProto(0, 0, 2, 0, 0, 1));
   auto a = limits->forKey("a");

@@ -129,6 +129,29 @@ TEST(RequestTrace, RecordsTheClientConnectionsAddress) {
   trace.end("l");
 }
 
+TEST(RequestTrace, MovesTheRequestInFlightAndLeavesItsSourceClosed) {
+  // A connection that becomes a tunnel hands its request over: one record, from the new trace.
+  RequestTrace trace;
+  trace.begin(proxy::Protocol::Http1, "CONNECT", "a-host-name-longer-than-sso.example", 443,
+              nullptr);
+  trace.setStatus(200);
+  trace.addBytes(5, 7);
+  const uint64_t before = total();
+  RequestTrace moved(std::move(trace));
+  EXPECT_FALSE(trace.open());  // NOLINT(bugprone-use-after-move): the moved-from state is defined
+  EXPECT_TRUE(moved.open());
+  trace.end("l");
+  EXPECT_EQ(total(), before) << "the trace moved from emits nothing";
+  const RequestRecord r = moved.record("l", std::chrono::steady_clock::now());
+  EXPECT_EQ(r.host, "a-host-name-longer-than-sso.example");
+  EXPECT_EQ(r.method, "CONNECT");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.bytes_to_origin, 5u);
+  EXPECT_EQ(r.bytes_from_origin, 7u);
+  moved.end("l");
+  EXPECT_EQ(total(), before + 1);
+}
+
 TEST(RequestRecord, FormatsEveryFieldAndQuotesSpaces) {
   RequestRecord r;
   r.protocol = proxy::Protocol::Http2;
