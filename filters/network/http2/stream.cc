@@ -356,7 +356,6 @@ void Http2ProxyFilter::Stream::readDisableDownstream(bool disable) {
 }
 
 void Http2ProxyFilter::Stream::onTunnelEnd(upstream::TunnelEnd end) {
-  if (tunnel_relay_) tunnel_relay_->reportTo(trace_);
   upstream::TunnelRelay::dispose(tunnel_relay_);
   if (end == upstream::TunnelEnd::UpstreamReset) {
     trace_.fail("the destination closed the tunnel", upstream::FailureKind::Reset);
@@ -614,7 +613,7 @@ void Http2ProxyFilter::Stream::enterTunnel(upstream::UpstreamHandle upstream,
   options.listener_stats = &parent_.config_->tunnel_stats;
   options.key_stats = key_tunnel_stats_;
   tunnel_relay_ =
-      std::make_unique<upstream::TunnelRelay>(std::move(upstream), *this, timer_, options);
+      std::make_unique<upstream::TunnelRelay>(std::move(upstream), *this, trace_, timer_, options);
   if (!from_origin.empty()) queueOutput(from_origin);
   tunnel_relay_->start(pending_body_, request_ended_, origin_ended);
   creditPending();
@@ -754,7 +753,6 @@ void Http2ProxyFilter::Stream::reset(ErrorCode code) {
 }
 
 void Http2ProxyFilter::Stream::reportUpstream() {
-  if (tunnel_relay_) tunnel_relay_->reportTo(trace_);
   if (exchange_) exchange_->reportTo(trace_);
 }
 

@@ -195,6 +195,7 @@ class FileEvent {
   void activate(uint32_t events);
   // Stops all notifications (before the socket is closed); the callback never runs again.
   void remove();
+  Dispatcher& dispatcher() const { return dispatcher_; }
 
  private:
   friend class Dispatcher;

@@ -39,8 +39,7 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
 }
 
 Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& peer, State state)
-    : dispatcher_(dispatcher),
-      file_event_(dispatcher, fd, this, event::FileEvent::To<&Connection::onFileEvent>()),
+    : file_event_(dispatcher, fd, this, event::FileEvent::To<&Connection::onFileEvent>()),
       peer_(peer),
       fd_(fd),
       state_(state),
@@ -85,7 +84,7 @@ std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher,
   auto conn = std::unique_ptr<Connection>(new Connection(dispatcher, fd, to, State::Connecting));
   if (err != 0 && err != EINPROGRESS) {
     // Report the failure from the loop, after the caller has installed its callbacks.
-    conn->connect_error_ = err;
+    conn->connect_error_ = static_cast<int16_t>(err);
     conn->file_event_.activate(event::FileEvent::kWrite);
   }
   return conn;
@@ -127,7 +126,7 @@ void Connection::onFileEvent(uint32_t events) {
       std::string().swap(prefix);
     }
     if (err != 0) {
-      connect_error_ = err;
+      connect_error_ = static_cast<int16_t>(err);
       closeNow(ConnectionEvent::RemoteClose);
       return;
     }
@@ -322,7 +321,7 @@ void Connection::writeDirect(buffer::Buffer& data, bool end_stream) {
     in_write_ = false;
     if (close_deferred_) return;
   }
-  if (!above_high_ && write_buffer_.length() > high_watermark_) {
+  if (!above_high_ && write_buffer_.length() > highWatermark()) {
     above_high_ = true;
     callbacks_->onAboveWriteHighWatermark();
   }
@@ -368,7 +367,7 @@ void Connection::flushWrite() {
 }
 
 void Connection::checkLowWatermark() {
-  if (above_high_ && write_buffer_.length() <= high_watermark_ / 2) {
+  if (above_high_ && write_buffer_.length() <= highWatermark() / 2) {
     above_high_ = false;
     callbacks_->onBelowWriteLowWatermark();
   }
@@ -404,7 +403,7 @@ void Connection::close(CloseType type) {
     close_after_flush_ = true;
     ++read_disable_count_;
     std::optional<event::Timer>& timer = extras().flush_timer;
-    timer.emplace(dispatcher_, [this] { closeNow(ConnectionEvent::LocalClose); });
+    timer.emplace(dispatcher(), [this] { closeNow(ConnectionEvent::LocalClose); });
     timer->enable(kFlushCloseTimeout);
     return;
   }

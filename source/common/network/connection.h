@@ -116,7 +116,7 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
     return transport_ != nullptr ? transport_->applicationProtocol() : std::string_view();
   }
   ConnectionCallbacks* callbacks() const { return callbacks_; }
-  event::Dispatcher& dispatcher() { return dispatcher_; }
+  event::Dispatcher& dispatcher() { return file_event_.dispatcher(); }
   const Address& peer() const { return peer_; }
   int fd() const { return fd_; }
   // The kernel reported the peer's FIN (EPOLLRDHUP): a short read no longer means the socket
@@ -143,7 +143,8 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   bool readEnabled() const { return read_disable_count_ == 0; }
   size_t writeBufferLength() const { return write_buffer_.length(); }
   bool aboveHighWatermark() const { return above_high_; }
-  void setHighWatermark(uint32_t bytes) { high_watermark_ = bytes; }
+  // Few connections set their own (the origin tool's); the others keep the default in no field.
+  void setHighWatermark(uint32_t bytes) { extras().high_watermark = bytes; }
   void setByteCounters(ConnectionByteCounters counters) { counters_ = counters; }
   // The whole-connection data delivered to the callbacks but not yet drained stays here.
   buffer::Buffer& readBuffer() { return read_buffer_; }
@@ -185,8 +186,12 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   void closeNow(ConnectionEvent event);
   void checkLowWatermark();
 
-  // Pointers first, then the address and the 4-byte fields, then the flags: no padding between.
-  event::Dispatcher& dispatcher_;
+  uint32_t highWatermark() const {
+    return extras_ == nullptr ? kDefaultHighWatermark : extras_->high_watermark;
+  }
+
+  // Pointers first, then the address and the smaller fields, then the flags: no padding between.
+  // The dispatcher and the descriptor's registration are the socket event's.
   ConnectionCallbacks* callbacks_ = nullptr;
   WriteInterceptor* interceptor_ = nullptr;
   TransportSocketPtr transport_;
@@ -195,10 +200,12 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   buffer::Buffer write_buffer_;
   event::FileEvent file_event_;
   // What few connections need, made on first use: the timer of a flushed close, the bytes an
-  // outbound connection sends as soon as it connects (a parent's PROXY header).
+  // outbound connection sends as soon as it connects (a parent's PROXY header), a high
+  // watermark of its own.
   struct Extras {
     std::optional<event::Timer> flush_timer;
     std::string connect_prefix;  // empty: none
+    uint32_t high_watermark = kDefaultHighWatermark;
   };
   Extras& extras() {
     if (extras_ == nullptr) extras_ = std::make_unique<Extras>();
@@ -208,9 +215,8 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   Address peer_;
   int fd_;
   ConnectionByteCounters counters_;
-  uint32_t high_watermark_ = kDefaultHighWatermark;
-  uint32_t read_disable_count_ = 0;
-  int connect_error_ = 0;
+  uint16_t read_disable_count_ = 0;
+  int16_t connect_error_ = 0;  // an errno
   State state_;
   // One bit each, all false at construction (a tunnel holds two connections).
   bool above_high_ : 1;

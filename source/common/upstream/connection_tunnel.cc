@@ -39,9 +39,10 @@ ConnectionTunnel::ConnectionTunnel(const ConnectionTunnelConfig& config,
                                    UpstreamHandle upstream, const TunnelOptions& options,
                                    bool upgrade)
     : config_(config),
+      client_(client),
       timer_(client.dispatcher(), [this] { relay_.onTimer(); }),
       trace_(std::move(trace)),
-      relay_(std::move(upstream), client, *this, timer_, options),
+      relay_(std::move(upstream), *this, trace_, timer_, options),
       upgrade_(upgrade) {
   config_.tunnels_active.inc();
   if (upgrade_) config_.upgrades_active.inc();
@@ -98,7 +99,6 @@ void ConnectionTunnel::finish() {
   if (finished_) return;
   finished_ = true;
   relay_.abort();
-  relay_.reportTo(trace_);
   trace_.end(config_.listener_name, config_.request_duration);
   config_.tunnels_active.dec();
   if (upgrade_) config_.upgrades_active.dec();
@@ -106,7 +106,7 @@ void ConnectionTunnel::finish() {
 
 void ConnectionTunnel::close() {
   finish();
-  callbacks_->connection().close(network::CloseType::FlushWrite);
+  client_.close(network::CloseType::FlushWrite);
 }
 
 }  // namespace upstream

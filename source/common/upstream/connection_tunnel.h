@@ -42,7 +42,7 @@ struct ConnectionTunnelStart {
 // so a tunnel holds only what it uses — the relay, the request's trace and one timer — and none
 // of the codec's state. It carries the request to its end: the relay's end, the client leaving,
 // or a reload revoking the request's key, then emits its record and closes the connection.
-class ConnectionTunnel final : public network::ReadFilter, private TunnelOwner {
+class ConnectionTunnel final : public network::ReadFilter, private TunnelDownstream {
  public:
   // The codec `codec` of `callbacks`' connection, answered and calling from one of its own
   // methods, gives its place to a tunnel carrying `trace`'s request (moved out of it) over
@@ -58,10 +58,8 @@ class ConnectionTunnel final : public network::ReadFilter, private TunnelOwner {
                    bool upgrade);
   ~ConnectionTunnel() override;
 
-  // network::ReadFilter
-  void initializeReadFilterCallbacks(network::ReadFilterCallbacks& callbacks) override {
-    callbacks_ = &callbacks;
-  }
+  // network::ReadFilter (the tunnel needs only its connection, given at construction)
+  void initializeReadFilterCallbacks(network::ReadFilterCallbacks&) override {}
   network::FilterStatus onData(buffer::Buffer& data, bool end_stream) override;
   void onEvent(network::ConnectionEvent event) override;
   void onAboveWriteHighWatermark() override;
@@ -69,7 +67,13 @@ class ConnectionTunnel final : public network::ReadFilter, private TunnelOwner {
   uint32_t onKeysRevoked() override;
 
  private:
-  // TunnelOwner: delivered from the loop.
+  // TunnelDownstream: the client side is the whole client connection.
+  void writeDownstream(buffer::Buffer& data, bool end_stream) override {
+    client_.write(data, end_stream);
+  }
+  void readDisableDownstream(bool disable) override { client_.readDisable(disable); }
+  network::Connection* spliceableConnection() override { return &client_; }
+  // Delivered from the loop.
   void onTunnelEnd(TunnelEnd end) override;
   // The request ends: the upstream closes, the record goes out, the gauges come down (once).
   void finish();
@@ -77,7 +81,7 @@ class ConnectionTunnel final : public network::ReadFilter, private TunnelOwner {
   void close();
 
   const ConnectionTunnelConfig& config_;
-  network::ReadFilterCallbacks* callbacks_ = nullptr;
+  network::Connection& client_;
   event::Timer timer_;  // the relay's idle deadline and deferred end
   RequestTrace trace_;
   TunnelRelay relay_;

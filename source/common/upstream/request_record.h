@@ -115,6 +115,7 @@ class RequestTrace {
   }
   // The destination's first byte (only the first call counts; a default time is none).
   void firstByte(event::MonotonicTime at);
+  bool hasFirstByte() const { return has_first_byte_; }
   // Emits the record and adds its total time to `duration` (the codec's
   // requestDurationHistogram()).
   void end(std::string_view listener, stats::Histogram duration = {});

@@ -35,23 +35,12 @@ const char* tunnelEndName(TunnelEnd end) {
   return "done";
 }
 
-network::Connection* ConnectionDownstream::spliceableConnection() { return connection_; }
-
-TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, event::Timer& timer,
-                         const TunnelOptions& options)
-    : TunnelRelay(std::move(upstream), &downstream, nullptr, nullptr, timer, options) {}
-
-TunnelRelay::TunnelRelay(UpstreamHandle upstream, network::Connection& client, TunnelOwner& owner,
+TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, RequestTrace& trace,
                          event::Timer& timer, const TunnelOptions& options)
-    : TunnelRelay(std::move(upstream), nullptr, &client, &owner, timer, options) {}
-
-TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream* downstream,
-                         network::Connection* client, TunnelOwner* owner, event::Timer& timer,
-                         const TunnelOptions& options)
     : limiter_(upstream.info().limiter),
       upstream_(upstream.takeForTunnel()),
-      connection_downstream_(client, owner),
-      downstream_(downstream != nullptr ? *downstream : connection_downstream_),
+      downstream_(downstream),
+      trace_(trace),
       listener_stats_(options.listener_stats),
       key_stats_(options.key_stats),
       timer_(timer),
@@ -108,13 +97,13 @@ void TunnelRelay::start(buffer::Buffer& early, bool downstream_ended, bool upstr
 }
 
 void TunnelRelay::countToUpstream(size_t n) {
-  bytes_to_upstream_ += n;
+  trace_.addBytes(n, 0);
   forEachStats([n](const TunnelStats& s) { s.bytes_to_upstream.add(n); });
 }
 
 void TunnelRelay::countToDownstream(size_t n) {
-  if (bytes_to_downstream_ == 0 && n > 0) first_byte_at_ = dispatcher().now();
-  bytes_to_downstream_ += n;
+  if (n > 0 && !trace_.hasFirstByte()) trace_.firstByte(dispatcher().now());
+  trace_.addBytes(0, n);
   forEachStats([n](const TunnelStats& s) { s.bytes_to_downstream.add(n); });
 }
 

@@ -30,7 +30,7 @@ enum class TunnelEnd : uint8_t {
 const char* tunnelEndName(TunnelEnd end);
 
 // The client side of a tunnel as the codec presents it: a whole client connection (HTTP/1.1
-// CONNECT or upgrade, SOCKS5) or one HTTP/2 stream.
+// CONNECT or upgrade, SOCKS5: an upstream::ConnectionTunnel) or one HTTP/2 stream.
 class TunnelDownstream {
  public:
   virtual ~TunnelDownstream() = default;
@@ -46,34 +46,6 @@ class TunnelDownstream {
   virtual void onTunnelEnd(TunnelEnd end) = 0;
 };
 
-// Where a codec whose client side is a whole connection hears a tunnel's end.
-class TunnelOwner {
- public:
-  virtual ~TunnelOwner() = default;
-  virtual void onTunnelEnd(TunnelEnd end) = 0;
-};
-
-// The client side of a tunnel that is a whole client connection (HTTP/1.1, SOCKS5); the relay
-// made for such a connection owns it, and the codec hears the end as its TunnelOwner.
-// (Unset, it is the unused place of a relay whose client side is an HTTP/2 stream.)
-class ConnectionDownstream final : public TunnelDownstream {
- public:
-  ConnectionDownstream() = default;
-  ConnectionDownstream(network::Connection* connection, TunnelOwner* owner)
-      : connection_(connection), owner_(owner) {}
-
-  void writeDownstream(buffer::Buffer& data, bool end_stream) override {
-    connection_->write(data, end_stream);
-  }
-  void readDisableDownstream(bool disable) override { connection_->readDisable(disable); }
-  network::Connection* spliceableConnection() override;
-  void onTunnelEnd(TunnelEnd end) override { owner_->onTunnelEnd(end); }
-
- private:
-  network::Connection* connection_ = nullptr;
-  TunnelOwner* owner_ = nullptr;
-};
-
 struct TunnelOptions {
   std::chrono::milliseconds idle_timeout{300000};
   bool splice = true;
@@ -86,7 +58,8 @@ struct TunnelOptions {
 
 // The byte tunnel between a client side and a destination connection, for every protocol:
 // both directions, half-close in either order, the idle timeout, backpressure (a backed-up
-// side stops the other from being read) and one set of counters.
+// side stops the other from being read) and one set of counters. The bytes each way and the
+// destination's first byte go to the request's trace as they move.
 //
 // When both sides are plain TCP sockets, a tunnel that carries bulk data (a read that filled a
 // whole read budget) moves to splice(2): bytes go socket → pipe → socket without entering user
@@ -100,14 +73,11 @@ class TunnelRelay : public event::DeferredDeletable,
   // A read of at least this many bytes marks a tunnel as bulk: it moves to splice.
   static constexpr size_t kSpliceAfterRead = 4 * buffer::kBlockSize;
 
-  // The relay keeps its idle deadline and its deferred end on `timer`, the codec's own timer
-  // (a tunnel needs no other): while the tunnel runs, the codec passes its expiries to
-  // onTimer(). The client side is an HTTP/2 stream (or another TunnelDownstream that outlives
-  // the relay).
-  TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, event::Timer& timer,
-              const TunnelOptions& options);
-  // The client side is the whole client connection.
-  TunnelRelay(UpstreamHandle upstream, network::Connection& client, TunnelOwner& owner,
+  // The relay keeps its idle deadline and its deferred end on `timer`, the owner's own timer
+  // (a tunnel needs no other): while the tunnel runs, the owner passes its expiries to
+  // onTimer(). `downstream` and `trace` (the request's) outlive the relay's use of them: it
+  // touches neither once it has ended.
+  TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, RequestTrace& trace,
               event::Timer& timer, const TunnelOptions& options);
   ~TunnelRelay() override;
 
@@ -132,18 +102,8 @@ class TunnelRelay : public event::DeferredDeletable,
   bool upstreamBackedUp() const;
   bool spliced() const { return mode_ == Mode::Spliced; }
   bool finished() const { return finished_; }
-  uint64_t bytesToUpstream() const { return bytes_to_upstream_; }
-  uint64_t bytesToDownstream() const { return bytes_to_downstream_; }
-  // Adds the tunnel's bytes and first byte to the request's record (once: call it at the end).
-  void reportTo(RequestTrace& trace) const {
-    trace.addBytes(bytes_to_upstream_, bytes_to_downstream_);
-    trace.firstByte(first_byte_at_);
-  }
 
  private:
-  TunnelRelay(UpstreamHandle upstream, TunnelDownstream* downstream, network::Connection* client,
-              TunnelOwner* owner, event::Timer& timer, const TunnelOptions& options);
-
   enum class Mode : uint8_t { Buffered, Spliced };
   // One direction while spliced: from → pipe → to.
   struct Direction {
@@ -202,9 +162,8 @@ class TunnelRelay : public event::DeferredDeletable,
   policy::KeyLimiter* const limiter_;
   TunnelUpstream upstream_;
   ShapedWays shaped_;  // [0] client → destination, [1] destination → client
-  // The client side when it is the whole client connection (unset otherwise).
-  ConnectionDownstream connection_downstream_;
   TunnelDownstream& downstream_;
+  RequestTrace& trace_;
   const TunnelStats* const listener_stats_;
   const TunnelStats* const key_stats_;
   // The codec's timer; its dispatcher is the relay's.
@@ -216,9 +175,6 @@ class TunnelRelay : public event::DeferredDeletable,
     Direction dirs[2];
   };
   std::unique_ptr<SpliceState> splice_;
-  uint64_t bytes_to_upstream_ = 0;
-  uint64_t bytes_to_downstream_ = 0;
-  event::MonotonicTime first_byte_at_{};
   const uint32_t idle_timeout_ms_;
   const uint32_t max_pipes_;
   const bool splice_allowed_;

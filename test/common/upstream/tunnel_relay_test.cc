@@ -33,10 +33,17 @@ std::string pattern(size_t n) {
 
 using Peer = test::RawPeer;
 
-// The codec's role for a whole-connection client side: hands client bytes and watermarks to the
-// relay, and closes the client when the tunnel ends (as the HTTP/1.1 and SOCKS5 codecs do).
-class ClientSide : public network::ConnectionCallbacks, public TunnelOwner {
+// The client side of a whole client connection, as upstream::ConnectionTunnel is: hands client
+// bytes and watermarks to the relay, and closes the client when the tunnel ends.
+class ClientSide : public network::ConnectionCallbacks, public TunnelDownstream {
  public:
+  // TunnelDownstream
+  void writeDownstream(buffer::Buffer& data, bool end_stream) override {
+    connection->write(data, end_stream);
+  }
+  void readDisableDownstream(bool disable) override { connection->readDisable(disable); }
+  network::Connection* spliceableConnection() override { return connection; }
+  // network::ConnectionCallbacks
   void onData(buffer::Buffer& data, bool end_stream) override {
     if (relay != nullptr) relay->onDownstreamData(data, end_stream);
   }
@@ -51,6 +58,7 @@ class ClientSide : public network::ConnectionCallbacks, public TunnelOwner {
   }
   void onTunnelEnd(TunnelEnd end) override { on_end(end); }
   TunnelRelay* relay = nullptr;
+  network::Connection* connection = nullptr;
   int closed_events = 0;
   std::function<void(TunnelEnd)> on_end;
 };
@@ -97,6 +105,7 @@ class TunnelRelayTest : public testing::Test {
     ASSERT_GE(accepted, 0);
     client_conn_ = std::make_unique<Connection>(dispatcher_, accepted, client_listener_.address());
     client_conn_->setCallbacks(&client_side_);
+    client_side_.connection = client_conn_.get();
 
     ConnectionPtr up = Connection::connectTo(dispatcher_, origin_listener_.address());
     ASSERT_NE(nullptr, up);
@@ -108,6 +117,7 @@ class TunnelRelayTest : public testing::Test {
     ASSERT_TRUE(runUntil(dispatcher_, [raw] { return !raw->connecting(); }));
 
     UpstreamInfo info;
+    trace_.begin(proxy::Protocol::Http1, "CONNECT", "origin.test", 443, nullptr);
     client_side_.on_end = [this](TunnelEnd end) {
       ends_.push_back(end);
       // What a codec does: let the relay go, close the client.
@@ -116,7 +126,7 @@ class TunnelRelayTest : public testing::Test {
       client_conn_->close(network::CloseType::FlushWrite);
     };
     relay_ = std::make_unique<TunnelRelay>(UpstreamHandle(std::move(up), nullptr, info),
-                                           *client_conn_, client_side_, codec_timer_, options);
+                                           client_side_, trace_, codec_timer_, options);
     client_side_.relay = relay_.get();
     buffer::Buffer none;
     relay_->start(none, false);
@@ -182,6 +192,8 @@ class TunnelRelayTest : public testing::Test {
   TunnelStats key_stats_;
   test::RecordingCallbacks connecting_;
   ClientSide client_side_;
+  // The request the tunnel carries (begun in open()).
+  RequestTrace trace_;
   std::optional<Peer> client_;
   std::optional<Peer> origin_;
   ConnectionPtr client_conn_;
@@ -205,8 +217,11 @@ TEST_F(TunnelRelayTest, BytesBothWaysAndCounters) {
   ASSERT_TRUE(run([&] { return client_->received == "world!"; }));
   EXPECT_EQ(up0 + 5, counter("bytes_to_upstream"));
   EXPECT_EQ(down0 + 6, counter("bytes_to_downstream"));
-  EXPECT_EQ(5u, relay_->bytesToUpstream());
-  EXPECT_EQ(6u, relay_->bytesToDownstream());
+  // The request's trace counts them as they move, and the destination's first byte.
+  const RequestRecord record = trace_.record("l", dispatcher_.now());
+  EXPECT_EQ(5u, record.bytes_to_origin);
+  EXPECT_EQ(6u, record.bytes_from_origin);
+  EXPECT_GE(record.first_byte.count(), 0);
   EXPECT_FALSE(relay_->spliced());  // small exchanges are copied
   // The key's counters see the same bytes as the listener's.
   EXPECT_EQ(key0 + 5,
@@ -297,8 +312,9 @@ TEST_F(TunnelRelayTest, BulkDataIsSplicedAndPipesGoBack) {
   EXPECT_TRUE(origin_->received == up);
   EXPECT_TRUE(relay_->spliced());
   EXPECT_GT(counter("bytes_spliced") - spliced0, 8u * 1024 * 1024);
-  EXPECT_EQ(down.size(), relay_->bytesToDownstream());
-  EXPECT_EQ(up.size(), relay_->bytesToUpstream());
+  const RequestRecord record = trace_.record("l", dispatcher_.now());
+  EXPECT_EQ(down.size(), record.bytes_from_origin);
+  EXPECT_EQ(up.size(), record.bytes_to_origin);
   // Idle: no pipe held.
   runFor(dispatcher_, milliseconds(5));
   EXPECT_EQ(0u, PipePool::forThisThread().inUse());
