@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 
 #include "source/common/common/logger.h"
+#include "source/common/memory/idle_cache.h"
 #include "source/common/upstream/access_log.h"
 
 namespace sluice {
@@ -486,7 +487,7 @@ void Worker::run() {
   // Buffers a burst left in the free lists and nobody took since go back, for the main thread's
   // malloc_trim (and the slabs) to return: an idle worker keeps no cache of them.
   memory_release_timer_.emplace(dispatcher_, [this] {
-    buffer::BlockPool::releaseIdle();
+    memory::releaseIdleCaches();
     armMemoryRelease();
   });
   armMemoryRelease();

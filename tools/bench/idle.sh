@@ -2,14 +2,17 @@
 # Memory per idle tunnel, per protocol: a fresh sluice (1 worker) per mode, N tunnels opened by
 # sluice-load --hold to sluice-origin's TCP sink and left idle; the figure is sluice's RSS growth
 # divided by N, right after they opened (all at once, or W at a time with --window: the heap still
-# holds what their handshakes used) and after the next memory_release_interval. Each tunnel holds a
-# client connection and an origin connection in sluice.
+# holds what their handshakes used), after the next memory_release_interval (10 s: free heap goes
+# back) and after the one following it (a worker's caches of free objects, and its slab chunks left
+# empty, go back once they stayed unused for a whole interval, so what the burst left in them goes
+# at the second release after it). Each tunnel holds a client connection and an origin connection
+# in sluice.
 #
 #   tools/bench/idle.sh [N [--window W]]   (N default 4000; sluice needs 2N descriptors, under the
 #                                          limit; --window W: sluice-load --hold-window W)
 #
 # The "just opened" figure is read once all N are established at the sink (or when no more have
-# been for 5 s), the other one 11 s later.
+# been for 5 s), the others 11 s and 21 s later.
 # IDLE_MODES: the rows to run, of "plain tls h2 socks5" (default all four).
 # Ports: IDLE_PORT_BASE+1 to +6 (IDLE_PORT_BASE defaults to 18400). Needs a built sluice,
 # sluice-load and sluice-origin. Prints a markdown table.
@@ -67,17 +70,21 @@ measure() {  # name -- sluice-load proxy args...
   done
   sleep 0.5
   opened=$(rss_kib $sp)
-  # After memory_release_interval (10 s): what opening them left behind has gone back.
+  # After memory_release_interval (10 s): the free heap opening them left behind has gone back.
   sleep 11
   settled=$(rss_kib $sp)
+  # After the next one: the caches and slab chunks their burst left unused have gone back too.
+  sleep 10
+  released=$(rss_kib $sp)
   kill -INT $lp
   wait $lp || true
   held=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["held"])' "$WORK/hold.json")
   kill $sp
   wait $sp 2>/dev/null || true
-  ROWS+=("$(awk -v n="$name" -v b="$before" -v o="$opened" -v a="$settled" -v h="$held" \
-    'BEGIN {printf "| %s | %d | %.2f KB | %.2f KB |", n, h, (o - b) * 1024 / h / 1000,
-            (a - b) * 1024 / h / 1000}')")
+  ROWS+=("$(awk -v n="$name" -v b="$before" -v o="$opened" -v a="$settled" -v r="$released" \
+    -v h="$held" 'BEGIN {printf "| %s | %d | %.2f KB | %.2f KB | %.2f KB |", n, h,
+                         (o - b) * 1024 / h / 1000, (a - b) * 1024 / h / 1000,
+                         (r - b) * 1024 / h / 1000}')")
 }
 
 MODES=" ${IDLE_MODES:-plain tls h2 socks5} "
@@ -96,6 +103,6 @@ done
   measure "SOCKS5 CONNECT" -- --proxy "socks5://u:$KEY@127.0.0.1:$SOCKS_PORT"
 
 if [ -n "$WINDOW" ]; then OPENED="$WINDOW at a time"; else OPENED="all at once"; fi
-echo "| tunnel ($N opened $OPENED) | held | sluice RSS per tunnel, just opened | after a memory release |"
-echo "| --- | --- | --- | --- |"
+echo "| tunnel ($N opened $OPENED) | held | sluice RSS per tunnel, just opened | after a memory release | after two |"
+echo "| --- | --- | --- | --- | --- |"
 printf '%s\n' "${ROWS[@]}"

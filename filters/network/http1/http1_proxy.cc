@@ -12,6 +12,7 @@
 #include "source/common/http/head_scan.h"
 #include "source/common/http/status.h"
 #include "source/common/http/upgrade.h"
+#include "source/common/memory/idle_cache.h"
 #include "source/common/proxy/worker_context.h"
 #include "source/common/upstream/pool.h"
 
@@ -24,25 +25,20 @@ namespace {
 // A request in flight (head, proxy request, header edits) is several KiB and only needed until
 // its head is sent, so each worker keeps a free list instead of every connection owning one:
 // idle keep-alive connections and established tunnels hold none.
+// (A burst's worth is kept, and let go once it stayed unused for a memory_release_interval.)
 class PendingPool {
  public:
   Http1ProxyFilter::PendingRequest* acquire() {
-    if (free_.empty()) return new Http1ProxyFilter::PendingRequest();
-    Http1ProxyFilter::PendingRequest* pending = free_.back().release();
-    free_.pop_back();
-    return pending;
+    Http1ProxyFilter::PendingRequest* pending = free_.take();
+    return pending != nullptr ? pending : new Http1ProxyFilter::PendingRequest();
   }
   void release(Http1ProxyFilter::PendingRequest* pending) {
-    if (free_.size() < kMaxFree) {
-      free_.emplace_back(pending);
-    } else {
-      delete pending;
-    }
+    if (!free_.give(pending)) destroy(pending);
   }
 
  private:
-  static constexpr size_t kMaxFree = 32;
-  std::vector<std::unique_ptr<Http1ProxyFilter::PendingRequest>> free_;
+  static void destroy(Http1ProxyFilter::PendingRequest* pending) { delete pending; }
+  memory::FreeStack<Http1ProxyFilter::PendingRequest, destroy> free_{32};
 };
 
 thread_local PendingPool t_pending_pool;

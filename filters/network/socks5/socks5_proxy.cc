@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "source/common/common/logger.h"
+#include "source/common/memory/idle_cache.h"
 #include "source/common/network/egress.h"
 #include "source/common/network/ip_literal.h"
 #include "source/common/policy/limits.h"
@@ -729,29 +730,21 @@ void UdpRelay::onIdle() {
 
 namespace {
 
-// Memory for handshakes not in use on this worker (all of one size; a burst's worth is kept).
+// Memory for handshakes not in use on this worker (all of one size; a burst's worth is kept, and
+// let go once it stayed unused for a memory_release_interval).
 class HandshakePool {
  public:
-  ~HandshakePool() {
-    for (void* h : free_) ::operator delete(h);
-  }
   void* take(size_t size) {
-    if (free_.empty()) return ::operator new(size);
-    void* h = free_.back();
-    free_.pop_back();
-    return h;
+    void* h = free_.take();
+    return h != nullptr ? h : ::operator new(size);
   }
   void give(void* h) {
-    if (free_.size() < kMaxFree) {
-      free_.push_back(h);
-    } else {
-      ::operator delete(h);
-    }
+    if (!free_.give(h)) destroy(h);
   }
 
  private:
-  static constexpr size_t kMaxFree = 64;
-  std::vector<void*> free_;
+  static void destroy(void* h) { ::operator delete(h); }
+  memory::FreeStack<void, destroy> free_{64};
 };
 
 thread_local HandshakePool t_handshakes;

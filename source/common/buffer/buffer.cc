@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "source/common/memory/idle_cache.h"
 #include "source/common/memory/slab.h"
 
 namespace sluice {
@@ -26,12 +27,12 @@ void freeBlock(Block* b) {
   }
 }
 
-struct FreeList {
+struct FreeList final : memory::IdleCache {
   Block* head = nullptr;
   uint32_t count = 0;
   // The fewest blocks the list held since the last releaseIdle(): that many stayed unused.
   uint32_t low = 0;
-  ~FreeList() {
+  ~FreeList() override {
     while (head != nullptr) {
       Block* next = head->next;
       freeBlock(head);
@@ -45,18 +46,16 @@ struct FreeList {
     low = std::min(low, count);
     return b;
   }
-  // Frees the blocks no one took since the last call.
-  size_t releaseIdle() {
-    size_t bytes = 0;
-    for (uint32_t n = low; n > 0 && head != nullptr; --n) {
+  size_t releaseIdle() override {
+    size_t released = 0;
+    for (uint32_t n = low; n > 0 && head != nullptr; --n, ++released) {
       Block* b = head;
       head = b->next;
       --count;
-      bytes += sizeof(Block) + b->capacity;
       freeBlock(b);
     }
     low = count;
-    return bytes;
+    return released;
   }
   bool push(Block* b, uint32_t max) {
     if (count >= max) return false;
@@ -139,8 +138,6 @@ void BlockPool::release(Block* block) {
 }
 
 int64_t BlockPool::outstanding() { return t_outstanding; }
-
-size_t BlockPool::releaseIdle() { return t_free.releaseIdle() + t_free_small.releaseIdle(); }
 
 size_t BlockPool::freeBlocks() { return t_free.count + t_free_small.count; }
 

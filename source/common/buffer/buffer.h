@@ -39,11 +39,8 @@ class BlockPool {
   static constexpr uint32_t kMaxFreeSmall = 256;  // small blocks kept free per thread (256 KiB)
   // Blocks currently handed out by this thread (for tests and stats).
   static int64_t outstanding();
-  // Frees the blocks this thread's free lists held unused since its last call (none taken from
-  // them all along), so an idle worker keeps no cache of buffers; returns the bytes freed. The
-  // worker calls it every memory_release_interval.
-  static size_t releaseIdle();
-  // Blocks in this thread's free lists (for tests).
+  // The free lists are memory::IdleCaches: what stayed unused for a whole
+  // memory_release_interval goes back. Blocks in this thread's free lists (for tests).
   static size_t freeBlocks();
 };
 

@@ -5,6 +5,9 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include "source/common/memory/idle_cache.h"
 
 namespace sluice {
 namespace memory {
@@ -34,6 +37,8 @@ struct Chunk {
   uint32_t live = 0;
   uint32_t capacity = 0;
   bool listed = false;
+  // Empty at the last release and not used since: its pages go back at the next one.
+  bool idle = false;
 };
 
 struct SizeClass {
@@ -46,7 +51,12 @@ struct SizeClass {
 constexpr size_t kClasses = kSlabMaxObject / kSlabGranule;
 constexpr size_t kHeaderBytes = (sizeof(Chunk) + kSlabGranule - 1) / kSlabGranule * kSlabGranule;
 
-struct ThreadSlabs {
+// A class keeps its last chunk when it empties (a connection opening and closing does not map
+// and unmap one each time), which a burst of short-lived objects (request heads, request
+// filters) has touched whole. As a memory::IdleCache of its thread, a chunk that stayed empty
+// for a whole memory_release_interval gives its pages back (the mapping stays; the pages come
+// back zeroed on the next use).
+struct ThreadSlabs final : IdleCache {
   SizeClass classes[kClasses];
   uint64_t chunks = 0;
   uint64_t live = 0;
@@ -56,6 +66,7 @@ struct ThreadSlabs {
       classes[i].object_size = (i + 1) * kSlabGranule;
     }
   }
+  size_t releaseIdle() override;
 };
 
 // Slabs outlive their thread (objects may be freed after it stopped); the registry keeps them
@@ -133,6 +144,7 @@ void* slabAllocate(size_t size) {
   }
   ++chunk->live;
   ++slabs.live;
+  chunk->idle = false;
   if (chunk->live == chunk->capacity) unlink(c, chunk);
   return slot;
 }
@@ -161,6 +173,29 @@ void slabFree(void* p, size_t size) {
     return;
   }
   if (!chunk->listed) link(c, chunk);
+}
+
+size_t ThreadSlabs::releaseIdle() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  size_t released = 0;
+  for (SizeClass& c : classes) {
+    // Only a class's last chunk can be empty (the others are unmapped as they empty), and an
+    // empty chunk has free slots, so it is on the class's list.
+    for (Chunk* chunk = c.open; chunk != nullptr; chunk = chunk->next) {
+      if (chunk->live != 0) continue;
+      if (!chunk->idle) {
+        chunk->idle = true;
+        continue;
+      }
+      // Every page but the one holding the header; the slots start over, none handed out.
+      char* const start = reinterpret_cast<char*>(chunk);
+      if (madvise(start + page, kSlabChunkBytes - page, MADV_DONTNEED) == 0) ++released;
+      chunk->free = nullptr;
+      chunk->unused = start + kHeaderBytes;
+      chunk->idle = false;
+    }
+  }
+  return released;
 }
 
 SlabStats slabStats() {

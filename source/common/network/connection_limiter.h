@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 
@@ -86,53 +87,59 @@ class ConnectionSlot {
  public:
   ConnectionSlot() = default;
   ConnectionSlot(ConnectionLimiter& limiter, const ClientKey& client)
-      : limiter_(&limiter), client_(client), has_client_(true) {}
+      : limiter_(reinterpret_cast<uintptr_t>(&limiter) | kHasClient), client_(client) {}
   // A place in the listener's count only (tryAcquireGlobal succeeded); attachClient adds the
   // client's.
-  explicit ConnectionSlot(ConnectionLimiter& limiter) : limiter_(&limiter) {}
+  explicit ConnectionSlot(ConnectionLimiter& limiter)
+      : limiter_(reinterpret_cast<uintptr_t>(&limiter)) {}
   ~ConnectionSlot() { reset(); }
   ConnectionSlot(ConnectionSlot&& other) noexcept
-      : limiter_(other.limiter_), client_(other.client_), has_client_(other.has_client_) {
-    other.limiter_ = nullptr;
-  }
+      : limiter_(std::exchange(other.limiter_, 0)), client_(other.client_) {}
   ConnectionSlot& operator=(ConnectionSlot&& other) noexcept {
     if (this != &other) {
       reset();
-      limiter_ = other.limiter_;
+      limiter_ = std::exchange(other.limiter_, 0);
       client_ = other.client_;
-      has_client_ = other.has_client_;
-      other.limiter_ = nullptr;
     }
     return *this;
   }
   // Counts the connection for `client` too. False (the slot unchanged) when the client is at
   // its limit.
   bool attachClient(const ClientKey& client) {
-    if (limiter_ == nullptr || has_client_) return has_client_;
-    if (limiter_->tryAcquireClient(client) != ConnectionLimiter::Admission::Admitted) return false;
+    if (limiter_ == 0 || hasClient()) return hasClient();
+    if (limiter()->tryAcquireClient(client) != ConnectionLimiter::Admission::Admitted) return false;
     client_ = client;
-    has_client_ = true;
+    limiter_ |= kHasClient;
     return true;
   }
   ConnectionSlot(const ConnectionSlot&) = delete;
   ConnectionSlot& operator=(const ConnectionSlot&) = delete;
 
-  bool held() const { return limiter_ != nullptr; }
+  bool held() const { return limiter_ != 0; }
   void reset() {
-    if (limiter_ != nullptr) {
-      if (has_client_) {
-        limiter_->release(client_);
+    if (limiter_ != 0) {
+      if (hasClient()) {
+        limiter()->release(client_);
       } else {
-        limiter_->releaseGlobal();
+        limiter()->releaseGlobal();
       }
     }
-    limiter_ = nullptr;
+    limiter_ = 0;
   }
 
  private:
-  ConnectionLimiter* limiter_ = nullptr;
+  // The limiter's address, and in its lowest bit (free: a limiter is aligned) whether the slot
+  // counts for client_ too. Every connection and every tunnel's upstream holds a slot, so it
+  // is kept to 24 bytes.
+  static constexpr uintptr_t kHasClient = 1;
+  static_assert(alignof(ConnectionLimiter) > 1);
+  ConnectionLimiter* limiter() const {
+    return reinterpret_cast<ConnectionLimiter*>(limiter_ & ~kHasClient);
+  }
+  bool hasClient() const { return (limiter_ & kHasClient) != 0; }
+
+  uintptr_t limiter_ = 0;  // 0: empty
   ClientKey client_;
-  bool has_client_ = false;
 };
 
 }  // namespace network

@@ -15,6 +15,7 @@
 #include "source/common/http/field_line.h"
 #include "source/common/http/head_scan.h"
 #include "source/common/http/upgrade.h"
+#include "source/common/memory/idle_cache.h"
 #include "source/common/upstream/parent_handshake.h"
 
 namespace sluice {
@@ -88,30 +89,10 @@ std::string webSocketAccept(std::string_view key) {
   return out;
 }
 
-// Exchanges not in use on this worker (bounded: a burst's worth is kept).
-class ExchangeFreeList {
- public:
-  ~ExchangeFreeList() {
-    for (OriginExchange* e : free_) delete e;
-  }
-  OriginExchange* take() {
-    if (free_.empty()) return nullptr;
-    OriginExchange* e = free_.back();
-    free_.pop_back();
-    return e;
-  }
-  bool give(OriginExchange* e) {
-    if (free_.size() >= kMaxFree) return false;
-    free_.push_back(e);
-    return true;
-  }
-
- private:
-  static constexpr size_t kMaxFree = 256;
-  std::vector<OriginExchange*> free_;
-};
-
-thread_local ExchangeFreeList t_free_exchanges;
+// Exchanges not in use on this worker (bounded: a burst's worth is kept, and let go once it stayed
+// unused for a memory_release_interval).
+void destroyExchange(OriginExchange* e) { delete e; }
+thread_local memory::FreeStack<OriginExchange, destroyExchange> t_free_exchanges{256};
 
 }  // namespace
 

@@ -148,7 +148,6 @@ void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std:
     text_.append(method);
     method_len_ = static_cast<uint16_t>(method.size());
   }
-  key_ = {};
   grant_ = nullptr;
   port_ = port;
   client_ = client;
@@ -199,7 +198,7 @@ RequestRecord RequestTrace::record(std::string_view listener, event::MonotonicTi
   RequestRecord r;
   r.protocol = protocol_;
   r.listener = listener;
-  r.key = key_;
+  if (grant_ != nullptr) r.key = grant_->name();
   if (client_ != nullptr) r.client = *client_;
   const std::string_view text = text_;
   r.host = text.substr(0, host_len_);

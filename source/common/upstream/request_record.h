@@ -88,10 +88,8 @@ class RequestTrace {
   // router connected.
   void routed(const proxy::ProxyRequest& request);
   // The key the request authenticated with (a command that no router served: a SOCKS5 BIND).
-  void authenticated(const proxy::ProxyRequest& request) {
-    key_ = request.principal;
-    grant_ = request.grant;
-  }
+  // The record names it by its grant (sluice.auth gives every key one, named as the key).
+  void authenticated(const proxy::ProxyRequest& request) { grant_ = request.grant; }
   void setStatus(uint16_t status) { status_ = status; }
   // Whether a reload revoked the key the request (or, once it ended, the connection's last
   // request) authenticated with.
@@ -129,7 +127,6 @@ class RequestTrace {
   // The host, the path, then the denial reason (one string, its capacity kept across requests);
   // the method points at a static name when it is a known one, else into text_ after the path.
   std::string text_;
-  std::string_view key_;
   const proxy::KeyGrant* grant_ = nullptr;
   // A known method's static name (its length in static_method_len_), or null: it is in text_.
   const char* static_method_ = nullptr;

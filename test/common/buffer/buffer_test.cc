@@ -11,6 +11,8 @@
 
 #include "gtest/gtest.h"
 
+#include "source/common/memory/idle_cache.h"
+
 namespace sluice {
 namespace buffer {
 namespace {
@@ -294,8 +296,8 @@ TEST_F(BufferTest, EmptiedBufferReturnsEveryBlock) {
 
 // Random operations against a std::string model.
 TEST_F(BufferTest, ReleaseIdleFreesOnlyBlocksLeftUnusedSinceTheLastRelease) {
-  BlockPool::releaseIdle();
-  BlockPool::releaseIdle();
+  memory::releaseIdleCaches();
+  memory::releaseIdleCaches();
   ASSERT_EQ(BlockPool::freeBlocks(), 0u) << "two releases in a row leave nothing idle";
   // A burst: eight blocks in use, then back in the free list.
   {
@@ -305,7 +307,7 @@ TEST_F(BufferTest, ReleaseIdleFreesOnlyBlocksLeftUnusedSinceTheLastRelease) {
   }
   EXPECT_EQ(BlockPool::freeBlocks(), 8u);
   // The first release after the burst: they were in use since the last one, so they stay.
-  EXPECT_EQ(BlockPool::releaseIdle(), 0u);
+  EXPECT_EQ(memory::releaseIdleCaches(), 0u);
   EXPECT_EQ(BlockPool::freeBlocks(), 8u);
   // Three of them taken and given back meanwhile: the five never touched go.
   {
@@ -313,10 +315,10 @@ TEST_F(BufferTest, ReleaseIdleFreesOnlyBlocksLeftUnusedSinceTheLastRelease) {
     for (Block*& b : blocks) b = BlockPool::acquire(kBlockSize);
     for (Block* b : blocks) BlockPool::release(b);
   }
-  EXPECT_EQ(BlockPool::releaseIdle(), 5 * (sizeof(Block) + kBlockSize));
+  EXPECT_EQ(memory::releaseIdleCaches(), 5u);
   EXPECT_EQ(BlockPool::freeBlocks(), 3u);
   // Nothing taken since: the rest go.
-  EXPECT_EQ(BlockPool::releaseIdle(), 3 * (sizeof(Block) + kBlockSize));
+  EXPECT_EQ(memory::releaseIdleCaches(), 3u);
   EXPECT_EQ(BlockPool::freeBlocks(), 0u);
   EXPECT_EQ(held(), 0);
 }

@@ -1,12 +1,18 @@
 #include "source/common/memory/slab.h"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "gtest/gtest.h"
+
+#include "source/common/memory/idle_cache.h"
 
 namespace sluice {
 namespace memory {
@@ -73,6 +79,56 @@ TEST(SlabTest, EmptyChunksGoBackButTheLastOneStays) {
   EXPECT_EQ(slabStats().chunks - before.chunks, 1u);
   objects.push_back(std::make_unique<Big>());
   EXPECT_EQ(slabStats().chunks - before.chunks, 1u);
+}
+
+// Pages of [p, p + bytes) resident in memory.
+size_t residentPages(void* p, size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec(bytes / page);
+  if (mincore(p, bytes, vec.data()) != 0) return SIZE_MAX;
+  size_t n = 0;
+  for (unsigned char v : vec) n += v & 1;
+  return n;
+}
+
+TEST(SlabTest, AChunkEmptyForAWholeIntervalGivesItsPagesBack) {
+  struct Odd : SlabAllocated {
+    char bytes[1900];  // a class of its own in this test
+  };
+  std::vector<std::unique_ptr<Odd>> objects;
+  for (int i = 0; i < 30; ++i) {
+    objects.push_back(std::make_unique<Odd>());
+    std::memset(objects.back()->bytes, 1, sizeof(Odd::bytes));
+  }
+  void* const chunk = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(objects[0].get()) &
+                                              ~(uintptr_t{kSlabChunkBytes} - 1));
+  const size_t touched = residentPages(chunk, kSlabChunkBytes);
+  EXPECT_GE(touched, 14u);  // 30 x 1.9 KB written
+  objects.clear();          // the class's last chunk: kept, empty
+  releaseIdleCaches();      // empty now: marked
+  EXPECT_EQ(residentPages(chunk, kSlabChunkBytes), touched);
+  releaseIdleCaches();  // still empty a whole interval later: its pages go, its header stays
+  EXPECT_EQ(residentPages(chunk, kSlabChunkBytes), 1u);
+  // It serves again, from its first slot, with the header intact.
+  auto again = std::make_unique<Odd>();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(again.get()) & ~(uintptr_t{kSlabChunkBytes} - 1),
+            reinterpret_cast<uintptr_t>(chunk));
+  std::memset(again->bytes, 2, sizeof(Odd::bytes));
+  std::vector<std::unique_ptr<Odd>> more;
+  for (int i = 0; i < 20; ++i) more.push_back(std::make_unique<Odd>());
+  std::set<void*> distinct;
+  distinct.insert(again.get());
+  for (auto& o : more) distinct.insert(o.get());
+  EXPECT_EQ(distinct.size(), 21u) << "no slot handed out twice";
+  // A chunk used since it was marked is not released.
+  more.clear();
+  again.reset();
+  releaseIdleCaches();
+  auto used = std::make_unique<Odd>();
+  used.reset();
+  const size_t before = residentPages(chunk, kSlabChunkBytes);
+  releaseIdleCaches();
+  EXPECT_EQ(residentPages(chunk, kSlabChunkBytes), before);
 }
 
 TEST(SlabTest, LargeObjectsComeFromTheHeap) {

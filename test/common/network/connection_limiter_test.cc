@@ -134,6 +134,30 @@ TEST(ConnectionSlotTest, ReleasesExactlyOnce) {
   EXPECT_FALSE(empty.held());
 }
 
+TEST(ConnectionSlotTest, AListenerPlaceTakesItsClientsLaterAndGivesBothBack) {
+  // A PROXY protocol listener counts a connection for its client once the header named it.
+  ConnectionLimiter limiter(10, 1);
+  const ClientKey a = key("127.0.0.1:1");
+  ASSERT_EQ(limiter.tryAcquireGlobal(), Admission::Admitted);
+  ConnectionSlot slot(limiter);
+  EXPECT_EQ(limiter.activeFor(a), 0u);
+  ASSERT_TRUE(slot.attachClient(a));
+  EXPECT_TRUE(slot.attachClient(a)) << "attached already: nothing more taken";
+  EXPECT_EQ(limiter.activeFor(a), 1u);
+  // The client is at its limit: a second connection keeps only its listener place.
+  ASSERT_EQ(limiter.tryAcquireGlobal(), Admission::Admitted);
+  ConnectionSlot other(limiter);
+  EXPECT_FALSE(other.attachClient(a));
+  EXPECT_EQ(limiter.active(), 2u);
+  other.reset();
+  EXPECT_EQ(limiter.active(), 1u);
+  EXPECT_EQ(limiter.activeFor(a), 1u);
+  ConnectionSlot moved(std::move(slot));
+  moved.reset();
+  EXPECT_EQ(limiter.active(), 0u);
+  EXPECT_EQ(limiter.activeFor(a), 0u);
+}
+
 TEST(ConnectionLimiterTest, ConcurrentWorkersNeverExceedTheLimits) {
   // Each thread holds up to 13 places over 3 clients: both limits are reached even if the
   // threads happen to run one after the other.
