@@ -67,15 +67,9 @@ class Http1ProxyFactory : public extensions::FactoryBase<extensions::NetworkFilt
     config->listener_name = context.listener_name;
     config->request_duration =
         upstream::requestDurationHistogram(context.listener_name, proxy::Protocol::Http1);
-    upstream::ConnectionTunnelConfig& tunnel = config->tunnel;
-    tunnel.listener_name = config->listener_name;
-    tunnel.request_duration = config->request_duration;
-    tunnel.listener_stats = &config->tunnel_stats;
-    tunnel.idle_timeout = config->stats.tunnel_idle_timeout;
-    tunnel.upstream_reset = config->stats.upstream_reset;
-    tunnel.downstream_reset = config->stats.downstream_reset;
-    tunnel.tunnels_active = config->stats.tunnels_active;
-    tunnel.upgrades_active = config->stats.upgrades_active;
+    config->tunnel = upstream::connectionTunnelConfig(
+        config->listener_name, config->request_duration, config->tunnel_stats, config->stats);
+    config->tunnel.upgrades_active = config->stats.upgrades_active;
     Http1ConfigSharedPtr shared = std::move(config);
     return network::NetworkFilterFactoryCb([shared](network::FilterManager& manager) {
       manager.addReadFilter(std::make_unique<Http1ProxyFilter>(shared));

@@ -24,8 +24,8 @@ namespace {
 
 // A request in flight (head, proxy request, header edits) is several KiB and only needed until
 // its head is sent, so each worker keeps a free list instead of every connection owning one:
-// idle keep-alive connections and established tunnels hold none.
-// (A burst's worth is kept, and let go once it stayed unused for a memory_release_interval.)
+// idle keep-alive connections and established tunnels hold none. A burst's worth is kept, and let
+// go once it stayed unused for a memory_release_interval.
 class PendingPool {
  public:
   Http1ProxyFilter::PendingRequest* acquire() {
@@ -93,7 +93,6 @@ Http1ProxyFilter::~Http1ProxyFilter() {
   releaseUpstream();
   releaseHead();
   endRecord();
-  state_ = State::Closed;
 }
 
 void Http1ProxyFilter::initializeReadFilterCallbacks(network::ReadFilterCallbacks& callbacks) {

@@ -137,14 +137,8 @@ class Socks5Factory : public extensions::FactoryBase<extensions::NetworkFilterFa
     if (context.routes != nullptr) config->routes = context.routes;
     config->request_duration =
         upstream::requestDurationHistogram(context.listener_name, proxy::Protocol::Socks5);
-    upstream::ConnectionTunnelConfig& tunnel = config->tunnel;
-    tunnel.listener_name = config->listener_name;
-    tunnel.request_duration = config->request_duration;
-    tunnel.listener_stats = &config->tunnel_stats;
-    tunnel.idle_timeout = config->stats.tunnel_idle_timeout;
-    tunnel.upstream_reset = config->stats.upstream_reset;
-    tunnel.downstream_reset = config->stats.downstream_reset;
-    tunnel.tunnels_active = config->stats.tunnels_active;
+    config->tunnel = upstream::connectionTunnelConfig(
+        config->listener_name, config->request_duration, config->tunnel_stats, config->stats);
     Socks5ProxyConfigSharedPtr shared = std::move(config);
     return network::NetworkFilterFactoryCb([shared](network::FilterManager& manager) {
       manager.addReadFilter(std::make_unique<Socks5Filter>(shared));

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "source/common/network/filter.h"
 #include "source/common/stats/stats.h"
@@ -27,6 +28,24 @@ struct ConnectionTunnelConfig {
   stats::Gauge tunnels_active;
   stats::Gauge upgrades_active;
 };
+
+// The config of a codec whose stats count how its tunnels end (tunnel_idle_timeout,
+// upstream_reset, downstream_reset) and those open (tunnels_active); no upgrades.
+template <class CodecStats>
+ConnectionTunnelConfig connectionTunnelConfig(std::string listener_name,
+                                              stats::Histogram request_duration,
+                                              const TunnelStats& listener_stats,
+                                              const CodecStats& codec) {
+  ConnectionTunnelConfig config;
+  config.listener_name = std::move(listener_name);
+  config.request_duration = request_duration;
+  config.listener_stats = &listener_stats;
+  config.idle_timeout = codec.tunnel_idle_timeout;
+  config.upstream_reset = codec.upstream_reset;
+  config.downstream_reset = codec.downstream_reset;
+  config.tunnels_active = codec.tunnels_active;
+  return config;
+}
 
 // What a codec hands over with its connection.
 struct ConnectionTunnelStart {

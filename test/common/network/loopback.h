@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,21 @@ class RawPeer {
  private:
   int fd_;
 };
+
+// Runs the loop until done() holds, taking in between whatever reached the two raw peers (a
+// tunnel's client and origin; either may be unset); false on timeout.
+inline bool runWithPeers(event::Dispatcher& dispatcher, std::optional<RawPeer>& a,
+                         std::optional<RawPeer>& b, const std::function<bool()>& done,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  return runUntil(
+      dispatcher,
+      [&] {
+        if (a) a->receive();
+        if (b) b->receive();
+        return done();
+      },
+      timeout);
+}
 
 // A loopback port with nothing listening on it (bound once, then released).
 inline uint16_t closedLoopbackPort() {

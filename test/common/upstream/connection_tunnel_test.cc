@@ -154,14 +154,7 @@ class ConnectionTunnelTest : public testing::Test {
   }
 
   bool run(const std::function<bool()>& done, milliseconds timeout = milliseconds(10000)) {
-    return runUntil(
-        dispatcher_,
-        [&] {
-          if (client_) client_->receive();
-          if (origin_) origin_->receive();
-          return done();
-        },
-        timeout);
+    return test::runWithPeers(dispatcher_, client_, origin_, done, timeout);
   }
 
   event::Dispatcher dispatcher_;

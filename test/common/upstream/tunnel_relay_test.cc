@@ -171,14 +171,7 @@ class TunnelRelayTest : public testing::Test {
 
   // Pumps the loop and both raw peers until done() holds.
   bool run(const std::function<bool()>& done, milliseconds timeout = milliseconds(10000)) {
-    return runUntil(
-        dispatcher_,
-        [&] {
-          if (client_) client_->receive();
-          if (origin_) origin_->receive();
-          return done();
-        },
-        timeout);
+    return test::runWithPeers(dispatcher_, client_, origin_, done, timeout);
   }
 
   event::Dispatcher dispatcher_;
