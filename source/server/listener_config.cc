@@ -200,9 +200,10 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
   }
   config->drain_timeout =
       durationOr(bootstrap.has_drain_timeout(), bootstrap.drain_timeout(), config->drain_timeout);
+  // "0s" turns the releases off.
   config->memory_release_interval =
-      durationOr(bootstrap.has_memory_release_interval(), bootstrap.memory_release_interval(),
-                 config->memory_release_interval);
+      durationOrOff(bootstrap.has_memory_release_interval(), bootstrap.memory_release_interval(),
+                    config->memory_release_interval);
   if (bootstrap.has_tls_handshakes_per_turn()) {
     if (bootstrap.tls_handshakes_per_turn() > 4096) {
       return absl::InvalidArgumentError("tls_handshakes_per_turn: at most 4096 (0: no bound)");

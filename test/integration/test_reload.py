@@ -4,6 +4,7 @@ removed key is refused at once and everything that authenticated with it closes 
 on every protocol; the same for a client address taken out of the allowlist."""
 
 import json
+import os
 import secrets
 import signal
 import socket
@@ -273,6 +274,42 @@ def test_limits_change_on_the_running_listener(start_sluice, py_origin):
     assert extra.recv(4096).startswith(b"HTTP/1.1 503"), "the new limit was not applied"
     for c in held:
         c.close()
+
+
+def cpu_seconds(pid):
+    """User and system time the process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_memory_release_interval_follows_a_reload(start_sluice, py_origin):
+    import yaml
+
+    def with_interval(interval):
+        def patch(full):
+            full["memory_release_interval"] = interval
+        return patch
+
+    s = start_sluice(patch=with_interval("1s"))
+
+    def reload_with(interval):
+        full = yaml.safe_load(s.config_path.read_text())
+        with_interval(interval)(full)
+        s.config_path.write_text(yaml.safe_dump(full, sort_keys=False))
+        answer = reload_ok(s)
+        assert "next start" not in answer, answer  # no restart needed
+
+    # Turned off: the releases stop, and nothing runs in their place (a timer re-armed for 0 s
+    # would fire on every turn of the main thread's loop).
+    reload_with("0s")
+    before = cpu_seconds(s.proc.pid)
+    time.sleep(2.5)
+    assert cpu_seconds(s.proc.pid) - before < 0.5
+    assert proxy_get(s, s.key, py_origin.url("/hello"))[0] == 200
+    # On again, at another interval.
+    reload_with("2s")
+    assert proxy_get(s, s.key, py_origin.url("/hello"))[0] == 200
 
 
 def test_access_log_turned_on_by_a_reload(start_sluice, tmp_path, py_origin):

@@ -44,6 +44,21 @@ config::v1::Bootstrap bootstrapWith(uint32_t max, uint32_t per_client,
   return b;
 }
 
+TEST(ServerConfigTest, MemoryReleaseIntervalDefaultsAndZeroTurnsItOff) {
+  config::v1::Bootstrap b = bootstrapWith(0, 0, config::v1::ConnectionLimits::CLOSE);
+  auto config = buildServerConfig(b);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ((*config)->memory_release_interval, std::chrono::seconds(10));
+  b.mutable_memory_release_interval()->set_seconds(0);
+  config = buildServerConfig(b);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ((*config)->memory_release_interval, std::chrono::milliseconds(0));
+  b.mutable_memory_release_interval()->set_seconds(2);
+  config = buildServerConfig(b);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ((*config)->memory_release_interval, std::chrono::seconds(2));
+}
+
 TEST(ListenerConfigLimitsTest, DefaultsWhenUnset) {
   auto config = buildServerConfig(bootstrapWith(0, 0, config::v1::ConnectionLimits::CLOSE));
   ASSERT_TRUE(config.ok()) << config.status().message();

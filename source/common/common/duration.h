@@ -14,4 +14,11 @@ inline std::chrono::milliseconds durationOr(bool present, const google::protobuf
   return ms.count() > 0 ? ms : fallback;
 }
 
+// The same for a duration whose zero means "off": the default only when the field was not set.
+inline std::chrono::milliseconds durationOrOff(bool present, const google::protobuf::Duration& d,
+                                               std::chrono::milliseconds fallback) {
+  if (!present) return fallback;
+  return std::chrono::milliseconds(d.seconds() * 1000 + d.nanos() / 1000000);
+}
+
 }  // namespace sluice
