@@ -222,7 +222,7 @@ void TunnelRelay::onShapeTimer() {
 void TunnelRelay::onTimer() {
   if (end_pending_) {
     end_pending_ = false;
-    // Clears the raw handler without a read: the codec is about to end the client side.
+    // Clears the raw handler without a read: the owner is about to end the client side.
     if (network::Connection* c = downstream_.spliceableConnection(); c != nullptr) {
       if (mode_ == Mode::Spliced) c->setRawIoHandler(nullptr, false);
     }

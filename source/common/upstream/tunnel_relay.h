@@ -19,7 +19,7 @@
 namespace sluice {
 namespace upstream {
 
-// How a tunnel ended, for the codec's answer and counters.
+// How a tunnel ended, for its owner's answer and counters.
 enum class TunnelEnd : uint8_t {
   Done,             // both sides ended their stream (half-closes passed on both ways)
   IdleTimeout,      // no byte either way for the idle timeout
@@ -38,11 +38,11 @@ class TunnelDownstream {
   virtual void writeDownstream(buffer::Buffer& data, bool end_stream) = 0;
   // The destination is backed up (or drained): stop (resume) taking bytes from the client.
   virtual void readDisableDownstream(bool disable) = 0;
-  // The client's plain TCP connection when bytes may go socket to socket (splice), or null
-  // (a TLS connection, an HTTP/2 stream).
+  // The client's whole connection, which splice may use when it is plain TCP (the relay checks),
+  // or null (an HTTP/2 stream).
   virtual network::Connection* spliceableConnection() { return nullptr; }
   // The tunnel is over and the upstream is closed. Delivered from the loop, never from inside
-  // a call the codec made. The codec ends its side and lets the relay go (deferred delete).
+  // a call the owner made. The owner ends its side and lets the relay go.
   virtual void onTunnelEnd(TunnelEnd end) = 0;
 };
 
@@ -81,22 +81,22 @@ class TunnelRelay : public event::DeferredDeletable,
               event::Timer& timer, const TunnelOptions& options);
   ~TunnelRelay() override;
 
-  // How a codec lets a relay go, from anywhere (its own onTunnelEnd included): aborted if still
-  // running, deleted from the loop.
+  // How an owner that holds a relay apart from itself (an HTTP/2 stream) lets it go, from
+  // anywhere (its own onTunnelEnd included): aborted if still running, deleted from the loop.
   static void dispose(std::unique_ptr<TunnelRelay>& relay);
 
   // Starts relaying. `early` holds client bytes that arrived before the tunnel existed (they go
   // first); downstream_ended / upstream_ended: that side already ended its stream (its end is
   // passed on now).
   void start(buffer::Buffer& early, bool downstream_ended, bool upstream_ended = false);
-  // Bytes from the client (the codec's onData).
+  // Bytes from the client (the owner's onData).
   void onDownstreamData(buffer::Buffer& data, bool end_stream);
   // The client side backed up (or drained): stop (resume) reading the destination.
   void onDownstreamBackedUp(bool backed_up);
-  // The codec ends the tunnel (the client left, its stream was reset, a drain): the upstream is
+  // The owner ends the tunnel (the client left, its stream was reset, a drain): the upstream is
   // closed now and onTunnelEnd is not called.
   void abort();
-  // The codec's timer fired while the tunnel runs.
+  // The owner's timer fired while the tunnel runs.
   void onTimer();
 
   bool upstreamBackedUp() const;
@@ -166,7 +166,7 @@ class TunnelRelay : public event::DeferredDeletable,
   RequestTrace& trace_;
   const TunnelStats* const listener_stats_;
   const TunnelStats* const key_stats_;
-  // The codec's timer; its dispatcher is the relay's.
+  // The owner's timer; its dispatcher is the relay's.
   event::Timer& timer_;
   event::MonotonicTime started_at_;
   event::MonotonicTime last_activity_;
