@@ -108,6 +108,8 @@ void ActiveConnection::replaceReadFilter(network::ReadFilter& current,
     connection_->dispatcher().deferredDelete(std::exchange(filter, std::move(next)));
     return;
   }
+  // Only a filter of this connection gives its place; the caller goes on to use `next`.
+  SLUICE_ASSERT(false, "replaceReadFilter: the filter is not in this connection's chain");
 }
 
 void ActiveConnection::addWriteFilter(network::WriteFilterPtr filter) {

@@ -58,8 +58,8 @@ struct ConnectionTunnelStart {
 
 // A client connection that became a tunnel (HTTP/1.1 CONNECT or an accepted upgrade, SOCKS5
 // CONNECT or BIND): the network filter that takes the codec's place once the codec has answered,
-// so a tunnel holds only what it uses — the relay, the request's trace and one timer — and none
-// of the codec's state. It carries the request to its end: the relay's end, the client leaving,
+// so a tunnel holds only what it uses (the relay, the request's trace and one timer) and none of
+// the codec's state. It carries the request to its end: the relay's end, the client leaving,
 // or a reload revoking the request's key, then emits its record and closes the connection.
 class ConnectionTunnel final : public network::ReadFilter, private TunnelDownstream {
  public:
