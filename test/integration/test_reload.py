@@ -316,6 +316,11 @@ def test_access_log_turned_on_by_a_reload(start_sluice, tmp_path, py_origin):
     s = start_sluice()
     log = tmp_path / "access.log"
     proxy_get(s, s.key, py_origin.url("/before"))
+    # Its record is out before the reload (the exchange ends when the origin's response does,
+    # which may come after the client has the whole body); the counter exists from the first.
+    deadline = time.monotonic() + 5
+    while s.stats().get("request_record.total", 0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
     write_config(s, [("main", s.key)], extra=f"access_log:\n  mode: all\n  path: {log}\n")
     reload_ok(s)
     proxy_get(s, s.key, py_origin.url("/after"))
