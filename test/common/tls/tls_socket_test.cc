@@ -91,6 +91,8 @@ std::string writePem(const std::string& name, const X509* cert, const EVP_PKEY* 
 class TlsSocketTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // Once for the process: the suites deriving from this one run it again.
+    if (ca_file_ != nullptr) return;
     Credential ca = makeCertificate("sluice unit test CA", nullptr, nullptr);
     Credential other = makeCertificate("another CA", nullptr, nullptr);
     Credential server = makeCertificate("parent", &ca, "DNS:parent.test,IP:127.0.0.1");
