@@ -25,7 +25,6 @@ using network::Connection;
 using network::ConnectionPtr;
 using std::chrono::milliseconds;
 using test::runFor;
-using test::runUntil;
 
 uint64_t counterValue(const std::string& name) { return stats::Store::get().counterValue(name); }
 int64_t gaugeValue(const std::string& name) { return stats::Store::get().gaugeValue(name); }
