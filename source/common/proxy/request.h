@@ -97,8 +97,9 @@ struct ProxyRequest {
   // The authenticated key's name (never the key itself), and its tunnel counters.
   std::string_view principal;
   const upstream::TunnelStats* principal_tunnel_stats = nullptr;
-  // The key's grant: a request whose key a reload revokes while it runs the chain is refused
-  // before it gets its upstream; what it becomes holds the grant for the revocation sweep.
+  // The key's grant, named as the key: a request whose key a reload revokes while it runs the
+  // chain is refused before it gets its upstream; what it becomes holds the grant for the
+  // revocation sweep, and its end-of-request record names the key by it.
   const KeyGrant* grant = nullptr;
   // The policy group of the key (or the default group when the listener has no keys), set by
   // the Authenticate filter; the config that holds it outlives the request. Null when no
