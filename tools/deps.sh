@@ -24,7 +24,7 @@ done
 build_pkgs=(
   bazel-bootstrap bazel-platforms libevent-dev android-libboringssl-dev libnghttp2-dev
   libprotobuf-dev protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libyaml-cpp-dev libsystemd-dev
+  libyaml-cpp-dev libsystemd-dev liburing-dev
 )
 # python3-yaml lets the integration tests edit the full form printed by `sluice config expand`;
 # libclang-rt-14-dev holds libFuzzer and the sanitizer runtimes for the fuzz build; calamaris

@@ -194,6 +194,7 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
   config->bootstrap = bootstrap;
   config->workers = bootstrap.workers();
   config->pin_workers = bootstrap.pin_workers();
+  config->io_uring = !bootstrap.disable_io_uring();
   if (config->workers == 0) config->workers = std::max(1u, std::thread::hardware_concurrency());
   if (config->workers > 256) {
     return absl::InvalidArgumentError("workers: at most 256");

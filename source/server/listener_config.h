@@ -81,6 +81,8 @@ struct ServerConfig {
   config::v1::Bootstrap bootstrap;
   uint32_t workers = 1;
   bool pin_workers = false;
+  // Sends and small receives go to the kernel in batches through io_uring (event::IoBatch).
+  bool io_uring = true;
   std::vector<ListenerConfigSharedPtr> listeners;
   std::chrono::milliseconds drain_timeout{10000};
   // 0: never hand free heap memory back to the system.

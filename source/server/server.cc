@@ -287,6 +287,7 @@ absl::Status Server::start() {
     }
   }
 
+  dispatcher_.setIoBatching(config_->io_uring);
   sigint_ = evsignal_new(dispatcher_.base(), SIGINT, &Server::onSignal, this);
   sigterm_ = evsignal_new(dispatcher_.base(), SIGTERM, &Server::onSignal, this);
   evsignal_add(sigint_, nullptr);
@@ -712,6 +713,9 @@ std::vector<std::string> Server::restartOnlyChanges(const ServerConfig& next) co
   }
   if (next.pin_workers != config_->pin_workers) {
     notes.push_back("pin_workers: takes effect at the next start");
+  }
+  if (next.io_uring != config_->io_uring) {
+    notes.push_back("disable_io_uring: takes effect at the next start");
   }
   if (!(next.admin_address == config_->admin_address)) {
     notes.push_back("admin.address: takes effect at the next start");

@@ -411,6 +411,14 @@ Worker::Worker(uint32_t index, ServerConfigSharedPtr config, std::vector<int> li
   pool_ = std::make_unique<upstream::Pool>(dispatcher_, config_->pool_max_idle,
                                            config_->pool_idle_timeout);
 
+  io_batched_ = stats::Store::get().counter(
+      "server.io_batched",
+      "Sends and receives a worker's batch carried to the kernel (with io_uring, or one system "
+      "call each for a batch of one).");
+  io_uring_enters_ = stats::Store::get().counter(
+      "server.io_uring_enters",
+      "io_uring_enter calls that carried a worker's batch of sends and receives: "
+      "server.io_batched over this is operations per call.");
   revoked_closed_ = stats::Store::get().counter(
       "reload.revoked_closed",
       "Connections, tunnels, HTTP/2 streams and SOCKS5 sessions closed after a reload took "
@@ -476,6 +484,10 @@ void Worker::run() {
   // The OS thread name too, for top -H and /proc/<pid>/task/*/comm.
   pthread_setname_np(pthread_self(), absl::StrFormat("sluice-w%d", index_).c_str());
   if (config_->pin_workers) pinToCpu();
+  dispatcher_.setIoBatching(config_->io_uring);
+  if (event::IoBatch* batch = dispatcher_.ioBatch()) {
+    batch->setCounters(io_batched_, io_uring_enters_);
+  }
   stats::Store::bindThreadShard(stats::Store::get().createShard());
   for (size_t i = 0; i < listen_fds_.size(); ++i) {
     listeners_.push_back(

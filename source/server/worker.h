@@ -247,6 +247,9 @@ class Worker : public proxy::WorkerContext {
   // Arms it for the running config's memory_release_interval (0: off).
   void armMemoryRelease();
   stats::Counter revoked_closed_;
+  // The loop's batch of sends and receives (event::IoBatch).
+  stats::Counter io_batched_;
+  stats::Counter io_uring_enters_;
   std::atomic<size_t> active_{0};
   bool draining_ = false;
   std::thread thread_;

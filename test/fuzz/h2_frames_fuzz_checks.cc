@@ -52,7 +52,11 @@ class RefusingFilter : public proxy::RequestFilter {
 
 class Worker : public proxy::WorkerContext {
  public:
-  Worker() : pool_(dispatcher_, 4, std::chrono::milliseconds(60000)) {}
+  // The harness drives the codec without running the loop between frames and reads what it
+  // answered at once: writes go out as they are made, not in the loop's batch.
+  Worker() : pool_(dispatcher_, 4, std::chrono::milliseconds(60000)) {
+    dispatcher_.setIoBatching(false);
+  }
   event::Dispatcher& dispatcher() override { return dispatcher_; }
   dns::Resolver& resolver() override { abort(); }
   dns::Resolver& resolver(const network::Egress&) override { abort(); }

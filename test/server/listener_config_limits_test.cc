@@ -59,6 +59,17 @@ TEST(ServerConfigTest, MemoryReleaseIntervalDefaultsAndZeroTurnsItOff) {
   EXPECT_EQ((*config)->memory_release_interval, std::chrono::seconds(2));
 }
 
+TEST(ServerConfigTest, IoUringIsOnUnlessDisabled) {
+  config::v1::Bootstrap b = bootstrapWith(0, 0, config::v1::ConnectionLimits::CLOSE);
+  auto config = buildServerConfig(b);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_TRUE((*config)->io_uring);
+  b.set_disable_io_uring(true);
+  config = buildServerConfig(b);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_FALSE((*config)->io_uring);
+}
+
 TEST(ListenerConfigLimitsTest, DefaultsWhenUnset) {
   auto config = buildServerConfig(bootstrapWith(0, 0, config::v1::ConnectionLimits::CLOSE));
   ASSERT_TRUE(config.ok()) << config.status().message();

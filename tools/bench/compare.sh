@@ -13,6 +13,8 @@
 # measured run, into DIR/<proxy>.data, with the requests served in DIR/<proxy>.requests (for
 # costs per request by symbol: perf report -i DIR/sluice.data --sort dso,sym).
 #
+# BENCH_SERVER_OPTIONS="disable_io_uring: true": one more line under sluice's `server:`.
+#
 # Needs: wrk, nginx-light, squid (tools/deps.sh --bench installs them) and a built sluice
 # (bazel build //:sluice). Prints a markdown table.
 set -euo pipefail
@@ -130,7 +132,8 @@ if [ -z "$ONLY" ] || [ "$ONLY" = sluice ]; then
   cat > "$WORK/sluice.yaml" <<YAML
 server:
   listen: 127.0.0.1:$SLUICE_PORT
-  workers: 1
+  workers: 1${BENCH_SERVER_OPTIONS:+
+  $BENCH_SERVER_OPTIONS}
 auth:
   api_keys: ["$KEY"]
 admin:

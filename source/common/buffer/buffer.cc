@@ -292,6 +292,28 @@ void Buffer::commit(const Reservation& reservation, size_t n) {
   append(b);
 }
 
+Buffer::Reservation Buffer::reserveRead(bool small_first) {
+  if (tail_ != nullptr && tail_->writable() >= kSmallBlockSize) {
+    return {tail_, tail_->data() + tail_->end, tail_->writable()};
+  }
+  Block* fresh = small_first && head_ == nullptr ? BlockPool::acquireSmall()
+                                                 : BlockPool::acquire(kBlockSize);
+  return {fresh, fresh->data(), fresh->capacity};
+}
+
+unsigned Buffer::slices(iovec* iov, unsigned max, size_t& bytes) const {
+  unsigned n = 0;
+  bytes = 0;
+  for (Block* b = head_; b != nullptr && n < max; b = b->next) {
+    if (b->readable() == 0) continue;
+    iov[n].iov_base = b->data() + b->start;
+    iov[n].iov_len = b->readable();
+    bytes += b->readable();
+    ++n;
+  }
+  return n;
+}
+
 ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked, bool small_first,
                          bool one_region) {
   // The tail's free space (or, with small_first and an empty buffer, a small block: a short

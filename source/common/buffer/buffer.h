@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include <sys/types.h>
+#include <sys/uio.h>
 
 namespace sluice {
 namespace buffer {
@@ -97,6 +98,13 @@ class Buffer {
   };
   Reservation reserve();
   void commit(const Reservation& reservation, size_t n);
+  // Where one receive of a socket's next message lands, as readFrom's one_region picks it: the
+  // tail's room when it holds a small block's worth, else (small_first, empty buffer) a small
+  // block, else a fresh block. commit() takes what arrived.
+  Reservation reserveRead(bool small_first);
+  // The first bytes as up to `max` slices, front first; `bytes` is their total. Nothing moves:
+  // the slices stay valid until the buffer is drained or cleared.
+  unsigned slices(iovec* iov, unsigned max, size_t& bytes) const;
 
   // One readv(2) into the tail's free space and up to four fresh blocks (at most `max` bytes);
   // blocks left empty go back to the free list. Returns bytes read, 0 on EOF,

@@ -39,10 +39,22 @@ Dispatcher::Dispatcher() {
                this);
   event_add(&sockets_event_, nullptr);
   event_assign(&activated_event_, base_, -1, 0, &Dispatcher::onActivated, this);
+  io_batch_ = std::make_unique<IoBatch>(base_);
+}
+
+void Dispatcher::setIoBatching(bool on) {
+  if (on == (io_batch_ != nullptr)) return;
+  if (on) {
+    io_batch_ = std::make_unique<IoBatch>(base_);
+  } else {
+    io_batch_->flush();
+    io_batch_.reset();
+  }
 }
 
 Dispatcher::~Dispatcher() {
   clearDeferred();
+  io_batch_.reset();
   event_del(&post_event_);
   event_del(&deferred_event_);
   evtimer_del(&timer_event_);

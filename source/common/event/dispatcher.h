@@ -14,6 +14,8 @@
 #include <event2/event_struct.h>
 #include <sys/epoll.h>
 
+#include "source/common/event/io_batch.h"
+
 namespace sluice {
 namespace event {
 
@@ -49,6 +51,11 @@ class Dispatcher {
   void deferredDelete(DeferredDeletablePtr object);
   // Monotonic time (unaffected by changes to the wall clock).
   MonotonicTime now();
+  // Where this loop's connections queue their sends and receives to reach the kernel together
+  // (server.disable_io_uring turns it off): null when off.
+  IoBatch* ioBatch() { return io_batch_.get(); }
+  // On by default; turned off or on only while nothing is queued (before any connection).
+  void setIoBatching(bool on);
 
  private:
   friend class Timer;
@@ -100,6 +107,7 @@ class Dispatcher {
   std::vector<FileEvent*> activated_;
   std::vector<FileEvent*> delivering_;
   struct event activated_event_;
+  std::unique_ptr<IoBatch> io_batch_;
 };
 
 // How early a timer may fire: libevent measures its own timeout on a coarser clock, so it can

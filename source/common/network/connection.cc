@@ -18,6 +18,8 @@ namespace {
 // Bytes read per readiness event before yielding to other connections on the loop.
 constexpr size_t kReadPerEvent = 4 * buffer::kBlockSize;
 constexpr std::chrono::milliseconds kFlushCloseTimeout{10000};
+// Writes up to this many bytes wait for the loop's batch of sends (event::IoBatch).
+constexpr size_t kBatchedWriteMax = buffer::kBlockSize;
 }  // namespace
 
 bool setNonBlocking(int fd) {
@@ -56,7 +58,9 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
       close_deferred_(false),
       awaiting_transport_(false),
       inbound_(false),
-      small_reads_(true) {}
+      small_reads_(true),
+      send_queued_(false),
+      recv_queued_(false) {}
 
 std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher, const Address& to,
                                                   int max_fd, const Address* source,
@@ -91,6 +95,8 @@ std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher,
 }
 
 Connection::~Connection() {
+  // What was written before the owner let the connection go leaves, as it would have at once.
+  if (send_queued_ || recv_queued_) leaveBatch(state_ == State::Open);
   if (state_ != State::Closed) {
     file_event_.remove();
     ::close(fd_);
@@ -152,7 +158,8 @@ void Connection::onFileEvent(uint32_t events) {
   }
   if (events & event::FileEvent::kWrite) {
     write_blocked_ = false;
-    flushWrite();
+    // A send queued in the loop's batch goes with it.
+    if (!send_queued_) flushWrite();
     if (state_ == State::Closed) return;
   }
   if (events & event::FileEvent::kRead) {
@@ -243,8 +250,19 @@ void Connection::onReadReady() {
     onTransportReadReady();
     return;
   }
-  size_t total = 0;
-  bool saw_end = false;
+  // A socket whose messages are small waits for the loop's batch; a bulk one reads now.
+  event::IoBatch* batch;
+  if (small_reads_ && !read_end_ && (batch = dispatcher().ioBatch()) != nullptr) {
+    if (!recv_queued_) {
+      recv_queued_ = true;
+      batch->add(this, kBatchHandler, fd_, event::IoBatch::Kind::Recv);
+    }
+    return;
+  }
+  readSocket(0, false);
+}
+
+void Connection::readSocket(size_t total, bool saw_end) {
   while (read_pending_ && !read_end_ && total < kReadPerEvent) {
     int err = 0;
     size_t asked = 0;
@@ -315,7 +333,16 @@ void Connection::writeDirect(buffer::Buffer& data, bool end_stream) {
   }
   write_buffer_.move(data);
   if (end_stream) write_end_pending_ = true;
-  if (state_ == State::Open && !write_blocked_) {
+  if (send_queued_) {
+    // The queued send takes these bytes too.
+  } else if (state_ == State::Open && !write_blocked_ && transport_ == nullptr &&
+             !write_buffer_.empty() && write_buffer_.length() <= kBatchedWriteMax &&
+             dispatcher().ioBatch() != nullptr) {
+    // A message's worth waits for the loop's batch; more (bulk, a tunnel) goes at once, where
+    // entering the kernel is a small part of the cost, and leaves the buffers empty for splice.
+    send_queued_ = true;
+    dispatcher().ioBatch()->add(this, kBatchHandler, fd_, event::IoBatch::Kind::Send);
+  } else if (state_ == State::Open && !write_blocked_) {
     in_write_ = true;
     flushWrite();
     in_write_ = false;
@@ -353,6 +380,10 @@ void Connection::flushWrite() {
     closeNow(ConnectionEvent::RemoteClose);
     return;
   }
+  afterWrite();
+}
+
+void Connection::afterWrite() {
   if (write_buffer_.empty()) {
     if (close_after_flush_) {
       closeNow(ConnectionEvent::LocalClose);
@@ -364,6 +395,122 @@ void Connection::flushWrite() {
     }
   }
   checkLowWatermark();
+}
+
+const event::IoBatch::Handler Connection::kBatchHandler = {
+    &Connection::prepareBatched, &Connection::applyBatched, &Connection::finishBatched};
+
+unsigned Connection::prepareBatched(void* self, event::IoBatch::Kind kind, iovec* iov,
+                                    unsigned max, void** cookie) {
+  auto* c = static_cast<Connection*>(self);
+  if (kind == event::IoBatch::Kind::Send) {
+    c->send_queued_ = false;
+    if (c->state_ != State::Open || c->write_blocked_ || c->raw_ != nullptr) return 0;
+    size_t bytes;
+    const unsigned n = c->write_buffer_.slices(iov, max, bytes);
+    c->send_queued_ = n > 0;
+    return n;
+  }
+  // A receive asked for before the owner stopped reading (or went raw) waits: read_pending_
+  // stays, and reading again looks at the socket.
+  c->recv_queued_ = false;
+  if (c->state_ != State::Open || c->raw_ != nullptr || c->read_disable_count_ > 0 ||
+      c->read_end_ || !c->read_pending_) {
+    return 0;
+  }
+  const buffer::Buffer::Reservation r = c->read_buffer_.reserveRead(c->inbound_);
+  iov[0].iov_base = r.data;
+  iov[0].iov_len = std::min(r.size, kReadPerEvent);
+  *cookie = r.block;
+  c->recv_queued_ = true;
+  return 1;
+}
+
+void Connection::applyBatched(void* self, event::IoBatch::Kind kind, ssize_t result,
+                              size_t asked, void* cookie) {
+  auto* c = static_cast<Connection*>(self);
+  if (kind == event::IoBatch::Kind::Send) {
+    if (result > 0) {
+      c->write_buffer_.drain(static_cast<size_t>(result));
+      c->counters_.tx.add(static_cast<uint64_t>(result));
+    }
+    return;
+  }
+  auto* block = static_cast<buffer::Block*>(cookie);
+  c->read_buffer_.commit({block, block->data() + block->end, asked},
+                         result > 0 ? static_cast<size_t>(result) : 0);
+  if (result == 0) c->read_end_ = true;
+}
+
+void Connection::finishBatched(void* self, event::IoBatch::Kind kind, ssize_t result,
+                               size_t asked) {
+  auto* c = static_cast<Connection*>(self);
+  if (kind == event::IoBatch::Kind::Send) {
+    c->send_queued_ = false;
+    c->finishBatchedSend(result, asked);
+  } else {
+    c->recv_queued_ = false;
+    c->finishBatchedRecv(result, asked);
+  }
+}
+
+void Connection::finishBatchedSend(ssize_t result, size_t asked) {
+  if (state_ != State::Open) return;
+  if (result < 0 && result != -EAGAIN && result != -EINTR) {
+    closeNow(ConnectionEvent::RemoteClose);
+    return;
+  }
+  // A short send filled the socket's send buffer: writability brings the rest.
+  if (result == -EAGAIN || (result >= 0 && static_cast<size_t>(result) < asked)) {
+    write_blocked_ = true;
+  }
+  if (!write_blocked_ && raw_ == nullptr && !write_buffer_.empty()) {
+    // More than one send's slices, or bytes written since: they go with the next round.
+    send_queued_ = true;
+    dispatcher().ioBatch()->add(this, kBatchHandler, fd_, event::IoBatch::Kind::Send);
+    checkLowWatermark();
+    return;
+  }
+  afterWrite();
+}
+
+void Connection::finishBatchedRecv(ssize_t result, size_t asked) {
+  if (state_ != State::Open || raw_ != nullptr) return;
+  size_t total = 0;
+  bool saw_end = false;
+  if (result > 0) {
+    total = static_cast<size_t>(result);
+    if (total < asked && !peer_closed_) read_pending_ = false;
+  } else if (result == 0) {
+    saw_end = true;
+    read_pending_ = false;
+  } else if (result == -EAGAIN) {
+    read_pending_ = false;
+  } else if (result != -EINTR) {
+    closeNow(ConnectionEvent::RemoteClose);
+    return;
+  }
+  if (read_disable_count_ > 0) {
+    // Stopped reading since: the bytes wait in the buffer for readDisable(false).
+    if (total > 0) counters_.rx.add(total);
+    return;
+  }
+  readSocket(total, saw_end);
+}
+
+void Connection::leaveBatch(bool send_now) {
+  event::IoBatch* batch = dispatcher().ioBatch();
+  if (batch != nullptr) batch->cancel(this);
+  recv_queued_ = false;
+  if (!send_queued_) return;
+  send_queued_ = false;
+  if (!send_now) return;
+  while (!write_buffer_.empty()) {
+    int err = 0;
+    size_t asked = 0;
+    const ssize_t rc = write_buffer_.writeTo(fd_, err, asked);
+    if (rc <= 0 || static_cast<size_t>(rc) < asked) break;
+  }
 }
 
 void Connection::checkLowWatermark() {
@@ -421,6 +568,9 @@ void Connection::closeNow(ConnectionEvent event) {
       file_event_.activate(event::FileEvent::kWrite);
     }
     return;
+  }
+  if (send_queued_ || recv_queued_) {
+    leaveBatch(event == ConnectionEvent::LocalClose && !write_shut_);
   }
   state_ = State::Closed;
   file_event_.remove();

@@ -176,6 +176,23 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
 
   void onFileEvent(uint32_t events);
   void onReadReady();
+  // Reads the socket until it is drained (or kReadPerEvent), after `total` bytes (saw_end: and
+  // the peer's FIN) a batched receive brought, then hands the bytes to the callbacks.
+  void readSocket(size_t total, bool saw_end);
+  // The loop's batch of sends and receives (event::IoBatch): a plain connection's write and
+  // its next small read are queued there and reach the kernel with the others of the turn.
+  static const event::IoBatch::Handler kBatchHandler;
+  static unsigned prepareBatched(void* self, event::IoBatch::Kind kind, iovec* iov, unsigned max,
+                                 void** cookie);
+  static void applyBatched(void* self, event::IoBatch::Kind kind, ssize_t result, size_t asked,
+                           void* cookie);
+  static void finishBatched(void* self, event::IoBatch::Kind kind, ssize_t result, size_t asked);
+  void finishBatchedSend(ssize_t result, size_t asked);
+  void finishBatchedRecv(ssize_t result, size_t asked);
+  // Takes the connection's queued operations out of the batch (it closes or goes away). A send
+  // still queued is made now when the connection closes itself: what it wrote before close()
+  // leaves as it would have without the batch.
+  void leaveBatch(bool send_now);
   void onTransportReadReady();
   void flushTransport();
   // Outbound: delivers Connected once the transport's handshake is done. False when the owner
@@ -183,6 +200,8 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   bool checkTransportReady();
   void onWriteReady();
   void flushWrite();
+  // After a write: the end of a flushed close, the half-close, the low watermark.
+  void afterWrite();
   void closeNow(ConnectionEvent event);
   void checkLowWatermark();
 
@@ -238,6 +257,8 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   // otherwise): the next starts with a single-region read (Buffer::readFrom's one_region). Set
   // at first: a new client's head usually fits the small block (as nginx's first 1 KiB read).
   bool small_reads_ : 1;
+  bool send_queued_ : 1;  // a send waits in the loop's batch
+  bool recv_queued_ : 1;  // a receive waits in the loop's batch
   ConnectionEvent deferred_event_ = ConnectionEvent::RemoteClose;
 };
 

@@ -96,6 +96,8 @@ TEST(ShortFormTest, ServerAndAdminSettings) {
   EXPECT_EQ(e.bootstrap.listeners(0).address(), "[::1]:3128");
   EXPECT_EQ(e.bootstrap.workers(), 3u);
   EXPECT_EQ(e.bootstrap.admin().address(), "127.0.0.1:19901");
+  EXPECT_FALSE(e.bootstrap.disable_io_uring());
+  EXPECT_TRUE(load("server:\n  disable_io_uring: true\n").bootstrap.disable_io_uring());
 }
 
 TEST(ShortFormTest, AdminOffDisablesIt) {

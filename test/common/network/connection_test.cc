@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -30,9 +31,11 @@ std::string pattern(size_t n) {
   return s;
 }
 
-class ConnectionTest : public testing::Test {
+class ConnectionTest : public testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
+    // Each test runs with the loop's batch of sends and receives (io_uring) and without.
+    dispatcher_.setIoBatching(GetParam());
     // The server ignores SIGPIPE at startup; a test writing to a closed peer must too.
     signal(SIGPIPE, SIG_IGN);
     blocks_at_start_ = buffer::BlockPool::outstanding();
@@ -79,7 +82,7 @@ class ConnectionTest : public testing::Test {
   ConnectionPtr server_;
 };
 
-TEST_F(ConnectionTest, ConnectToListeningSocketReportsConnected) {
+TEST_P(ConnectionTest, ConnectToListeningSocketReportsConnected) {
   connectPair();
   EXPECT_EQ(1u, client_cb_.events.size());
   EXPECT_EQ(0, client_->connectError());
@@ -89,7 +92,7 @@ TEST_F(ConnectionTest, ConnectToListeningSocketReportsConnected) {
   EXPECT_FALSE(server_->connecting());
 }
 
-TEST_F(ConnectionTest, AcceptedSocketIsMadeNonBlocking) {
+TEST_P(ConnectionTest, AcceptedSocketIsMadeNonBlocking) {
   connectPair();
   int flags = fcntl(server_->fd(), F_GETFL, 0);
   EXPECT_NE(0, flags & O_NONBLOCK);
@@ -98,7 +101,7 @@ TEST_F(ConnectionTest, AcceptedSocketIsMadeNonBlocking) {
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.received == "ping"; }));
 }
 
-TEST_F(ConnectionTest, ConnectToClosedPortIsRefused) {
+TEST_P(ConnectionTest, ConnectToClosedPortIsRefused) {
   auto to = Address::ipv4(INADDR_LOOPBACK, test::closedLoopbackPort());
   ConnectionPtr conn = Connection::connectTo(dispatcher_, to);
   ASSERT_NE(nullptr, conn);
@@ -115,7 +118,7 @@ TEST_F(ConnectionTest, ConnectToClosedPortIsRefused) {
   EXPECT_EQ(0, cb.data_calls);
 }
 
-TEST_F(ConnectionTest, WritesQueuedWhileConnectingAreSent) {
+TEST_P(ConnectionTest, WritesQueuedWhileConnectingAreSent) {
   client_ = Connection::connectTo(dispatcher_, listener_.address());
   ASSERT_NE(nullptr, client_);
   client_->setCallbacks(&client_cb_);
@@ -129,7 +132,7 @@ TEST_F(ConnectionTest, WritesQueuedWhileConnectingAreSent) {
   EXPECT_EQ(0u, client_->writeBufferLength());
 }
 
-TEST_F(ConnectionTest, ConnectPrefixGoesFirstOnTheWire) {
+TEST_P(ConnectionTest, ConnectPrefixGoesFirstOnTheWire) {
   client_ = Connection::connectTo(dispatcher_, listener_.address());
   ASSERT_NE(nullptr, client_);
   client_->setCallbacks(&client_cb_);
@@ -146,7 +149,7 @@ TEST_F(ConnectionTest, ConnectPrefixGoesFirstOnTheWire) {
   EXPECT_EQ(ConnectionEvent::Connected, client_cb_.events[0]);
 }
 
-TEST_F(ConnectionTest, DataFlowsBothWays) {
+TEST_P(ConnectionTest, DataFlowsBothWays) {
   connectPair();
   send(*client_, "request");
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.received == "request"; }));
@@ -164,7 +167,7 @@ TEST_F(ConnectionTest, DataFlowsBothWays) {
   EXPECT_TRUE(server_cb_.received == "request" + big);
 }
 
-TEST_F(ConnectionTest, UndrainedDataStaysBuffered) {
+TEST_P(ConnectionTest, UndrainedDataStaysBuffered) {
   connectPair();
   server_cb_.drain = false;
   send(*client_, "abc");
@@ -179,7 +182,7 @@ TEST_F(ConnectionTest, UndrainedDataStaysBuffered) {
   EXPECT_EQ("abcdef", server_cb_.last_seen);
 }
 
-TEST_F(ConnectionTest, EndStreamHalfClosesOneDirection) {
+TEST_P(ConnectionTest, EndStreamHalfClosesOneDirection) {
   connectPair();
   send(*client_, "last words", /*end_stream=*/true);
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
@@ -205,7 +208,7 @@ TEST_F(ConnectionTest, EndStreamHalfClosesOneDirection) {
   EXPECT_EQ(0, server_cb_.count(ConnectionEvent::RemoteClose));
 }
 
-TEST_F(ConnectionTest, DataAndEofArrivingTogetherAreBothDelivered) {
+TEST_P(ConnectionTest, DataAndEofArrivingTogetherAreBothDelivered) {
   connectPair();
   // Both bytes and FIN are queued before the server's loop looks: one readiness edge for both.
   send(*client_, "request and goodbye", /*end_stream=*/true);
@@ -213,7 +216,7 @@ TEST_F(ConnectionTest, DataAndEofArrivingTogetherAreBothDelivered) {
   EXPECT_EQ("request and goodbye", server_cb_.received);
 }
 
-TEST_F(ConnectionTest, EofBehindDataAfterOurOwnHalfCloseIsSeen) {
+TEST_P(ConnectionTest, EofBehindDataAfterOurOwnHalfCloseIsSeen) {
   connectPair();
   send(*client_, "", /*end_stream=*/true);
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
@@ -224,14 +227,14 @@ TEST_F(ConnectionTest, EofBehindDataAfterOurOwnHalfCloseIsSeen) {
   EXPECT_EQ("final bytes", client_cb_.received);
 }
 
-TEST_F(ConnectionTest, EndStreamWithEmptyBufferShutsDownAtOnce) {
+TEST_P(ConnectionTest, EndStreamWithEmptyBufferShutsDownAtOnce) {
   connectPair();
   send(*client_, "", /*end_stream=*/true);
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
   EXPECT_EQ("", server_cb_.received);
 }
 
-TEST_F(ConnectionTest, ReadDisableHoldsDataUntilReenabled) {
+TEST_P(ConnectionTest, ReadDisableHoldsDataUntilReenabled) {
   connectPair();
   server_->readDisable(true);
   server_->readDisable(true);  // nested
@@ -259,7 +262,7 @@ TEST_F(ConnectionTest, ReadDisableHoldsDataUntilReenabled) {
   EXPECT_TRUE(server_->readEnabled());
 }
 
-TEST_F(ConnectionTest, ReadDisableAlsoHoldsEof) {
+TEST_P(ConnectionTest, ReadDisableAlsoHoldsEof) {
   connectPair();
   server_->readDisable(true);
   send(*client_, "bye", /*end_stream=*/true);
@@ -270,7 +273,7 @@ TEST_F(ConnectionTest, ReadDisableAlsoHoldsEof) {
   EXPECT_EQ("bye", server_cb_.received);
 }
 
-TEST_F(ConnectionTest, APeerEndWhileReadDisabledIsReportedOnceWithoutReading) {
+TEST_P(ConnectionTest, APeerEndWhileReadDisabledIsReportedOnceWithoutReading) {
   connectPair();
   server_->readDisable(true);
   send(*client_, "request");
@@ -286,14 +289,14 @@ TEST_F(ConnectionTest, APeerEndWhileReadDisabledIsReportedOnceWithoutReading) {
   EXPECT_EQ("request", server_cb_.received);
 }
 
-TEST_F(ConnectionTest, APeerEndWhileReadingIsOnlyEndStream) {
+TEST_P(ConnectionTest, APeerEndWhileReadingIsOnlyEndStream) {
   connectPair();
   send(*client_, "bye", /*end_stream=*/true);
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
   EXPECT_EQ(0, server_cb_.peer_end_while_disabled);
 }
 
-TEST_F(ConnectionTest, WatermarksFireOncePerCrossing) {
+TEST_P(ConnectionTest, WatermarksFireOncePerCrossing) {
   connectPair();
   client_->setHighWatermark(64 * 1024);
   server_->readDisable(true);  // the peer does not read
@@ -317,7 +320,7 @@ TEST_F(ConnectionTest, WatermarksFireOncePerCrossing) {
   EXPECT_EQ(0u, client_->writeBufferLength());
 }
 
-TEST_F(ConnectionTest, CloseFlushWriteDeliversBufferedDataFirst) {
+TEST_P(ConnectionTest, CloseFlushWriteDeliversBufferedDataFirst) {
   connectPair();
   server_->readDisable(true);
   const std::string big = pattern(4 * 1024 * 1024);
@@ -342,7 +345,7 @@ TEST_F(ConnectionTest, CloseFlushWriteDeliversBufferedDataFirst) {
   EXPECT_EQ(1, client_cb_.count(ConnectionEvent::LocalClose));
 }
 
-TEST_F(ConnectionTest, CloseFlushWriteWithNothingBufferedClosesAtOnce) {
+TEST_P(ConnectionTest, CloseFlushWriteWithNothingBufferedClosesAtOnce) {
   connectPair();
   client_->close(CloseType::FlushWrite);
   EXPECT_FALSE(client_->open());
@@ -350,7 +353,7 @@ TEST_F(ConnectionTest, CloseFlushWriteWithNothingBufferedClosesAtOnce) {
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
 }
 
-TEST_F(ConnectionTest, CloseNoFlushDropsBufferedData) {
+TEST_P(ConnectionTest, CloseNoFlushDropsBufferedData) {
   connectPair();
   server_->readDisable(true);
   send(*client_, pattern(4 * 1024 * 1024));
@@ -369,7 +372,7 @@ TEST_F(ConnectionTest, CloseNoFlushDropsBufferedData) {
   EXPECT_LT(server_cb_.received.size(), 4u * 1024 * 1024);
 }
 
-TEST_F(ConnectionTest, PeerResetIsRemoteClose) {
+TEST_P(ConnectionTest, PeerResetIsRemoteClose) {
   client_ = Connection::connectTo(dispatcher_, listener_.address());
   client_->setCallbacks(&client_cb_);
   int fd = listener_.accept();
@@ -383,7 +386,7 @@ TEST_F(ConnectionTest, PeerResetIsRemoteClose) {
   EXPECT_FALSE(client_->open());
 }
 
-TEST_F(ConnectionTest, WritingToAClosedPeerEndsInRemoteClose) {
+TEST_P(ConnectionTest, WritingToAClosedPeerEndsInRemoteClose) {
   connectPair();
   server_->close(CloseType::NoFlush);
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.end_stream_calls == 1; }));
@@ -396,7 +399,7 @@ TEST_F(ConnectionTest, WritingToAClosedPeerEndsInRemoteClose) {
   EXPECT_EQ(1, client_cb_.count(ConnectionEvent::RemoteClose));
 }
 
-TEST_F(ConnectionTest, AWriteNeverClosesUnderItsCaller) {
+TEST_P(ConnectionTest, AWriteNeverClosesUnderItsCaller) {
   connectPair();
   server_->close(CloseType::NoFlush);
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.end_stream_calls == 1; }));
@@ -415,14 +418,14 @@ TEST_F(ConnectionTest, AWriteNeverClosesUnderItsCaller) {
   EXPECT_EQ(1, client_cb_.count(ConnectionEvent::RemoteClose));
 }
 
-TEST_F(ConnectionTest, DestroyingAnOpenConnectionClosesTheSocket) {
+TEST_P(ConnectionTest, DestroyingAnOpenConnectionClosesTheSocket) {
   connectPair();
   client_.reset();
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
   EXPECT_EQ(1u, client_cb_.events.size());  // no event from a destructor
 }
 
-TEST_F(ConnectionTest, ByteCountersCount) {
+TEST_P(ConnectionTest, ByteCountersCount) {
   stats::Store& store = stats::Store::get();
   ConnectionByteCounters counters{store.counter("test.conn.rx"), store.counter("test.conn.tx")};
   const uint64_t rx0 = store.counterValue("test.conn.rx");
@@ -438,7 +441,7 @@ TEST_F(ConnectionTest, ByteCountersCount) {
   EXPECT_EQ(8u, store.counterValue("test.conn.tx") - tx0);
 }
 
-TEST_F(ConnectionTest, CloseFromInsideOnDataIsSafe) {
+TEST_P(ConnectionTest, CloseFromInsideOnDataIsSafe) {
   connectPair();
   server_cb_.on_data = [&](buffer::Buffer&, bool) { server_->close(CloseType::NoFlush); };
   send(*client_, pattern(200 * 1024));
@@ -449,7 +452,7 @@ TEST_F(ConnectionTest, CloseFromInsideOnDataIsSafe) {
   EXPECT_EQ(0u, server_->readBuffer().length());
 }
 
-TEST_F(ConnectionTest, DeferredDeleteFromOwnCallback) {
+TEST_P(ConnectionTest, DeferredDeleteFromOwnCallback) {
   connectPair();
   Connection* raw = server_.get();
   server_cb_.on_event = [&](ConnectionEvent) { dispatcher_.deferredDelete(std::move(server_)); };
@@ -460,6 +463,116 @@ TEST_F(ConnectionTest, DeferredDeleteFromOwnCallback) {
   runFor(dispatcher_, milliseconds(10));
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.end_stream_calls == 1; }));
 }
+
+// Several connections' exchanges in one turn of the loop reach the kernel together.
+TEST_P(ConnectionTest, ManyConnectionsShareOneEntryIntoTheKernel) {
+  if (!GetParam()) GTEST_SKIP() << "batched only";
+  constexpr int kPairs = 8;
+  std::vector<ConnectionPtr> clients, servers;
+  std::vector<std::unique_ptr<RecordingCallbacks>> cbs;
+  for (int i = 0; i < kPairs; ++i) {
+    clients.push_back(Connection::connectTo(dispatcher_, listener_.address()));
+    cbs.push_back(std::make_unique<RecordingCallbacks>());
+    clients.back()->setCallbacks(cbs.back().get());
+    int fd = listener_.accept();
+    ASSERT_GE(fd, 0);
+    servers.push_back(std::make_unique<Connection>(dispatcher_, fd, listener_.address()));
+    cbs.push_back(std::make_unique<RecordingCallbacks>());
+    servers.back()->setCallbacks(cbs.back().get());
+  }
+  ASSERT_TRUE(runUntil(dispatcher_, [&] {
+    for (auto& c : clients) {
+      if (c->connecting()) return false;
+    }
+    return true;
+  }));
+  event::IoBatch& batch = *dispatcher_.ioBatch();
+  const uint64_t ops0 = batch.operations();
+  const uint64_t enters0 = batch.ringEnters();
+  for (int i = 0; i < kPairs; ++i) send(*clients[i], "request " + std::to_string(i));
+  EXPECT_EQ(ops0, batch.operations());  // queued, not yet sent
+  ASSERT_TRUE(runUntil(dispatcher_, [&] {
+    for (int i = 0; i < kPairs; ++i) {
+      if (cbs[2 * i + 1]->received != "request " + std::to_string(i)) return false;
+    }
+    return true;
+  }));
+  // Eight sends and eight receives.
+  EXPECT_GE(batch.operations() - ops0, uint64_t{2 * kPairs});
+  // The sends go in one entry, the receives in as many as the loop took turns to see them.
+  if (batch.ringAvailable()) {
+    EXPECT_GE(batch.ringEnters() - enters0, 1u);
+    EXPECT_LE(batch.ringEnters() - enters0, 4u);
+  }
+  for (auto& c : servers) c->close(CloseType::NoFlush);
+  for (auto& c : clients) c->close(CloseType::NoFlush);
+  runFor(dispatcher_, milliseconds(1));
+}
+
+TEST_P(ConnectionTest, AWriteRightBeforeACloseWithoutFlushStillLeaves) {
+  connectPair();
+  send(*server_, "last words");
+  server_->close(CloseType::NoFlush);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.end_stream_calls == 1; }));
+  EXPECT_EQ("last words", client_cb_.received);
+}
+
+// A connection that stops reading after its receive was queued, and before the batch ran, keeps
+// what arrives for later; one that closes meanwhile hears nothing more.
+TEST_P(ConnectionTest, AReadDisabledOrClosedBeforeTheBatchRunsHearsNothing) {
+  connectPair();
+  ConnectionPtr client2 = Connection::connectTo(dispatcher_, listener_.address());
+  RecordingCallbacks client2_cb;
+  client2->setCallbacks(&client2_cb);
+  int fd = listener_.accept();
+  ASSERT_GE(fd, 0);
+  RecordingCallbacks server2_cb;
+  ConnectionPtr server2 = std::make_unique<Connection>(dispatcher_, fd, listener_.address());
+  server2->setCallbacks(&server2_cb);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return !client2->connecting(); }));
+  // Whichever of the two servers hears its bytes first stops the other from reading.
+  bool stopped_other = false;
+  server_cb_.on_data = [&](buffer::Buffer&, bool) {
+    if (!stopped_other) server2->readDisable(true);
+    stopped_other = true;
+  };
+  server2_cb.on_data = [&](buffer::Buffer&, bool) {
+    if (!stopped_other) server_->readDisable(true);
+    stopped_other = true;
+  };
+  send(*client_, "one");
+  send(*client2, "two");
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return stopped_other; }));
+  runFor(dispatcher_, milliseconds(20));
+  EXPECT_EQ(1, server_cb_.data_calls + server2_cb.data_calls);
+  Connection& held = server_cb_.data_calls == 0 ? *server_ : *server2;
+  RecordingCallbacks& held_cb = server_cb_.data_calls == 0 ? server_cb_ : server2_cb;
+  held.readDisable(false);
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return held_cb.data_calls == 1; }));
+  EXPECT_TRUE(held_cb.received == "one" || held_cb.received == "two");
+
+  // Now one closes the other from its callback, in the same batch.
+  server_cb_.on_data = [&](buffer::Buffer&, bool) {
+    if (server2->open()) server2->close(CloseType::NoFlush);
+  };
+  server2_cb.on_data = [&](buffer::Buffer&, bool) {
+    if (server_->open()) server_->close(CloseType::NoFlush);
+  };
+  const int calls = server_cb_.data_calls + server2_cb.data_calls;
+  send(*client_, "three");
+  send(*client2, "four");
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return !server_->open() || !server2->open(); }));
+  runFor(dispatcher_, milliseconds(20));
+  EXPECT_EQ(calls + 1, server_cb_.data_calls + server2_cb.data_calls);
+  client2->close(CloseType::NoFlush);
+  server2->close(CloseType::NoFlush);
+  runFor(dispatcher_, milliseconds(1));
+}
+
+INSTANTIATE_TEST_SUITE_P(IoBatching, ConnectionTest, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Batched" : "OneCallEach";
+                         });
 
 }  // namespace
 }  // namespace network

@@ -1,0 +1,223 @@
+#include "source/common/event/io_batch.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <liburing.h>
+#include <sys/socket.h>
+
+#include "source/common/common/logger.h"
+
+namespace sluice {
+namespace event {
+
+namespace {
+constexpr int kSendFlags = MSG_NOSIGNAL | MSG_DONTWAIT;
+// Rounds of one flush: a receive's owner sends, a send's owner may send again. More wait for
+// the loop's next pass, so one flush cannot hold the loop.
+constexpr int kMaxRounds = 8;
+// The user data of a cancellation's own completion (an operation's is its index).
+constexpr uint64_t kCancelTag = UINT64_MAX;
+}  // namespace
+
+IoBatch::IoBatch(event_base* base) {
+  event_assign(&flush_event_, base, -1, 0, &IoBatch::onFlush, this);
+}
+
+IoBatch::~IoBatch() {
+  event_del(&flush_event_);
+  if (ring_ != nullptr) io_uring_queue_exit(ring_.get());
+}
+
+void IoBatch::add(void* owner, const Handler& handler, int fd, Kind kind) {
+  queued_.push_back(Op{owner, &handler, fd, kind});
+  if (!scheduled_ && !flushing_) {
+    scheduled_ = true;
+    event_active(&flush_event_, EV_TIMEOUT, 0);
+  }
+}
+
+void IoBatch::cancel(void* owner) {
+  for (Op& op : queued_) {
+    if (op.owner == owner) op.owner = nullptr;
+  }
+  for (Op& op : running_) {
+    if (op.owner == owner) op.owner = nullptr;
+  }
+}
+
+void IoBatch::onFlush(evutil_socket_t, short, void* arg) { static_cast<IoBatch*>(arg)->flush(); }
+
+void IoBatch::flush() {
+  scheduled_ = false;
+  if (flushing_) return;
+  flushing_ = true;
+  for (int round = 0; round < kMaxRounds && !queued_.empty(); ++round) {
+    const size_t take = std::min<size_t>(queued_.size(), kRingEntries);
+    running_.assign(queued_.begin(), queued_.begin() + static_cast<ptrdiff_t>(take));
+    queued_.erase(queued_.begin(), queued_.begin() + static_cast<ptrdiff_t>(take));
+    if (slices_.size() < take * kMaxSlices) slices_.resize(take * kMaxSlices);
+    size_t prepared = 0;
+    for (size_t i = 0; i < take; ++i) {
+      Op& op = running_[i];
+      if (op.owner == nullptr) continue;
+      op.first_slice = static_cast<uint32_t>(i * kMaxSlices);
+      iovec* iov = &slices_[op.first_slice];
+      const unsigned n = op.handler->prepare(op.owner, op.kind, iov,
+                                             op.kind == Kind::Send ? kMaxSlices : 1, &op.cookie);
+      if (n == 0) {
+        op.owner = nullptr;
+        continue;
+      }
+      op.slices = static_cast<uint8_t>(n);
+      op.asked = 0;
+      for (unsigned s = 0; s < n; ++s) op.asked += iov[s].iov_len;
+      ++prepared;
+    }
+    if (prepared > 0) execute(prepared);
+    // Every answer is in before any owner hears one: an owner acting on its own cannot meet
+    // another whose bytes already arrived but are not yet in its buffer.
+    for (Op& op : running_) {
+      if (op.owner != nullptr) op.handler->apply(op.owner, op.kind, op.result, op.asked, op.cookie);
+    }
+    for (size_t i = 0; i < running_.size(); ++i) {
+      const Op op = running_[i];
+      if (op.owner == nullptr) continue;
+      running_[i].owner = nullptr;
+      op.handler->finish(op.owner, op.kind, op.result, op.asked);
+    }
+    running_.clear();
+  }
+  flushing_ = false;
+  if (!queued_.empty() && !scheduled_) {
+    scheduled_ = true;
+    event_active(&flush_event_, EV_TIMEOUT, 0);
+  }
+}
+
+ssize_t IoBatch::callDirect(const Op& op, const iovec* iov) {
+  ssize_t rc;
+  if (op.kind == Kind::Recv) {
+    rc = ::recv(op.fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT);
+  } else if (op.slices == 1) {
+    rc = ::send(op.fd, iov[0].iov_base, iov[0].iov_len, kSendFlags);
+  } else {
+    msghdr msg{};
+    msg.msg_iov = const_cast<iovec*>(iov);
+    msg.msg_iovlen = op.slices;
+    rc = ::sendmsg(op.fd, &msg, kSendFlags);
+  }
+  return rc < 0 ? -errno : rc;
+}
+
+bool IoBatch::setUpRing() {
+  auto ring = std::make_unique<io_uring>();
+  io_uring_params params{};
+  // A submission that meets an error goes on with the rest; nothing here needs task work run
+  // at once (every operation completes while it is submitted).
+  params.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN;
+  int rc = io_uring_queue_init_params(kRingEntries, ring.get(), &params);
+  if (rc == -EINVAL) {
+    params = io_uring_params{};
+    rc = io_uring_queue_init_params(kRingEntries, ring.get(), &params);
+  }
+  if (rc < 0) {
+    ring_failed_ = true;
+    SLUICE_LOG(Info, "io_uring is not available (%s): a system call per send and receive",
+               strerror(-rc));
+    return false;
+  }
+  ring_ = std::move(ring);
+  return true;
+}
+
+void IoBatch::execute(size_t prepared) {
+  operations_ += prepared;
+  if (counted_) operations_counter_.add(prepared);
+  if (prepared == 1 || ring_failed_ || (ring_ == nullptr && !setUpRing())) {
+    for (Op& op : running_) {
+      if (op.owner != nullptr) op.result = callDirect(op, &slices_[op.first_slice]);
+    }
+    return;
+  }
+  io_uring* ring = ring_.get();
+  const uint64_t enters_before = ring_enters_;
+  msghdr msgs[kRingEntries];
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Op& op = running_[i];
+    if (op.owner == nullptr) continue;
+    // The ring holds kRingEntries and every earlier batch was taken whole.
+    io_uring_sqe* sqe = io_uring_get_sqe(ring);
+    SLUICE_ASSERT(sqe != nullptr, "io_uring submission queue full");
+    iovec* iov = &slices_[op.first_slice];
+    if (op.kind == Kind::Recv) {
+      io_uring_prep_recv(sqe, op.fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT);
+    } else if (op.slices == 1) {
+      io_uring_prep_send(sqe, op.fd, iov[0].iov_base, iov[0].iov_len, kSendFlags);
+    } else {
+      msgs[i] = msghdr{};
+      msgs[i].msg_iov = iov;
+      msgs[i].msg_iovlen = op.slices;
+      io_uring_prep_sendmsg(sqe, op.fd, &msgs[i], kSendFlags);
+    }
+    io_uring_sqe_set_data64(sqe, i);
+    op.result = -ECANCELED;
+  }
+  // One entry into the kernel for the whole batch. The queue is taken whole or not at all
+  // (SUBMIT_ALL); a refusal (no memory for the requests) is tried again.
+  int submitted;
+  int tries = 0;
+  do {
+    submitted = io_uring_submit(ring);
+    ++ring_enters_;
+  } while (submitted < 0 && (submitted == -EINTR || submitted == -EAGAIN) && ++tries < 1000);
+  SLUICE_ASSERT(submitted >= 0, "io_uring_submit failed");
+  size_t done = 0;
+  bool cancelled = false;
+  size_t cancels = 0;
+  while (done < prepared || cancels > 0) {
+    io_uring_cqe* cqe;
+    unsigned head;
+    unsigned seen = 0;
+    io_uring_for_each_cqe(ring, head, cqe) {
+      ++seen;
+      const uint64_t tag = io_uring_cqe_get_data64(cqe);
+      if (tag == kCancelTag) {
+        --cancels;
+        continue;
+      }
+      running_[tag].result = cqe->res;
+      ++done;
+    }
+    io_uring_cq_advance(ring, seen);
+    if (done == prepared && cancels == 0) break;
+    if (!cancelled && done < prepared) {
+      // An operation the kernel did not finish while taking it (a kernel that waits for a
+      // socket despite MSG_DONTWAIT): withdrawn, and its owner hears EAGAIN, as from the call.
+      cancelled = true;
+      for (size_t i = 0; i < running_.size(); ++i) {
+        if (running_[i].owner == nullptr || running_[i].result != -ECANCELED) continue;
+        io_uring_sqe* sqe = io_uring_get_sqe(ring);
+        if (sqe == nullptr) {
+          io_uring_submit(ring);
+          sqe = io_uring_get_sqe(ring);
+        }
+        io_uring_prep_cancel64(sqe, i, 0);
+        io_uring_sqe_set_data64(sqe, kCancelTag);
+        ++cancels;
+      }
+      io_uring_submit(ring);
+      ++ring_enters_;
+      continue;
+    }
+    io_uring_wait_cqe(ring, &cqe);
+  }
+  for (Op& op : running_) {
+    if (op.owner != nullptr && op.result == -ECANCELED) op.result = -EAGAIN;
+  }
+  if (counted_) ring_enters_counter_.add(ring_enters_ - enters_before);
+}
+
+}  // namespace event
+}  // namespace sluice

@@ -1,0 +1,291 @@
+#include "source/common/event/io_batch.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+
+#include "source/common/event/dispatcher.h"
+
+namespace sluice {
+namespace event {
+namespace {
+
+// One end of a socket pair with what the batch did for it.
+struct Owner {
+  int fd = -1;
+  std::string to_send;
+  char in[4096];
+  int prepared = 0;
+  int applied = 0;
+  int finished = 0;
+  ssize_t result = 0;
+  // What every owner had been told when this one finished (apply comes first for all).
+  std::vector<Owner*>* all = nullptr;
+  bool everyone_applied_before_finish = true;
+  // Run in finish: another owner to cancel, a follow-up to queue.
+  Owner* cancel_on_finish = nullptr;
+  IoBatch* batch = nullptr;
+  bool send_again_on_finish = false;
+};
+
+unsigned prepare(void* self, IoBatch::Kind kind, iovec* iov, unsigned, void**) {
+  auto* o = static_cast<Owner*>(self);
+  ++o->prepared;
+  if (kind == IoBatch::Kind::Send) {
+    if (o->to_send.empty()) return 0;
+    iov[0].iov_base = o->to_send.data();
+    iov[0].iov_len = o->to_send.size();
+  } else {
+    iov[0].iov_base = o->in;
+    iov[0].iov_len = sizeof(o->in);
+  }
+  return 1;
+}
+
+void apply(void* self, IoBatch::Kind, ssize_t result, size_t, void*) {
+  auto* o = static_cast<Owner*>(self);
+  ++o->applied;
+  o->result = result;
+}
+
+void finish(void* self, IoBatch::Kind kind, ssize_t, size_t);
+const IoBatch::Handler kFullHandler = {&prepare, &apply, &finish};
+
+void finish(void* self, IoBatch::Kind kind, ssize_t, size_t) {
+  auto* o = static_cast<Owner*>(self);
+  ++o->finished;
+  if (o->all != nullptr) {
+    for (Owner* other : *o->all) {
+      if (other->prepared > 0 && other->applied == 0 && other->cancel_on_finish == nullptr) {
+        o->everyone_applied_before_finish = false;
+      }
+    }
+  }
+  if (o->cancel_on_finish != nullptr) o->batch->cancel(o->cancel_on_finish);
+  if (o->send_again_on_finish) {
+    o->send_again_on_finish = false;
+    o->to_send = "again";
+    o->batch->add(o, kFullHandler, o->fd, kind);
+  }
+}
+
+class IoBatchTest : public testing::Test {
+ protected:
+  void SetUp() override { signal(SIGPIPE, SIG_IGN); }
+  void TearDown() override {
+    for (int fd : fds_) ::close(fd);
+  }
+  // A connected pair of stream sockets, both non-blocking; returns {ours, peer}.
+  std::pair<int, int> pair() {
+    int sv[2];
+    EXPECT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv));
+    fds_.push_back(sv[0]);
+    fds_.push_back(sv[1]);
+    return {sv[0], sv[1]};
+  }
+  // One pass of the loop: the batch's flush runs from it.
+  void turn() { event_base_loop(dispatcher_.base(), EVLOOP_NONBLOCK); }
+  std::string readAll(int fd) {
+    char buf[8192];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  }
+
+  Dispatcher dispatcher_;
+  IoBatch& batch_ = *dispatcher_.ioBatch();
+  std::vector<int> fds_;
+};
+
+TEST_F(IoBatchTest, SendsAndReceivesOfManySocketsGoInOneEntryIntoTheKernel) {
+  constexpr int kPairs = 16;
+  std::vector<std::unique_ptr<Owner>> senders, receivers;
+  std::vector<int> peers;
+  for (int i = 0; i < kPairs; ++i) {
+    auto [ours, peer] = pair();
+    auto s = std::make_unique<Owner>();
+    s->fd = ours;
+    s->to_send = "message " + std::to_string(i);
+    batch_.add(s.get(), kFullHandler, ours, IoBatch::Kind::Send);
+    senders.push_back(std::move(s));
+    peers.push_back(peer);
+  }
+  EXPECT_EQ(0u, batch_.operations());  // nothing before the loop runs it
+  turn();
+  if (!batch_.ringAvailable()) GTEST_SKIP() << "io_uring is not available here";
+  EXPECT_EQ(uint64_t{kPairs}, batch_.operations());
+  EXPECT_EQ(1u, batch_.ringEnters());
+  for (int i = 0; i < kPairs; ++i) {
+    EXPECT_EQ(static_cast<ssize_t>(senders[i]->to_send.size()), senders[i]->result);
+    EXPECT_EQ(1, senders[i]->finished);
+    EXPECT_EQ(senders[i]->to_send, readAll(peers[i]));
+  }
+  // The peers answer; the receives, one per socket, are another single entry.
+  for (int i = 0; i < kPairs; ++i) {
+    ASSERT_EQ(5, ::send(peers[i], "reply", 5, 0));
+    auto r = std::make_unique<Owner>();
+    r->fd = senders[i]->fd;
+    batch_.add(r.get(), kFullHandler, r->fd, IoBatch::Kind::Recv);
+    receivers.push_back(std::move(r));
+  }
+  turn();
+  EXPECT_EQ(2u, batch_.ringEnters());
+  for (auto& r : receivers) {
+    ASSERT_EQ(5, r->result);
+    EXPECT_EQ("reply", std::string(r->in, 5));
+  }
+}
+
+TEST_F(IoBatchTest, AReceiveWithNothingToReadAnswersEagainAtOnce) {
+  // Two, so the ring carries them: neither waits for data that never comes.
+  auto [a, pa] = pair();
+  auto [b, pb] = pair();
+  Owner ra, rb;
+  batch_.add(&ra, kFullHandler, a, IoBatch::Kind::Recv);
+  batch_.add(&rb, kFullHandler, b, IoBatch::Kind::Recv);
+  const auto start = std::chrono::steady_clock::now();
+  turn();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  EXPECT_EQ(-EAGAIN, ra.result);
+  EXPECT_EQ(-EAGAIN, rb.result);
+  EXPECT_EQ(1, ra.finished);
+  EXPECT_EQ(1, rb.finished);
+  (void)pa;
+  (void)pb;
+}
+
+TEST_F(IoBatchTest, OneOperationIsTheSystemCallItself) {
+  auto [ours, peer] = pair();
+  Owner s;
+  s.to_send = "alone";
+  batch_.add(&s, kFullHandler, ours, IoBatch::Kind::Send);
+  turn();
+  EXPECT_EQ(1u, batch_.operations());
+  EXPECT_EQ(0u, batch_.ringEnters());
+  EXPECT_EQ(5, s.result);
+  EXPECT_EQ("alone", readAll(peer));
+}
+
+TEST_F(IoBatchTest, ErrorsComeBackAsNegativeErrno) {
+  auto [a, pa] = pair();
+  auto [b, pb] = pair();
+  ::close(pa);
+  ::close(pb);
+  fds_.erase(std::remove(fds_.begin(), fds_.end(), pa), fds_.end());
+  fds_.erase(std::remove(fds_.begin(), fds_.end(), pb), fds_.end());
+  Owner sa, sb;
+  sa.to_send = sb.to_send = "nobody";
+  batch_.add(&sa, kFullHandler, a, IoBatch::Kind::Send);
+  batch_.add(&sb, kFullHandler, b, IoBatch::Kind::Send);
+  turn();
+  EXPECT_EQ(-EPIPE, sa.result);
+  EXPECT_EQ(-EPIPE, sb.result);
+}
+
+TEST_F(IoBatchTest, ACancelledOperationIsNeverPrepared) {
+  auto [a, pa] = pair();
+  auto [b, pb] = pair();
+  Owner gone, kept;
+  gone.to_send = "gone";
+  kept.to_send = "kept";
+  batch_.add(&gone, kFullHandler, a, IoBatch::Kind::Send);
+  batch_.add(&kept, kFullHandler, b, IoBatch::Kind::Send);
+  batch_.cancel(&gone);
+  turn();
+  EXPECT_EQ(0, gone.prepared);
+  EXPECT_EQ(0, gone.finished);
+  EXPECT_EQ("", readAll(pa));
+  EXPECT_EQ("kept", readAll(pb));
+}
+
+TEST_F(IoBatchTest, EveryAnswerIsAppliedBeforeAnyOwnerActsAndACancelStopsTheRest) {
+  std::vector<Owner*> all;
+  Owner first, second, third;
+  for (Owner* o : {&first, &second, &third}) {
+    auto [ours, peer] = pair();
+    ASSERT_EQ(2, ::send(peer, "hi", 2, 0));
+    o->fd = ours;
+    o->all = &all;
+    o->batch = &batch_;
+    all.push_back(o);
+    batch_.add(o, kFullHandler, ours, IoBatch::Kind::Recv);
+  }
+  // The first to finish cancels the second (as a connection closing its partner would).
+  first.cancel_on_finish = &second;
+  turn();
+  EXPECT_TRUE(first.everyone_applied_before_finish);
+  EXPECT_TRUE(third.everyone_applied_before_finish);
+  EXPECT_EQ(1, second.applied);  // its bytes arrived with the others
+  EXPECT_EQ(0, second.finished);
+  EXPECT_EQ(1, first.finished);
+  EXPECT_EQ(1, third.finished);
+}
+
+TEST_F(IoBatchTest, AnOperationQueuedWhileFinishingRunsInTheSameFlush) {
+  auto [a, pa] = pair();
+  auto [b, pb] = pair();
+  Owner sa, sb;
+  sa.to_send = "first";
+  sb.to_send = "other";
+  sa.batch = &batch_;
+  sa.fd = a;
+  sa.send_again_on_finish = true;
+  batch_.add(&sa, kFullHandler, a, IoBatch::Kind::Send);
+  batch_.add(&sb, kFullHandler, b, IoBatch::Kind::Send);
+  turn();
+  EXPECT_EQ(2, sa.finished);
+  EXPECT_EQ("firstagain", readAll(pa));
+  EXPECT_EQ("other", readAll(pb));
+}
+
+TEST_F(IoBatchTest, APrepareThatFindsNothingLeavesTheOperationOut) {
+  auto [a, pa] = pair();
+  Owner empty;  // nothing to send any more
+  batch_.add(&empty, kFullHandler, a, IoBatch::Kind::Send);
+  turn();
+  EXPECT_EQ(1, empty.prepared);
+  EXPECT_EQ(0, empty.applied);
+  EXPECT_EQ(0, empty.finished);
+  EXPECT_EQ(0u, batch_.operations());
+  (void)pa;
+}
+
+TEST_F(IoBatchTest, MoreOperationsThanTheRingHoldsAllRun) {
+  const int n = static_cast<int>(IoBatch::kRingEntries) + 40;
+  std::vector<std::unique_ptr<Owner>> owners;
+  std::vector<int> peers;
+  for (int i = 0; i < n; ++i) {
+    auto [ours, peer] = pair();
+    auto o = std::make_unique<Owner>();
+    o->to_send = "x";
+    batch_.add(o.get(), kFullHandler, ours, IoBatch::Kind::Send);
+    owners.push_back(std::move(o));
+    peers.push_back(peer);
+  }
+  turn();
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(1, owners[i]->finished);
+    EXPECT_EQ("x", readAll(peers[i]));
+  }
+  if (batch_.ringAvailable()) EXPECT_EQ(2u, batch_.ringEnters());
+}
+
+TEST_F(IoBatchTest, TurnedOffTheDispatcherHasNoBatch) {
+  dispatcher_.setIoBatching(false);
+  EXPECT_EQ(nullptr, dispatcher_.ioBatch());
+  dispatcher_.setIoBatching(true);
+  EXPECT_NE(nullptr, dispatcher_.ioBatch());
+}
+
+}  // namespace
+}  // namespace event
+}  // namespace sluice
