@@ -12,6 +12,7 @@
 # GROUP_LIMITS and KEY_LIMITS (YAML flow maps, e.g. GROUP_LIMITS='{requests_per_second: 1e6}')
 # put the key in a policy group "bench" with those limits and key_limits (and a state_file, so
 # quota_bytes may be set).
+# BENCH_SERVER_OPTIONS="disable_io_uring: true": one more line under `server:`.
 # SLUICE_EXTRA_CONFIG: a file of YAML appended to the config (e.g. a policy for the key's group,
 # "default"; not with GROUP_LIMITS or KEY_LIMITS, which write a policy of their own).
 set -euo pipefail
@@ -32,7 +33,8 @@ count() {  # requests -> total Ir of sluice serving them
   cat >"$dir/s.yaml" <<YAML
 server:
   listen: 127.0.0.1:18312
-  workers: 1
+  workers: 1${BENCH_SERVER_OPTIONS:+
+  $BENCH_SERVER_OPTIONS}
 admin:
   listen: 127.0.0.1:18313
 destinations:

@@ -55,8 +55,12 @@ void IoBatch::flush() {
   flushing_ = true;
   for (int round = 0; round < kMaxRounds && !queued_.empty(); ++round) {
     const size_t take = std::min<size_t>(queued_.size(), kRingEntries);
-    running_.assign(queued_.begin(), queued_.begin() + static_cast<ptrdiff_t>(take));
-    queued_.erase(queued_.begin(), queued_.begin() + static_cast<ptrdiff_t>(take));
+    if (take == queued_.size()) {
+      running_.swap(queued_);  // the usual case: no copy
+    } else {
+      running_.assign(queued_.begin(), queued_.begin() + static_cast<ptrdiff_t>(take));
+      queued_.erase(queued_.begin(), queued_.begin() + static_cast<ptrdiff_t>(take));
+    }
     if (slices_.size() < take * kMaxSlices) slices_.resize(take * kMaxSlices);
     size_t prepared = 0;
     for (size_t i = 0; i < take; ++i) {
