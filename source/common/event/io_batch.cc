@@ -85,11 +85,12 @@ void IoBatch::flush() {
     for (Op& op : running_) {
       if (op.owner != nullptr) op.handler->apply(op.owner, op.kind, op.result, op.asked, op.cookie);
     }
-    for (size_t i = 0; i < running_.size(); ++i) {
-      const Op op = running_[i];
-      if (op.owner == nullptr) continue;
-      running_[i].owner = nullptr;
-      op.handler->finish(op.owner, op.kind, op.result, op.asked);
+    // finish() may queue (into queued_) and cancel (here too), never grow running_.
+    for (Op& op : running_) {
+      void* owner = op.owner;
+      if (owner == nullptr) continue;
+      op.owner = nullptr;
+      op.handler->finish(owner, op.kind, op.result, op.asked);
     }
     running_.clear();
   }
@@ -215,7 +216,9 @@ void IoBatch::execute(size_t prepared) {
       ++ring_enters_;
       continue;
     }
-    io_uring_wait_cqe(ring, &cqe);
+    // Submits anything the kernel did not take yet, then waits for one more answer.
+    io_uring_submit_and_wait(ring, 1);
+    ++ring_enters_;
   }
   for (Op& op : running_) {
     if (op.owner != nullptr && op.result == -ECANCELED) op.result = -EAGAIN;
