@@ -169,8 +169,9 @@ void IoBatch::execute(size_t prepared) {
     io_uring_sqe_set_data64(sqe, i);
     op.result = -ECANCELED;
   }
-  // One entry into the kernel for the whole batch. The queue is taken whole or not at all
-  // (SUBMIT_ALL); a refusal (no memory for the requests) is tried again.
+  // One entry into the kernel for the whole batch. An entry that fails goes on with the rest,
+  // its error in its own answer (SUBMIT_ALL); a refusal of the whole call (no memory for the
+  // requests) is tried again.
   int submitted;
   int tries = 0;
   do {
