@@ -33,7 +33,8 @@ bench_cleanup() {
 # bench_sluice_config PORT_BASE [WORKERS]: a fresh key (KEY, kept when already set), test
 # certificates ($WORK/certs, kept when there), and $WORK/sluice.yaml with WORKERS workers (1):
 # plain port PORT_BASE+3, TLS +4, SOCKS5 +5, admin +6 (set as *_PORT). BENCH_TLS_OPTIONS: more
-# keys of the short form's tls section, e.g. "handshakes_per_turn: 0".
+# keys of the short form's tls section, e.g. "handshakes_per_turn: 0"; BENCH_SERVER_OPTIONS: of
+# its server section, e.g. "disable_io_uring: true".
 bench_sluice_config() {
   local base=$1 workers=${2:-1}
   SLUICE_PORT=$((base + 3)) TLS_PORT=$((base + 4)) SOCKS_PORT=$((base + 5))
@@ -41,7 +42,7 @@ bench_sluice_config() {
   KEY=${KEY:-$(head -c 24 /dev/urandom | base64 | tr '+/' '-_')}
   [ -f "$WORK/certs/ca.pem" ] || tools/gen-test-certs.sh "$WORK/certs" >/dev/null
   cat >"$WORK/sluice.yaml" <<YAML
-server: {listen: "127.0.0.1:$SLUICE_PORT", workers: $workers}
+server: {listen: "127.0.0.1:$SLUICE_PORT", workers: $workers${BENCH_SERVER_OPTIONS:+, $BENCH_SERVER_OPTIONS}}
 admin: {listen: "127.0.0.1:$ADMIN_PORT"}
 auth: {api_keys: ["$KEY"]}
 destinations: {allow_private: true}
