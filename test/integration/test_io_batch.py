@@ -62,7 +62,10 @@ def test_keep_alive_requests_go_through_the_workers_ring(start_sluice, sluice_or
 def test_new_connections_and_tunnels_through_the_ring(start_sluice, sluice_origin):
     s = start_sluice(workers=1)
     load(s, sluice_origin.url + "/bytes/1024", "--new-conn")
+    batched = s.stat("server.io_batched")
+    assert batched > 6000, batched
     load(s, sluice_origin.url + "/bytes/1024", "--connect")
+    assert s.stat("server.io_batched") > batched + 6000
 
 
 def test_disable_io_uring_makes_a_system_call_each(start_sluice, sluice_origin):

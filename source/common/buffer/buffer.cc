@@ -387,20 +387,12 @@ ssize_t Buffer::readFrom(int fd, size_t max, int& err, size_t& asked, bool small
 }
 
 ssize_t Buffer::writeTo(int fd, int& err, size_t& asked) {
-  constexpr int kMaxIov = 64;
+  constexpr unsigned kMaxIov = 64;
   iovec iov[kMaxIov];
-  int n = 0;
-  asked = 0;
-  for (Block* b = head_; b != nullptr && n < kMaxIov; b = b->next) {
-    if (b->readable() == 0) continue;
-    iov[n].iov_base = b->data() + b->start;
-    iov[n].iov_len = b->readable();
-    asked += b->readable();
-    ++n;
-  }
+  const unsigned n = slices(iov, kMaxIov, asked);
   if (n == 0) return 0;
   ssize_t rc =
-      n == 1 ? ::send(fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL) : ::writev(fd, iov, n);
+      n == 1 ? ::send(fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL) : ::writev(fd, iov, static_cast<int>(n));
   if (rc < 0) {
     err = errno;
     return rc;

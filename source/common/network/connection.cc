@@ -509,6 +509,7 @@ void Connection::leaveBatch(bool send_now) {
     int err = 0;
     size_t asked = 0;
     const ssize_t rc = write_buffer_.writeTo(fd_, err, asked);
+    if (rc > 0) counters_.tx.add(static_cast<uint64_t>(rc));
     if (rc <= 0 || static_cast<size_t>(rc) < asked) break;
   }
 }

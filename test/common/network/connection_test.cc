@@ -510,11 +510,16 @@ TEST_P(ConnectionTest, ManyConnectionsShareOneEntryIntoTheKernel) {
 }
 
 TEST_P(ConnectionTest, AWriteRightBeforeACloseWithoutFlushStillLeaves) {
+  stats::Store& store = stats::Store::get();
+  const std::string tx = GetParam() ? "test.last_words.batched.tx" : "test.last_words.calls.tx";
+  const std::string rx = GetParam() ? "test.last_words.batched.rx" : "test.last_words.calls.rx";
   connectPair();
+  server_->setByteCounters({store.counter(rx), store.counter(tx)});
   send(*server_, "last words");
   server_->close(CloseType::NoFlush);
   ASSERT_TRUE(runUntil(dispatcher_, [&] { return client_cb_.end_stream_calls == 1; }));
   EXPECT_EQ("last words", client_cb_.received);
+  EXPECT_EQ(10u, store.counterValue(tx));
 }
 
 // A connection that stops reading after its receive was queued, and before the batch ran, keeps
