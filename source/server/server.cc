@@ -770,7 +770,7 @@ void Server::beginDrain() {
 void Server::onWorkerExit(uint32_t) {
   if (++workers_exited_ == workers_.size()) {
     if (drain_timer_) drain_timer_->disable();
-    event_base_loopbreak(dispatcher_.base());
+    dispatcher_.stop();
   }
 }
 

@@ -24,6 +24,27 @@ namespace server {
 namespace {
 // Sockets accepted per readiness event before yielding to the connections already open.
 constexpr int kAcceptsPerEvent = 64;
+// A listening socket ready at every look for this long is taken kAcceptsPerEvent at a time.
+constexpr std::chrono::milliseconds kAcceptBurstAfter{1};
+
+// accept(2) passes on the errors of the connection it took (Linux), which is then gone: the
+// queue behind it is fine.
+bool acceptErrorIsTheConnections(int err) {
+  switch (err) {
+    case EPROTO:
+    case EPERM:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case ENONET:
+    case EHOSTUNREACH:
+    case EOPNOTSUPP:
+    case ENETDOWN:
+    case ENETUNREACH:
+      return true;
+    default:
+      return false;
+  }
+}
 // How long accepting pauses after EMFILE/ENFILE: the backlog waits, nothing spins.
 constexpr std::chrono::milliseconds kAcceptBackoff{100};
 }  // namespace
@@ -224,10 +245,18 @@ void AcceptedSocket::run(std::vector<network::ListenerFilterPtr> filters) {
 // ---- ActiveListener ----
 
 ActiveListener::ActiveListener(Worker& worker, ListenerConfigSharedPtr config, int fd)
-    : worker_(worker), fd_(fd), backoff_(worker.dispatcher(), [this] { onAcceptReady(); }) {
+    : worker_(worker), fd_(fd), backoff_(worker.dispatcher(), [this] { watch(); }) {
   setConfig(std::move(config));
+  watch();
+}
+
+void ActiveListener::watch() {
+  if (fd_ < 0) return;
+  // Level-triggered: while connections wait, every look at the sockets says so, so one accept
+  // per look needs no further accept to learn that the queue is empty.
   event_ = std::make_unique<event::FileEvent>(
-      worker.dispatcher(), fd_, this, event::FileEvent::To<&ActiveListener::onSocketEvent>());
+      worker_.dispatcher(), fd_, this, event::FileEvent::To<&ActiveListener::onSocketEvent>(),
+      event::FileEvent::Interest::ReadLevel);
 }
 
 void ActiveListener::onSocketEvent(uint32_t events) {
@@ -256,7 +285,19 @@ void ActiveListener::stopAccepting() {
 }
 
 void ActiveListener::onAcceptReady() {
-  for (int i = 0; i < kAcceptsPerEvent && fd_ >= 0; ++i) {
+  // One connection per look at the sockets: the level-triggered socket says at the next look
+  // whether more wait, so the accept that would only say EAGAIN is skipped (connections come in
+  // small clumps: taking more per look costs that accept more often than it saves a look).
+  // Ready at every look for kAcceptBurstAfter, the socket is taken kAcceptsPerEvent at a time
+  // (until EAGAIN): a burst, or a loop so busy that its looks are far apart, does not leave the
+  // queue to overflow.
+  event::Dispatcher& dispatcher = worker_.dispatcher();
+  const uint64_t turn = dispatcher.turns();
+  const event::MonotonicTime now = dispatcher.now();
+  if (turn != last_accept_turn_ + 1) ready_since_ = now;
+  last_accept_turn_ = turn;
+  const int limit = now - ready_since_ >= kAcceptBurstAfter ? kAcceptsPerEvent : 1;
+  for (int i = 0; i < limit && fd_ >= 0; ++i) {
     sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -264,16 +305,16 @@ void ActiveListener::onAcceptReady() {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       if (errno == EINTR || errno == ECONNABORTED) continue;
       config_->stats.downstream_accept_error.inc();
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        // Logged once per streak: the retry every kAcceptBackoff would flood the log.
-        if (failed_accepts_++ == 0) {
-          SLUICE_LOG(Warn, "listener '%s': accept: %s; retrying every %d ms", config_->name,
-                     strerror(errno), static_cast<int>(kAcceptBackoff.count()));
-        }
-        backoff_.enable(kAcceptBackoff);
-        return;
+      if (acceptErrorIsTheConnections(errno)) continue;  // that connection is gone, not the rest
+      // Out of descriptors or memory, or worse. Logged once per streak: the retry every
+      // kAcceptBackoff would flood the log. Level-triggered, the waiting connections would
+      // report the socket at every look: it is not watched until the backoff ends.
+      if (failed_accepts_++ == 0) {
+        SLUICE_LOG(Warn, "listener '%s': accept: %s; retrying every %d ms", config_->name,
+                   strerror(errno), static_cast<int>(kAcceptBackoff.count()));
       }
-      SLUICE_LOG(Warn, "listener '%s': accept: %s", config_->name, strerror(errno));
+      event_.reset();
+      backoff_.enable(kAcceptBackoff);
       return;
     }
     if (failed_accepts_ > 0) {
@@ -297,8 +338,6 @@ void ActiveListener::onAcceptReady() {
     raw->position = pending_.begin();
     raw->run(std::move(filters));
   }
-  // More may be waiting: edge-triggered readiness will not say so again.
-  if (fd_ >= 0 && event_) event_->activate(event::FileEvent::kRead);
 }
 
 void ActiveListener::onSocketDone(AcceptedSocket& socket, bool success) {
@@ -533,7 +572,7 @@ void Worker::drain() {
 }
 
 void Worker::stop() {
-  dispatcher_.post([this] { event_base_loopbreak(dispatcher_.base()); });
+  dispatcher_.post([this] { dispatcher_.stop(); });
 }
 
 void Worker::applyConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> sockets,
@@ -686,7 +725,7 @@ void Worker::closeConnections() {
 void Worker::maybeFinishDrain() {
   if (draining_ && connections_ == nullptr) {
     // Let deferred deletions run first, then leave the loop.
-    dispatcher_.post([this] { event_base_loopbreak(dispatcher_.base()); });
+    dispatcher_.post([this] { dispatcher_.stop(); });
   }
 }
 

@@ -120,8 +120,10 @@ class AcceptedSocket : public event::DeferredDeletable {
   ListenerFilterChain chain_;
 };
 
-// One listener's SO_REUSEPORT socket on one worker: accepts until EAGAIN, backs off when the
-// process runs out of file descriptors, refuses sockets over the listener's connection limits.
+// One listener's SO_REUSEPORT socket on one worker: accepts one connection per look at the
+// sockets while they come one at a time, up to kAcceptsPerEvent (or EAGAIN) in a burst; backs off
+// when the process runs out of file descriptors; refuses sockets over the listener's connection
+// limits.
 class ActiveListener {
  public:
   ActiveListener(Worker& worker, ListenerConfigSharedPtr config, int fd);
@@ -141,6 +143,8 @@ class ActiveListener {
  private:
   void onAcceptReady();
   void onSocketEvent(uint32_t events);
+  // Watches the listening socket (again, after a backoff).
+  void watch();
   // Takes a place in the connection limits for the socket, or refuses and closes it.
   bool admit(int fd, const network::Address& peer, network::ConnectionSlot& slot);
   // Sends the overflow reply (if the listener has one) to a socket refused over a limit.
@@ -155,7 +159,9 @@ class ActiveListener {
   int fd_;
   std::unique_ptr<event::FileEvent> event_;
   event::Timer backoff_;
-  uint32_t failed_accepts_ = 0;  // accepts failed for lack of descriptors or memory, in a row
+  uint32_t failed_accepts_ = 0;    // accepts failed for lack of descriptors or memory, in a row
+  uint64_t last_accept_turn_ = 0;  // the loop's turn of the last look that found it ready
+  event::MonotonicTime ready_since_{};  // ready at every look since
   std::list<std::unique_ptr<AcceptedSocket>> pending_;
 };
 

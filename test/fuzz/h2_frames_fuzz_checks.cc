@@ -164,7 +164,7 @@ void runFrames(const uint8_t* data, size_t size) {
   }
   // Deferred flushes and 0 ms timers.
   for (int i = 0; i < 3 && conn->open(); ++i) {
-    event_base_loop(worker->dispatcher().base(), EVLOOP_NONBLOCK);
+    worker->dispatcher().runOnce(false);
     drainPeer(fds[1], peer);
   }
   if (conn->open()) {
@@ -180,7 +180,7 @@ void runFrames(const uint8_t* data, size_t size) {
   conn.reset();
   ::close(fds[1]);
   // Upstreams and connections queued for deferred deletion.
-  event_base_loop(worker->dispatcher().base(), EVLOOP_NONBLOCK);
+  worker->dispatcher().runOnce(false);
 }
 
 }  // namespace sluice::http2::fuzz

@@ -294,7 +294,7 @@ TEST_F(AdminTest, DrainIsAnsweredBeforeItStarts) {
   AdminHandlers handlers;
   handlers.drain = [this] {
     drains_.fetch_add(1);
-    event_base_loopbreak(dispatcher_->base());
+    dispatcher_->stop();
   };
   start(std::move(handlers));
   // Keep-alive asked for: the drain answer closes the connection all the same.

@@ -17,35 +17,37 @@ Dispatcher::Dispatcher() {
   event_config* cfg = event_config_new();
   // Each base is used by one thread; post() takes its own lock.
   event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
-  // Sockets are in the dispatcher's own epoll set, not in libevent (FileEvent): libevent waits on
-  // that set, its wake eventfd and the few descriptors of its own (the DNS resolver's, the admin
-  // endpoint's) with poll(2). Not with epoll: an epoll set that another epoll set watches makes
-  // every EPOLL_CTL_ADD to it take the kernel's global epoll mutex and walk the nesting for loops,
-  // once per accepted or connected socket; polled, the set is a descriptor like any other.
+  // Sockets are in the dispatcher's own epoll set, not in libevent (FileEvent). When libevent
+  // waits, it waits on that set and the few descriptors of its own (the DNS resolver's, the
+  // admin endpoint's, signals) with poll(2). Not with epoll: an epoll set that another epoll set
+  // watches makes every EPOLL_CTL_ADD to it take the kernel's global epoll mutex and walk the
+  // nesting for loops, once per accepted or connected socket; polled, the set is a descriptor
+  // like any other.
   event_config_avoid_method(cfg, "epoll");
   event_config_avoid_method(cfg, "select");
   base_ = event_base_new_with_config(cfg);
   event_config_free(cfg);
   SLUICE_ASSERT(base_ != nullptr, "event_base_new failed");
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  SLUICE_ASSERT(wake_fd_ >= 0, "eventfd failed");
-  event_assign(&post_event_, base_, wake_fd_, EV_READ | EV_PERSIST, &Dispatcher::onPosted, this);
-  event_add(&post_event_, nullptr);
-  event_assign(&deferred_event_, base_, -1, 0, &Dispatcher::onDeferredDelete, this);
   evtimer_assign(&timer_event_, base_, &Dispatcher::onTimerEvent, this);
   sockets_fd_ = epoll_create1(EPOLL_CLOEXEC);
   SLUICE_ASSERT(sockets_fd_ >= 0, "epoll_create1 failed");
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  SLUICE_ASSERT(wake_fd_ >= 0, "eventfd failed");
+  epoll_event wake{};
+  wake.events = EPOLLIN | EPOLLET;
+  wake.data.ptr = &wake_tag_;
+  SLUICE_ASSERT(epoll_ctl(sockets_fd_, EPOLL_CTL_ADD, wake_fd_, &wake) == 0,
+                "epoll_ctl(ADD) of the wake eventfd failed");
   event_assign(&sockets_event_, base_, sockets_fd_, EV_READ | EV_PERSIST, &Dispatcher::onSockets,
                this);
   event_add(&sockets_event_, nullptr);
-  event_assign(&activated_event_, base_, -1, 0, &Dispatcher::onActivated, this);
-  io_batch_ = std::make_unique<IoBatch>(base_);
+  io_batch_ = std::make_unique<IoBatch>();
 }
 
 void Dispatcher::setIoBatching(bool on) {
   if (on == (io_batch_ != nullptr)) return;
   if (on) {
-    io_batch_ = std::make_unique<IoBatch>(base_);
+    io_batch_ = std::make_unique<IoBatch>();
   } else {
     io_batch_->flush();
     io_batch_.reset();
@@ -55,11 +57,8 @@ void Dispatcher::setIoBatching(bool on) {
 Dispatcher::~Dispatcher() {
   clearDeferred();
   io_batch_.reset();
-  event_del(&post_event_);
-  event_del(&deferred_event_);
   evtimer_del(&timer_event_);
   event_del(&sockets_event_);
-  event_del(&activated_event_);
   // Timers that outlive the dispatcher (destroyed after it) must not reach back into it.
   for (Timer* timer : timers_) timer->slot_ = Timer::kUnarmed;
   event_base_free(base_);
@@ -67,10 +66,67 @@ Dispatcher::~Dispatcher() {
   close(sockets_fd_);
 }
 
-void Dispatcher::run() { event_base_loop(base_, 0); }
+void Dispatcher::run() {
+  stopped_ = false;
+  while (!stopped_) runOnce(true);
+}
+
+void Dispatcher::stop() {
+  stopped_ = true;
+  event_base_loopbreak(base_);
+}
 
 void Dispatcher::exit() {
-  post([this] { event_base_loopbreak(base_); });
+  post([this] { stop(); });
+}
+
+bool Dispatcher::libeventIdle() const {
+  // The sockets' set is always there; the timers' libevent timer while armed.
+  const int ours = 1 + (evtimer_pending(&timer_event_, nullptr) ? 1 : 0);
+  return event_base_get_num_events(base_, EVENT_BASE_COUNT_ADDED | EVENT_BASE_COUNT_ACTIVE) == ours;
+}
+
+bool Dispatcher::workDue() const {
+  return !activated_.empty() || !deferred_.empty() ||
+         (io_batch_ != nullptr && io_batch_->pending());
+}
+
+int Dispatcher::timerWaitMs(MonotonicTime now) const {
+  if (timers_.empty()) return -1;
+  const MonotonicTime due = timers_.front()->deadline_;
+  if (due <= now) return 0;
+  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(due - now).count();
+  return static_cast<int>(std::min<int64_t>(wait, 24 * 3600 * 1000));
+}
+
+void Dispatcher::runOnce(bool may_wait) {
+  ++turns_;
+  const bool wait = may_wait && !workDue();
+  if (libeventIdle()) {
+    // One system call for the turn: the set itself, as long as the earliest timer allows.
+    const uint32_t armed_before = next_timer_order_;
+    takeReady(wait ? timerWaitMs(now()) : 0);
+    if (!timers_.empty() && timers_.front()->deadline_ <= now() + kTimerSlack) {
+      runTimers(armed_before);
+    }
+  } else {
+    event_base_loop(base_, wait ? EVLOOP_ONCE : EVLOOP_ONCE | EVLOOP_NONBLOCK);
+  }
+  runWork();
+}
+
+void Dispatcher::runWork() {
+  // Events activated by the batch's owners, and batch operations queued by activated owners,
+  // run in the same turn, a few passes at most; the rest waits for the next turn (which then
+  // does not wait).
+  for (int pass = 0; pass < 4; ++pass) {
+    const bool activated = !activated_.empty();
+    if (activated) onActivated();
+    const bool batched = io_batch_ != nullptr && io_batch_->pending();
+    if (batched) io_batch_->flush();
+    if (!activated && !batched) break;
+  }
+  clearDeferred();
 }
 
 void Dispatcher::post(std::function<void()> fn) {
@@ -87,33 +143,23 @@ void Dispatcher::post(std::function<void()> fn) {
   }
 }
 
-void Dispatcher::onPosted(evutil_socket_t, short, void* arg) {
-  auto* self = static_cast<Dispatcher*>(arg);
+void Dispatcher::onPosted() {
   uint64_t count;
-  ssize_t unused = ::read(self->wake_fd_, &count, sizeof(count));
+  ssize_t unused = ::read(wake_fd_, &count, sizeof(count));
   (void)unused;
   std::vector<std::function<void()>> run;
   {
-    std::lock_guard<std::mutex> lock(self->post_lock_);
-    run.swap(self->posted_);
+    std::lock_guard<std::mutex> lock(post_lock_);
+    run.swap(posted_);
   }
   for (auto& fn : run) fn();
 }
 
 void Dispatcher::deferredDelete(DeferredDeletablePtr object) {
   deferred_.push_back(std::move(object));
-  if (!deferred_scheduled_) {
-    deferred_scheduled_ = true;
-    event_active(&deferred_event_, EV_TIMEOUT, 0);
-  }
-}
-
-void Dispatcher::onDeferredDelete(evutil_socket_t, short, void* arg) {
-  static_cast<Dispatcher*>(arg)->clearDeferred();
 }
 
 void Dispatcher::clearDeferred() {
-  deferred_scheduled_ = false;
   // Destructors may defer more objects; loop until none are left.
   while (!deferred_.empty()) {
     std::vector<DeferredDeletablePtr> batch;
@@ -214,16 +260,16 @@ void Dispatcher::scheduleTimers(MonotonicTime now) {
 }
 
 void Dispatcher::onTimerEvent(evutil_socket_t, short, void* arg) {
-  static_cast<Dispatcher*>(arg)->runTimers();
+  auto* self = static_cast<Dispatcher*>(arg);
+  self->runTimers(self->next_timer_order_);
 }
 
-void Dispatcher::runTimers() {
+void Dispatcher::runTimers(uint32_t pass_end) {
   timer_event_armed_ = false;
   // One reading of the clock for the whole pass: a timer armed by a callback with a zero
   // timeout waits for the next pass (the next loop iteration), as with libevent's own timers.
   // Timers armed during the pass (order from pass_end on) wait for the next one too.
   const MonotonicTime now = this->now();
-  const uint32_t pass_end = next_timer_order_;
   while (!timers_.empty()) {
     Timer& timer = *timers_.front();
     if (timer.deadline_ > now + kTimerSlack) break;
@@ -249,17 +295,25 @@ void Timer::disable() {
 }
 
 void Dispatcher::onSockets(evutil_socket_t, short, void* arg) {
-  auto* self = static_cast<Dispatcher*>(arg);
-  // Level-triggered in libevent: a full batch leaves the set ready, and the next loop iteration
-  // takes the rest (after timers and other events had their turn).
-  const int n = epoll_wait(self->sockets_fd_, self->ready_, kReadyBatch, 0);
+  // Level-triggered in libevent: a full batch leaves the set ready, and the next look takes the
+  // rest.
+  static_cast<Dispatcher*>(arg)->takeReady(0);
+}
+
+void Dispatcher::takeReady(int timeout_ms) {
+  const int n = epoll_wait(sockets_fd_, ready_, kReadyBatch, timeout_ms);
   if (n <= 0) return;
-  self->ready_count_ = n;
+  ready_count_ = n;
   for (int i = 0; i < n; ++i) {
-    self->ready_next_ = i + 1;
-    auto* event = static_cast<FileEvent*>(self->ready_[i].data.ptr);
-    if (event == nullptr) continue;  // went away earlier in this batch
-    const uint32_t what = self->ready_[i].events;
+    ready_next_ = i + 1;
+    void* tag = ready_[i].data.ptr;
+    if (tag == nullptr) continue;  // went away earlier in this batch
+    if (tag == &wake_tag_) {
+      onPosted();
+      continue;
+    }
+    auto* event = static_cast<FileEvent*>(tag);
+    const uint32_t what = ready_[i].events;
     uint32_t events = 0;
     if ((what & EPOLLERR) || ((what & EPOLLHUP) && !(what & EPOLLRDHUP))) {
       events = FileEvent::kRead | FileEvent::kWrite;
@@ -270,22 +324,21 @@ void Dispatcher::onSockets(evutil_socket_t, short, void* arg) {
     }
     event->deliver_(event->owner_, events);
   }
-  self->ready_count_ = 0;
-  self->ready_next_ = 0;
+  ready_count_ = 0;
+  ready_next_ = 0;
 }
 
-void Dispatcher::onActivated(evutil_socket_t, short, void* arg) {
-  auto* self = static_cast<Dispatcher*>(arg);
-  // Events activated by these callbacks wait for the next turn.
-  self->delivering_.swap(self->activated_);
-  for (size_t i = 0; i < self->delivering_.size(); ++i) {
-    FileEvent* event = self->delivering_[i];
+void Dispatcher::onActivated() {
+  // Events activated by these callbacks wait for the next pass.
+  delivering_.swap(activated_);
+  for (size_t i = 0; i < delivering_.size(); ++i) {
+    FileEvent* event = delivering_[i];
     if (event == nullptr) continue;
     const uint32_t events = event->activated_;
     event->activated_ = 0;
     event->deliver_(event->owner_, events);
   }
-  self->delivering_.clear();
+  delivering_.clear();
 }
 
 void Dispatcher::forget(FileEvent* event) {
@@ -303,9 +356,23 @@ void Dispatcher::forget(FileEvent* event) {
   }
 }
 
+namespace {
+uint32_t epollEvents(FileEvent::Interest interest) {
+  switch (interest) {
+    case FileEvent::Interest::Read:
+      return EPOLLIN | EPOLLRDHUP | EPOLLET;
+    case FileEvent::Interest::ReadWrite:
+      return EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    case FileEvent::Interest::ReadLevel:
+      return EPOLLIN | EPOLLRDHUP;
+  }
+  return EPOLLIN | EPOLLRDHUP | EPOLLET;
+}
+}  // namespace
+
 void FileEvent::add() {
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.events = epollEvents(interest_);
   ev.data.ptr = this;
   if (epoll_ctl(dispatcher_.sockets_fd_, EPOLL_CTL_ADD, fd_, &ev) != 0) {
     // Not a socket epoll can watch, or one already watched: the owner hears an error on its
@@ -316,13 +383,25 @@ void FileEvent::add() {
   }
 }
 
+void FileEvent::watchWrites() {
+  if (interest_ != Interest::Read) return;  // watched already, or level-triggered reads only
+  interest_ = Interest::ReadWrite;
+  if (fd_ < 0) return;
+  epoll_event ev{};
+  ev.events = epollEvents(interest_);
+  ev.data.ptr = this;
+  if (epoll_ctl(dispatcher_.sockets_fd_, EPOLL_CTL_MOD, fd_, &ev) != 0) {
+    // The registration is gone (it cannot be, short of a closed descriptor): the owner hears
+    // an error on its next write.
+    SLUICE_LOG(Warn, "epoll_ctl(MOD, %d): %s", fd_, strerror(errno));
+    activate(kWrite);
+  }
+}
+
 void FileEvent::activate(uint32_t events) {
   if (events == 0) return;
-  if (activated_ == 0) {
-    if (dispatcher_.activated_.empty()) event_active(&dispatcher_.activated_event_, EV_TIMEOUT, 0);
-    dispatcher_.activated_.push_back(this);
-  }
-  activated_ |= events;
+  if (activated_ == 0) dispatcher_.activated_.push_back(this);
+  activated_ = static_cast<uint8_t>(activated_ | events);
 }
 
 void FileEvent::remove() {

@@ -31,9 +31,17 @@ using DeferredDeletablePtr = std::unique_ptr<DeferredDeletable>;
 class Timer;
 class FileEvent;
 
-// One libevent event_base, the epoll set of its sockets (FileEvent) that the base watches as one
-// descriptor, and the thread that runs them. Everything created on a dispatcher is used only from
-// its thread; post() is the one way in from other threads.
+// The loop of one thread: the epoll set of its sockets (FileEvent), its timers, and one libevent
+// event_base for what libevent runs itself (the DNS resolver, the admin endpoint, signals).
+// Everything created on a dispatcher is used only from its thread; post() is the one way in
+// from other threads.
+//
+// A turn of the loop waits once, then runs what became due. While libevent has nothing of its
+// own to watch (a worker whose resolver is idle: the usual case), the turn waits in one
+// epoll_wait(2) on the sockets' set, whose timeout is the earliest timer. Otherwise libevent
+// waits, with the sockets' set as one of its descriptors, and the turn takes what is ready from
+// the set after it. Either way the turn ends with the events activated meanwhile, the batch of
+// sends and receives (IoBatch) and the deferred deletions.
 class Dispatcher {
  public:
   Dispatcher();
@@ -42,9 +50,17 @@ class Dispatcher {
   Dispatcher& operator=(const Dispatcher&) = delete;
 
   event_base* base() { return base_; }
-  // Runs until exit() or until nothing is left to wait for.
+  // Runs turns until exit() or stop().
   void run();
+  // One turn: waits (not when `may_wait` is false, nor when work is already due), then runs what
+  // is ready and due. Tests drive the loop with it.
+  void runOnce(bool may_wait = true);
+  // Thread-safe: the loop stops after the turn that runs it.
   void exit();
+  // On the dispatcher's thread: run() returns after the current turn.
+  void stop();
+  // Turns begun so far (the current one included).
+  uint64_t turns() const { return turns_; }
   // Thread-safe: runs fn on the dispatcher's thread, soon.
   void post(std::function<void()> fn);
   // Deletes the object after the current callback returns (safe from inside its own callbacks).
@@ -59,12 +75,21 @@ class Dispatcher {
 
  private:
   friend class Timer;
-  static void onPosted(evutil_socket_t, short, void* arg);
-  static void onDeferredDelete(evutil_socket_t, short, void* arg);
+  void onPosted();
   static void onTimerEvent(evutil_socket_t, short, void* arg);
   friend class FileEvent;
   static void onSockets(evutil_socket_t, short, void* arg);
-  static void onActivated(evutil_socket_t, short, void* arg);
+  // Looks at the sockets' set (waiting up to timeout_ms) and calls the owner of each ready one.
+  void takeReady(int timeout_ms);
+  // True while libevent watches nothing but the sockets' set and the timers' deadline: the turn
+  // can wait on the set itself.
+  bool libeventIdle() const;
+  // Activated events, the batch, deferred deletions: something to run before the next wait.
+  bool workDue() const;
+  void runWork();
+  void onActivated();
+  // Milliseconds to the earliest timer (rounded up; -1 without one).
+  int timerWaitMs(MonotonicTime now) const;
   // A socket event went away: nothing still queued for it (ready or activated) reaches it.
   void forget(FileEvent* event);
   void clearDeferred();
@@ -79,25 +104,29 @@ class Dispatcher {
   void resift(uint32_t slot);
   // Points the libevent timer at the earliest deadline when it is not already due before it.
   void scheduleTimers(MonotonicTime now);
-  void runTimers();
+  // Runs the due timers armed before `pass_end` (an order): one armed during the turn, even
+  // with a zero timeout, waits for the next turn, after the next look at the sockets.
+  void runTimers(uint32_t pass_end);
 
   event_base* base_;
-  // post() wakes the loop through this eventfd, so the base itself needs no lock.
+  bool stopped_ = false;
+  uint64_t turns_ = 0;
+  // post() wakes the loop through this eventfd, a member of the sockets' set, so the loop itself
+  // needs no lock.
   int wake_fd_;
-  struct event post_event_;
-  struct event deferred_event_;
   std::mutex post_lock_;
   std::vector<std::function<void()>> posted_;
   std::vector<DeferredDeletablePtr> deferred_;
-  bool deferred_scheduled_ = false;
   std::vector<Timer*> timers_;
   struct event timer_event_;
   MonotonicTime timer_event_at_{};  // when timer_event_ fires, while timer_event_armed_
   bool timer_event_armed_ = false;
   uint32_t next_timer_order_ = 0;
-  // The sockets' epoll set, watched by libevent as one descriptor.
+  // The sockets' epoll set; libevent watches it as one descriptor when libevent waits.
   int sockets_fd_;
   struct event sockets_event_;
+  // The set's entry for wake_fd_ points here (a socket's points to its FileEvent).
+  char wake_tag_ = 0;
   // What one look at the set found; an entry is cleared when its event goes away meanwhile.
   static constexpr int kReadyBatch = 256;
   epoll_event ready_[kReadyBatch];
@@ -106,7 +135,6 @@ class Dispatcher {
   // Events activate() queued, and those being delivered now (cleared the same way).
   std::vector<FileEvent*> activated_;
   std::vector<FileEvent*> delivering_;
-  struct event activated_event_;
   std::unique_ptr<IoBatch> io_batch_;
 };
 
@@ -175,11 +203,21 @@ class Timer {
 // set, not a libevent event: 32 bytes, and nothing kept per descriptor number. The dispatcher's
 // set is one descriptor that libevent watches; when it is ready, the dispatcher takes what is
 // ready from it and calls each owner.
+//
+// Writability is watched only when asked for (Interest::ReadWrite, or watchWrites() once a
+// write met a full socket): a new socket is writable at once, and an edge-triggered set reports
+// that on registration, which for an accepted connection is one more turn of the loop with
+// nothing to do.
 class FileEvent {
  public:
   static constexpr uint32_t kRead = 1;
   static constexpr uint32_t kWrite = 2;
   static constexpr uint32_t kClosed = 4;
+
+  // ReadLevel: reads only, level-triggered: reported at every look at the set while the socket
+  // is readable, so the owner may take less than all of it (a listening socket that accepts one
+  // connection per look instead of asking once more to hear EAGAIN).
+  enum class Interest : uint8_t { Read, ReadWrite, ReadLevel };
 
   // Names the owner's method that hears the events: FileEvent(d, fd, this,
   // FileEvent::To<&Connection::onFileEvent>()). The dispatcher calls the method through a
@@ -188,19 +226,27 @@ class FileEvent {
   struct To {};
 
   template <class Owner, auto Method>
-  FileEvent(Dispatcher& dispatcher, int fd, Owner* owner, To<Method>)
+  FileEvent(Dispatcher& dispatcher, int fd, Owner* owner, To<Method>,
+            Interest interest = Interest::Read)
       : dispatcher_(dispatcher),
         owner_(owner),
         deliver_(&FileEvent::deliver<Owner, Method>),
-        fd_(fd) {
+        fd_(fd),
+        interest_(interest) {
     add();
   }
   ~FileEvent() { remove(); }
   FileEvent(const FileEvent&) = delete;
   FileEvent& operator=(const FileEvent&) = delete;
 
-  // Runs the callback with these events on the next loop iteration, as if the kernel said so.
+  // Runs the callback with these events at the end of this turn of the loop (or the next one,
+  // when activated from an activated callback), as if the kernel said so.
   void activate(uint32_t events);
+  // From now on writability is reported too (a write met a full socket). Once watched, it stays
+  // watched: one change of the registration per socket at most. If the socket is writable
+  // already, the next look at the set says so.
+  void watchWrites();
+  bool watchingWrites() const { return interest_ == Interest::ReadWrite; }
   // Stops all notifications (before the socket is closed); the callback never runs again.
   void remove();
   Dispatcher& dispatcher() const { return dispatcher_; }
@@ -217,8 +263,9 @@ class FileEvent {
   Dispatcher& dispatcher_;
   void* owner_;
   Deliver deliver_;
-  int fd_;                  // -1 once removed
-  uint32_t activated_ = 0;  // events activate() asked for, not yet delivered
+  int fd_;                 // -1 once removed
+  uint8_t activated_ = 0;  // events activate() asked for, not yet delivered
+  Interest interest_;      // what the registration watches
 };
 
 }  // namespace event

@@ -21,21 +21,14 @@ constexpr int kMaxRounds = 8;
 constexpr uint64_t kCancelTag = UINT64_MAX;
 }  // namespace
 
-IoBatch::IoBatch(event_base* base) {
-  event_assign(&flush_event_, base, -1, 0, &IoBatch::onFlush, this);
-}
+IoBatch::IoBatch() = default;
 
 IoBatch::~IoBatch() {
-  event_del(&flush_event_);
   if (ring_ != nullptr) io_uring_queue_exit(ring_.get());
 }
 
 void IoBatch::add(void* owner, const Handler& handler, int fd, Kind kind) {
   queued_.push_back(Op{owner, &handler, fd, kind});
-  if (!scheduled_ && !flushing_) {
-    scheduled_ = true;
-    event_active(&flush_event_, EV_TIMEOUT, 0);
-  }
 }
 
 void IoBatch::cancel(void* owner) {
@@ -47,10 +40,7 @@ void IoBatch::cancel(void* owner) {
   }
 }
 
-void IoBatch::onFlush(evutil_socket_t, short, void* arg) { static_cast<IoBatch*>(arg)->flush(); }
-
 void IoBatch::flush() {
-  scheduled_ = false;
   if (flushing_) return;
   flushing_ = true;
   for (int round = 0; round < kMaxRounds && !queued_.empty(); ++round) {
@@ -95,10 +85,6 @@ void IoBatch::flush() {
     running_.clear();
   }
   flushing_ = false;
-  if (!queued_.empty() && !scheduled_) {
-    scheduled_ = true;
-    event_active(&flush_event_, EV_TIMEOUT, 0);
-  }
 }
 
 ssize_t IoBatch::callDirect(const Op& op, const iovec* iov) {

@@ -5,8 +5,6 @@
 #include <memory>
 #include <vector>
 
-#include <event2/event.h>
-#include <event2/event_struct.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -28,8 +26,8 @@ namespace event {
 // flight after io_uring_enter returns, so an owner's buffers and the owner itself only have to
 // live until then, and an owner that goes away before is simply left out (cancel()).
 //
-// An owner asks with add(); the batch runs from the loop after the current callbacks return
-// (before the loop waits again). For each operation, in three steps:
+// An owner asks with add(); the batch runs at the end of the loop's turn (Dispatcher), before
+// the loop waits again. For each operation, in three steps:
 //   prepare  at the flush, the owner says what to send or where to receive, as it is now
 //            (bytes written after add() go too), or that there is nothing to do any more;
 //   apply    once the kernel has answered every operation, and before any owner hears anything,
@@ -55,7 +53,7 @@ class IoBatch {
   // Operations per io_uring_enter; more wait for the next round of the same flush.
   static constexpr unsigned kRingEntries = 256;
 
-  explicit IoBatch(event_base* base);
+  IoBatch();
   ~IoBatch();
   IoBatch(const IoBatch&) = delete;
   IoBatch& operator=(const IoBatch&) = delete;
@@ -66,8 +64,10 @@ class IoBatch {
   // Drops every operation of `owner` not yet finished: nothing of it is prepared, applied or
   // finished from then on.
   void cancel(void* owner);
-  // Runs what is queued now (the loop does this by itself).
+  // Runs what is queued now (the loop does this at the end of each turn).
   void flush();
+  // Something is queued for the next flush.
+  bool pending() const { return !queued_.empty(); }
 
   // Counted on this thread's stats shard as well (server.io_batched, server.io_uring_enters).
   void setCounters(stats::Counter operations, stats::Counter ring_enters) {
@@ -93,14 +93,11 @@ class IoBatch {
     ssize_t result = 0;
     void* cookie = nullptr;
   };
-  static void onFlush(evutil_socket_t, short, void* arg);
   bool setUpRing();
   // Runs the prepared operations of running_: one system call for one, the ring for more.
   void execute(size_t prepared);
   static ssize_t callDirect(const Op& op, const iovec* iov);
 
-  struct event flush_event_;
-  bool scheduled_ = false;
   bool flushing_ = false;
   bool ring_failed_ = false;
   std::unique_ptr<io_uring> ring_;

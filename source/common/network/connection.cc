@@ -41,7 +41,11 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
 }
 
 Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& peer, State state)
-    : file_event_(dispatcher, fd, this, event::FileEvent::To<&Connection::onFileEvent>()),
+    : file_event_(dispatcher, fd, this, event::FileEvent::To<&Connection::onFileEvent>(),
+                  // A connect in progress ends in writability; an open socket is watched for it
+                  // once a write finds it full (waitWritable()).
+                  state == State::Connecting ? event::FileEvent::Interest::ReadWrite
+                                             : event::FileEvent::Interest::Read),
       peer_(peer),
       fd_(fd),
       state_(state),
@@ -228,7 +232,8 @@ void Connection::flushTransport() {
     closeNow(ConnectionEvent::RemoteClose);
     return;
   }
-  write_blocked_ = r.again;
+  write_blocked_ = false;
+  if (r.again) waitWritable();
   // Never on a writer's stack: the owner's own write cannot complete a handshake under it.
   if (!in_write_ && !checkTransportReady()) return;
   if (write_buffer_.empty() && transport_->pendingWireBytes() == 0) {
@@ -367,20 +372,25 @@ void Connection::flushWrite() {
       counters_.tx.add(static_cast<uint64_t>(rc));
       // A short write filled the send buffer: wait for writability instead of asking again.
       if (static_cast<size_t>(rc) < asked) {
-        write_blocked_ = true;
+        waitWritable();
         break;
       }
       continue;
     }
     if (err == EINTR) continue;
     if (err == EAGAIN || err == EWOULDBLOCK) {
-      write_blocked_ = true;
+      waitWritable();
       break;
     }
     closeNow(ConnectionEvent::RemoteClose);
     return;
   }
   afterWrite();
+}
+
+void Connection::waitWritable() {
+  write_blocked_ = true;
+  file_event_.watchWrites();
 }
 
 void Connection::afterWrite() {
@@ -400,8 +410,8 @@ void Connection::afterWrite() {
 const event::IoBatch::Handler Connection::kBatchHandler = {
     &Connection::prepareBatched, &Connection::applyBatched, &Connection::finishBatched};
 
-unsigned Connection::prepareBatched(void* self, event::IoBatch::Kind kind, iovec* iov,
-                                    unsigned max, void** cookie) {
+unsigned Connection::prepareBatched(void* self, event::IoBatch::Kind kind, iovec* iov, unsigned max,
+                                    void** cookie) {
   auto* c = static_cast<Connection*>(self);
   if (kind == event::IoBatch::Kind::Send) {
     c->send_queued_ = false;
@@ -426,8 +436,8 @@ unsigned Connection::prepareBatched(void* self, event::IoBatch::Kind kind, iovec
   return 1;
 }
 
-void Connection::applyBatched(void* self, event::IoBatch::Kind kind, ssize_t result,
-                              size_t asked, void* cookie) {
+void Connection::applyBatched(void* self, event::IoBatch::Kind kind, ssize_t result, size_t asked,
+                              void* cookie) {
   auto* c = static_cast<Connection*>(self);
   if (kind == event::IoBatch::Kind::Send) {
     if (result > 0) {
@@ -462,7 +472,7 @@ void Connection::finishBatchedSend(ssize_t result, size_t asked) {
   }
   // A short send filled the socket's send buffer: writability brings the rest.
   if (result == -EAGAIN || (result >= 0 && static_cast<size_t>(result) < asked)) {
-    write_blocked_ = true;
+    waitWritable();
   }
   if (!write_blocked_ && raw_ == nullptr && !write_buffer_.empty()) {
     // More than one send's slices, or bytes written since: they go with the next round.

@@ -163,6 +163,8 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
     counters_.rx.add(rx);
     counters_.tx.add(tx);
   }
+  // A raw handler's write found the socket full: writability is reported from now on.
+  void watchWrites() { file_event_.watchWrites(); }
   // Gives the bytes in the read buffer to the callbacks again on the next loop iteration
   // (used after the owner switches state, e.g. an upgrade to a tunnel, or after readDisable).
   void scheduleRead();
@@ -201,6 +203,8 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   void onWriteReady();
   void flushWrite();
   // After a write: the end of a flushed close, the half-close, the low watermark.
+  // A write found the socket full: wait for writability (watched from now on).
+  void waitWritable();
   void afterWrite();
   void closeNow(ConnectionEvent event);
   void checkLowWatermark();

@@ -372,6 +372,7 @@ void TunnelRelay::pump(Direction& d) {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         d.writable = false;
+        d.to->watchWrites();
         break;
       }
       finish(d.to_upstream ? TunnelEnd::UpstreamReset : TunnelEnd::DownstreamReset);

@@ -29,7 +29,7 @@ bool runUntil(Dispatcher& d, const std::function<bool()>& done,
     if (Clock::now() >= deadline) return false;
     Timer guard(d, [] {});
     guard.enable(milliseconds(5));
-    event_base_loop(d.base(), EVLOOP_ONCE);
+    d.runOnce();
   }
   return true;
 }
@@ -200,7 +200,7 @@ TEST(TimerTest, AZeroTimerArmedByATimerWaitsForTheNextIteration) {
     again->enable(milliseconds(0));  // would spin forever if run in the same pass
   });
   again->enable(milliseconds(0));
-  for (; passes < 5; ++passes) event_base_loop(d.base(), EVLOOP_ONCE);
+  for (; passes < 5; ++passes) d.runOnce();
   EXPECT_EQ(5, fired);
 }
 
@@ -437,7 +437,8 @@ TEST(FileEventTest, ReadAndWriteReadinessEdgeTriggered) {
   EventCounter counter;
   int& reads = counter.reads;
   int& writes = counter.writes;
-  FileEvent ev(d, fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
+  FileEvent ev(d, fds[0], &counter, FileEvent::To<&EventCounter::onEvents>(),
+               FileEvent::Interest::ReadWrite);
   ASSERT_TRUE(runUntil(d, [&] { return writes >= 1; }));  // initially writable
   EXPECT_EQ(0, reads);
   ASSERT_EQ(1, ::write(fds[1], "x", 1));
@@ -450,6 +451,111 @@ TEST(FileEventTest, ReadAndWriteReadinessEdgeTriggered) {
   ASSERT_EQ(1, ::write(fds[1], "y", 1));
   runFor(d, milliseconds(20));
   EXPECT_EQ(2, reads);
+}
+
+// Watched for reads only (an accepted connection), a writable socket is not reported: no turn
+// of the loop for it. Once a write found it full, writability is watched and reported.
+TEST(FileEventTest, WritabilityIsWatchedOnlyOnceAsked) {
+  Dispatcher d;
+  SocketPair pair;
+  EventCounter counter;
+  FileEvent ev(d, pair.fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
+  EXPECT_FALSE(ev.watchingWrites());
+  runFor(d, milliseconds(20));
+  EXPECT_EQ(0, counter.writes);
+  EXPECT_EQ(0, counter.reads);
+  ASSERT_EQ(1, ::write(pair.fds[1], "x", 1));
+  ASSERT_TRUE(runUntil(d, [&] { return counter.reads == 1; }));
+  EXPECT_EQ(0, counter.writes);
+
+  // Fill the socket, then ask for writability: nothing until the peer takes some bytes.
+  char block[4096] = {};
+  while (::write(pair.fds[0], block, sizeof(block)) > 0) {
+  }
+  ASSERT_EQ(EAGAIN, errno);
+  ev.watchWrites();
+  EXPECT_TRUE(ev.watchingWrites());
+  runFor(d, milliseconds(20));
+  EXPECT_EQ(0, counter.writes);
+  while (::read(pair.fds[1], block, sizeof(block)) > 0) {
+  }
+  ASSERT_TRUE(runUntil(d, [&] { return counter.writes == 1; }));
+  // Asked again, the registration stays as it is.
+  ev.watchWrites();
+  runFor(d, milliseconds(20));
+  EXPECT_EQ(1, counter.writes);
+}
+
+// Asked for while the socket already has room, writability is reported at once (the change of
+// the registration looks at the socket as it is).
+TEST(FileEventTest, WatchingWritesOfAWritableSocketReportsIt) {
+  Dispatcher d;
+  SocketPair pair;
+  EventCounter counter;
+  FileEvent ev(d, pair.fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
+  runFor(d, milliseconds(10));
+  EXPECT_EQ(0, counter.writes);
+  ev.watchWrites();
+  ASSERT_TRUE(runUntil(d, [&] { return counter.writes == 1; }));
+}
+
+// Level-triggered reads (a listening socket): reported at every look while something is
+// unread, so the owner may take part of it; never writability.
+TEST(FileEventTest, LevelTriggeredReadsAreReportedAtEveryLookUntilTaken) {
+  Dispatcher d;
+  SocketPair pair;
+  EventCounter counter;
+  FileEvent ev(d, pair.fds[0], &counter, FileEvent::To<&EventCounter::onEvents>(),
+               FileEvent::Interest::ReadLevel);
+  runFor(d, milliseconds(10));
+  EXPECT_EQ(0, counter.reads + counter.writes);
+  ASSERT_EQ(2, ::write(pair.fds[1], "xy", 2));
+  for (int turn = 0; turn < 3; ++turn) d.runOnce();
+  EXPECT_EQ(3, counter.reads);
+  char c;
+  ASSERT_EQ(1, ::read(pair.fds[0], &c, 1));
+  d.runOnce();
+  EXPECT_EQ(4, counter.reads);  // one byte left: still reported
+  ASSERT_EQ(1, ::read(pair.fds[0], &c, 1));
+  runFor(d, milliseconds(10));
+  EXPECT_EQ(4, counter.reads);
+  EXPECT_EQ(0, counter.writes);
+  ev.watchWrites();  // no writability for a level-triggered read event
+  EXPECT_FALSE(ev.watchingWrites());
+}
+
+// A turn of the loop waits in the sockets' set itself while libevent watches nothing of its
+// own, and in libevent (which watches the set) while it does; both deliver sockets, timers and
+// posted functions.
+TEST(DispatcherTest, TurnsDeliverWithAndWithoutLibeventEvents) {
+  for (bool with_libevent : {false, true}) {
+    Dispatcher d;
+    struct event* own = nullptr;
+    if (with_libevent) {
+      // Something of libevent's own to watch, as the DNS resolver's socket while it asks.
+      own = event_new(
+          d.base(), -1, EV_PERSIST, [](evutil_socket_t, short, void*) {}, nullptr);
+      struct timeval hour = {3600, 0};
+      event_add(own, &hour);
+    }
+    SocketPair pair;
+    EventCounter counter;
+    FileEvent ev(d, pair.fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
+    ASSERT_EQ(1, ::write(pair.fds[1], "x", 1));
+    ASSERT_TRUE(runUntil(d, [&] { return counter.reads == 1; }));
+    bool fired = false;
+    Timer timer(d, [&] { fired = true; });
+    timer.enable(milliseconds(5));
+    ASSERT_TRUE(runUntil(d, [&] { return fired; }));
+    bool posted = false;
+    std::thread other([&] { d.post([&] { posted = true; }); });
+    other.join();
+    ASSERT_TRUE(runUntil(d, [&] { return posted; }));
+    const uint64_t before = d.turns();
+    d.runOnce(false);
+    EXPECT_EQ(before + 1, d.turns());
+    if (own != nullptr) event_free(own);
+  }
 }
 
 TEST(FileEventTest, PeerCloseReportsClosedAndRead) {
@@ -480,8 +586,10 @@ TEST(FileEventTest, AnEventDestroyedEarlierInTheSameBatchIsNotCalled) {
   std::unique_ptr<FileEvent> ea, eb;
   oa.other = &eb;
   ob.other = &ea;
-  ea = std::make_unique<FileEvent>(d, a.fds[0], &oa, FileEvent::To<&Owner::onEvents>());
-  eb = std::make_unique<FileEvent>(d, b.fds[0], &ob, FileEvent::To<&Owner::onEvents>());
+  ea = std::make_unique<FileEvent>(d, a.fds[0], &oa, FileEvent::To<&Owner::onEvents>(),
+                                   FileEvent::Interest::ReadWrite);
+  eb = std::make_unique<FileEvent>(d, b.fds[0], &ob, FileEvent::To<&Owner::onEvents>(),
+                                   FileEvent::Interest::ReadWrite);
   // Both are writable at once: one batch holds both.
   runFor(d, milliseconds(20));
   EXPECT_EQ(1, oa.calls + ob.calls);
@@ -494,7 +602,8 @@ TEST(FileEventTest, RemovedWhileActivatedIsNotCalled) {
   Dispatcher d;
   SocketPair pair;
   EventCounter counter;
-  FileEvent ev(d, pair.fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
+  FileEvent ev(d, pair.fds[0], &counter, FileEvent::To<&EventCounter::onEvents>(),
+               FileEvent::Interest::ReadWrite);
   ASSERT_TRUE(runUntil(d, [&] { return counter.writes >= 1; }));
   const int before = counter.reads + counter.writes;
   ev.activate(FileEvent::kRead);
@@ -524,7 +633,8 @@ TEST(FileEventTest, AnEventMadeFromACallbackHearsItsSocket) {
     std::unique_ptr<FileEvent>* made;
   };
   Maker maker{&d, b.fds[0], &second, &made};
-  FileEvent first(d, a.fds[0], &maker, FileEvent::To<&Maker::onEvents>());
+  FileEvent first(d, a.fds[0], &maker, FileEvent::To<&Maker::onEvents>(),
+                  FileEvent::Interest::ReadWrite);
   ASSERT_TRUE(runUntil(d, [&] { return second.reads == 1; }));
   made.reset();
 }

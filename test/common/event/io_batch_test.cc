@@ -94,7 +94,7 @@ class IoBatchTest : public testing::Test {
     return {sv[0], sv[1]};
   }
   // One pass of the loop: the batch's flush runs from it.
-  void turn() { event_base_loop(dispatcher_.base(), EVLOOP_NONBLOCK); }
+  void turn() { dispatcher_.runOnce(false); }
   std::string readAll(int fd) {
     char buf[8192];
     const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);

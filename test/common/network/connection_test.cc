@@ -320,6 +320,23 @@ TEST_P(ConnectionTest, WatermarksFireOncePerCrossing) {
   EXPECT_EQ(0u, client_->writeBufferLength());
 }
 
+// An accepted connection is not watched for writability until a write finds its socket full;
+// from then on the rest leaves as the peer reads.
+TEST_P(ConnectionTest, AnAcceptedConnectionWaitsForWritabilityOnceItsSocketIsFull) {
+  connectPair();
+  client_->readDisable(true);
+  const std::string big = pattern(4 * 1024 * 1024);
+  send(*server_, big);
+  runFor(dispatcher_, milliseconds(20));
+  ASSERT_GT(server_->writeBufferLength(), 0u);
+  client_->readDisable(false);
+  ASSERT_TRUE(runUntil(
+      dispatcher_, [&] { return client_cb_.received.size() == big.size(); },
+      std::chrono::seconds(10)));
+  EXPECT_TRUE(client_cb_.received == big);
+  EXPECT_EQ(0u, server_->writeBufferLength());
+}
+
 TEST_P(ConnectionTest, CloseFlushWriteDeliversBufferedDataFirst) {
   connectPair();
   server_->readDisable(true);

@@ -28,7 +28,7 @@ class FakeHandshake : public HandshakeGate::Waiter {
 class HandshakeGateTest : public testing::Test {
  protected:
   // One iteration of the loop: the gate's next turn (its timer is due at once).
-  void turn() { event_base_loop(dispatcher_.base(), EVLOOP_ONCE | EVLOOP_NONBLOCK); }
+  void turn() { dispatcher_.runOnce(false); }
   stats::Counter counter(const std::string& name) { return stats::Store::get().counter(name); }
   uint64_t value(const std::string& name) { return stats::Store::get().counterValue(name); }
 

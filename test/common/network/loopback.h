@@ -29,10 +29,10 @@ inline bool runUntil(event::Dispatcher& dispatcher, const std::function<bool()>&
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!done()) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
-    // A short guard timer makes each EVLOOP_ONCE return even when nothing else is ready.
+    // A short guard timer makes each turn return even when nothing else is ready.
     event::Timer guard(dispatcher, [] {});
     guard.enable(std::chrono::milliseconds(5));
-    event_base_loop(dispatcher.base(), EVLOOP_ONCE);
+    dispatcher.runOnce();
   }
   return true;
 }

@@ -766,7 +766,7 @@ class DestGuardFilterTest : public ::testing::Test {
     bool expired = false;
     event::Timer guard(dispatcher_, [&expired] { expired = true; });
     guard.enable(limit);
-    while (!pred() && !expired) event_base_loop(dispatcher_.base(), EVLOOP_ONCE);
+    while (!pred() && !expired) dispatcher_.runOnce();
     return pred();
   }
 
