@@ -25,7 +25,7 @@ namespace {
 // Sockets accepted per readiness event before yielding to the connections already open.
 constexpr int kAcceptsPerEvent = 64;
 // A listening socket ready at every look for this long is taken kAcceptsPerEvent at a time.
-constexpr std::chrono::milliseconds kAcceptBurstAfter{1};
+constexpr std::chrono::milliseconds kAcceptBurstAfter{10};
 
 // accept(2) passes on the errors of the connection it took (Linux), which is then gone: the
 // queue behind it is fine.
