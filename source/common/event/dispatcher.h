@@ -61,6 +61,9 @@ class Dispatcher {
   void stop();
   // Turns begun so far (the current one included).
   uint64_t turns() const { return turns_; }
+  // True while libevent watches nothing but the sockets' set and the timers' deadline: a turn
+  // waits in one epoll_wait on the set itself.
+  bool libeventIdle() const;
   // Thread-safe: runs fn on the dispatcher's thread, soon.
   void post(std::function<void()> fn);
   // Deletes the object after the current callback returns (safe from inside its own callbacks).
@@ -81,9 +84,6 @@ class Dispatcher {
   static void onSockets(evutil_socket_t, short, void* arg);
   // Looks at the sockets' set (waiting up to timeout_ms) and calls the owner of each ready one.
   void takeReady(int timeout_ms);
-  // True while libevent watches nothing but the sockets' set and the timers' deadline: the turn
-  // can wait on the set itself.
-  bool libeventIdle() const;
   // Activated events, the batch, deferred deletions: something to run before the next wait.
   bool workDue() const;
   void runWork();

@@ -218,6 +218,22 @@ TEST_F(ResolverTest, CacheHitIsSynchronousAndSendsNoQuery) {
   EXPECT_EQ(resolver->counters().queries, 1u);
 }
 
+// The resolver's sockets and timeouts are libevent's: while a query is in flight the loop waits
+// in libevent; once none is, the turn waits in the sockets' set again (one call per turn).
+TEST_F(ResolverTest, AResolverWithNoQueryInFlightLeavesTheLoopItsOwnWait) {
+  server_.addHost("idle.test", {"10.0.0.9"}, {"2001:db8::9"});
+  auto resolver = makeResolver();
+  EXPECT_TRUE(dispatcher_.libeventIdle());
+  Result result;
+  Resolver::Query* query = resolver->resolve("idle.test", capture(result));
+  ASSERT_NE(query, nullptr);
+  EXPECT_FALSE(dispatcher_.libeventIdle());
+  ASSERT_TRUE(runUntil([&] { return result.calls > 0; }));
+  ASSERT_TRUE(result.status.ok()) << result.status;
+  runFor(milliseconds(20));
+  EXPECT_TRUE(dispatcher_.libeventIdle());
+}
+
 TEST_F(ResolverTest, LookupsSentToNameServersAreTimed) {
   auto lookups = [] {
     return stats::Store::get()
