@@ -200,9 +200,9 @@ class Timer {
 
 // Readiness of one socket, edge-triggered: the owner reads or writes until EAGAIN and is told
 // again only when more is ready. A socket event is a registration in its dispatcher's own epoll
-// set, not a libevent event: 32 bytes, and nothing kept per descriptor number. The dispatcher's
-// set is one descriptor that libevent watches; when it is ready, the dispatcher takes what is
-// ready from it and calls each owner.
+// set, not a libevent event: 32 bytes, and nothing kept per descriptor number. A turn of the
+// loop waits on the set (or libevent does, with the set as one of its descriptors), then the
+// dispatcher takes what is ready from it and calls each owner.
 //
 // Writability is watched only when asked for (Interest::ReadWrite, or watchWrites() once a
 // write met a full socket): a new socket is writable at once, and an edge-triggered set reports
