@@ -572,7 +572,7 @@ void Worker::drain() {
 }
 
 void Worker::stop() {
-  dispatcher_.post([this] { dispatcher_.stop(); });
+  dispatcher_.exit();
 }
 
 void Worker::applyConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> sockets,
@@ -725,7 +725,7 @@ void Worker::closeConnections() {
 void Worker::maybeFinishDrain() {
   if (draining_ && connections_ == nullptr) {
     // Let deferred deletions run first, then leave the loop.
-    dispatcher_.post([this] { dispatcher_.stop(); });
+    dispatcher_.exit();
   }
 }
 

@@ -159,7 +159,7 @@ class ActiveListener {
   int fd_;
   std::unique_ptr<event::FileEvent> event_;
   event::Timer backoff_;
-  uint32_t failed_accepts_ = 0;    // accepts failed for lack of descriptors or memory, in a row
+  uint32_t failed_accepts_ = 0;    // accepts failed (not for their own connection), in a row
   uint64_t last_accept_turn_ = 0;  // the loop's turn of the last look that found it ready
   event::MonotonicTime ready_since_{};  // ready at every look since
   std::list<std::unique_ptr<AcceptedSocket>> pending_;

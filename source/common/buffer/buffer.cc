@@ -391,8 +391,8 @@ ssize_t Buffer::writeTo(int fd, int& err, size_t& asked) {
   iovec iov[kMaxIov];
   const unsigned n = slices(iov, kMaxIov, asked);
   if (n == 0) return 0;
-  ssize_t rc =
-      n == 1 ? ::send(fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL) : ::writev(fd, iov, static_cast<int>(n));
+  ssize_t rc = n == 1 ? ::send(fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL)
+                       : ::writev(fd, iov, static_cast<int>(n));
   if (rc < 0) {
     err = errno;
     return rc;

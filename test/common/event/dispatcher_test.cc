@@ -538,6 +538,8 @@ TEST(DispatcherTest, TurnsDeliverWithAndWithoutLibeventEvents) {
       struct timeval hour = {3600, 0};
       event_add(own, &hour);
     }
+    // Which of the two waits the turns take.
+    EXPECT_EQ(!with_libevent, d.libeventIdle());
     SocketPair pair;
     EventCounter counter;
     FileEvent ev(d, pair.fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
