@@ -429,6 +429,9 @@ ActiveConnection* ActiveListener::newConnection(int fd, const network::Address& 
   ActiveConnection* raw = active.get();
   worker_.addConnection(std::move(active));
   raw->initialize(*chain);
+  // Read at once: the request has usually arrived with the connection, and the receive goes in
+  // the loop's batch with the socket's registration (a TLS transport reads the socket itself).
+  if (chain->transport_socket == nullptr) raw->connection().readSocketAgain();
   return raw;
 }
 
@@ -452,12 +455,12 @@ Worker::Worker(uint32_t index, ServerConfigSharedPtr config, std::vector<int> li
 
   io_batched_ = stats::Store::get().counter(
       "server.io_batched",
-      "Sends and receives a worker's batch carried to the kernel (with io_uring, or one system "
-      "call each for a batch of one).");
-  io_uring_enters_ = stats::Store::get().counter(
-      "server.io_uring_enters",
-      "io_uring_enter calls that carried a worker's batch of sends and receives: "
-      "server.io_batched over this is operations per call.");
+      "Sends, receives, socket registrations and closes a worker's batch carried to the kernel "
+      "(with io_uring, or one system call each for a batch of one).");
+  io_uring_enters_ =
+      stats::Store::get().counter("server.io_uring_enters",
+                                  "io_uring_enter calls that carried a worker's batch: "
+                                  "server.io_batched over this is operations per call.");
   revoked_closed_ = stats::Store::get().counter(
       "reload.revoked_closed",
       "Connections, tunnels, HTTP/2 streams and SOCKS5 sessions closed after a reload took "

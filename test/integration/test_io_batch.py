@@ -1,8 +1,10 @@
 """A worker's batch of sends and receives (io_uring): on by default, off with disable_io_uring,
 the same answers either way."""
+import base64
 import ctypes
 import json
 import os
+import socket
 import subprocess
 
 import pytest
@@ -74,3 +76,33 @@ def test_disable_io_uring_makes_a_system_call_each(start_sluice, sluice_origin):
     assert rings(s.proc.pid) == 0
     assert s.stat("server.io_batched") == 0
     assert s.stat("server.io_uring_enters") == 0
+
+
+def request_on_a_new_connection(s, url):
+    """One GET through the proxy on a connection of its own, read to the proxy's close."""
+    auth = base64.b64encode(f"u:{s.key}".encode()).decode()
+    host = url.split("/")[2]
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+        c.sendall(f"GET {url} HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: Basic {auth}\r\n"
+                  "Connection: close\r\n\r\n".encode())
+        reply = b""
+        while chunk := c.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+
+
+def test_a_new_connection_is_registered_read_and_closed_through_the_ring(start_sluice,
+                                                                        sluice_origin):
+    if not io_uring_usable():
+        pytest.skip("io_uring is not available on this kernel")
+    s = start_sluice(workers=1)
+    url = sluice_origin.url + "/bytes/100"
+    request_on_a_new_connection(s, url)  # the origin connection is pooled from here on
+    batched, enters = s.stat("server.io_batched"), s.stat("server.io_uring_enters")
+    request_on_a_new_connection(s, url)
+    # The connection's registration in the worker's epoll set and its first receive go to the
+    # kernel in one entry; its close is one of the batch's operations too. One at a time, every
+    # other operation of the exchange (the origin's send and receive, the reply) is alone in its
+    # batch and made with the system call.
+    assert s.stat("server.io_uring_enters") >= enters + 1
+    assert s.stat("server.io_batched") >= batched + 6

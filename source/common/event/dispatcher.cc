@@ -101,6 +101,12 @@ int Dispatcher::timerWaitMs(MonotonicTime now) const {
 
 void Dispatcher::runOnce(bool may_wait) {
   ++turns_;
+  if (io_batch_ != nullptr && io_batch_->pending()) {
+    // Queued outside a turn (a connection made or closed between turns): registrations and
+    // closes precede the look at the set.
+    io_batch_->flush();
+    io_batch_->runCloses();
+  }
   const bool wait = may_wait && !workDue();
   if (libeventIdle()) {
     // One system call for the turn: the set itself, as long as the earliest timer allows.
@@ -126,6 +132,8 @@ void Dispatcher::runWork() {
     if (batched) io_batch_->flush();
     if (!activated && !batched) break;
   }
+  // A closed socket leaves the set when it is closed: before the next look at the set.
+  if (io_batch_ != nullptr) io_batch_->runCloses();
   clearDeferred();
 }
 
@@ -371,22 +379,54 @@ uint32_t epollEvents(FileEvent::Interest interest) {
 }  // namespace
 
 void FileEvent::add() {
+  IoBatch* batch = dispatcher_.ioBatch();
+  if (batch != nullptr && batch->ringAvailable()) {
+    // With the loop's batch at the end of the turn, before the next look at the set: a socket
+    // that is ready by then is reported at that look (edge-triggered or not).
+    registering_ = true;
+    batch->watch(this, kWatchHandler, fd_);
+    return;
+  }
+  addNow();
+}
+
+void FileEvent::addNow() {
   epoll_event ev{};
   ev.events = epollEvents(interest_);
   ev.data.ptr = this;
-  if (epoll_ctl(dispatcher_.sockets_fd_, EPOLL_CTL_ADD, fd_, &ev) != 0) {
-    // Not a socket epoll can watch, or one already watched: the owner hears an error on its
-    // first read or write, so tell it now.
-    SLUICE_LOG(Warn, "epoll_ctl(ADD, %d): %s", fd_, strerror(errno));
-    fd_ = -1;
-    activate(kRead | kWrite);
-  }
+  if (epoll_ctl(dispatcher_.sockets_fd_, EPOLL_CTL_ADD, fd_, &ev) != 0) addFailed(errno);
 }
+
+void FileEvent::addFailed(int err) {
+  // Not a socket epoll can watch, or one already watched: the owner hears an error on its
+  // first read or write, so tell it now.
+  SLUICE_LOG(Warn, "epoll_ctl(ADD, %d): %s", fd_, strerror(err));
+  fd_ = -1;
+  activate(kRead | kWrite);
+}
+
+const IoBatch::WatchHandler FileEvent::kWatchHandler = {
+    [](void* self, epoll_event* ev) {
+      FileEvent* event = static_cast<FileEvent*>(self);
+      ev->events = epollEvents(event->interest_);  // watchWrites() meanwhile is carried
+      ev->data.ptr = event;
+      return event->dispatcher_.sockets_fd_;
+    },
+    [](void* self, int result) {
+      FileEvent* event = static_cast<FileEvent*>(self);
+      event->registering_ = false;
+      if (result == -EAGAIN) {
+        event->addNow();  // not made in the batch (the kernel would have had to wait)
+      } else if (result < 0) {
+        event->addFailed(-result);
+      }
+    },
+};
 
 void FileEvent::watchWrites() {
   if (interest_ != Interest::Read) return;  // watched already, or level-triggered reads only
   interest_ = Interest::ReadWrite;
-  if (fd_ < 0) return;
+  if (fd_ < 0 || registering_) return;  // a queued registration takes the new interest
   epoll_event ev{};
   ev.events = epollEvents(interest_);
   ev.data.ptr = this;
@@ -404,12 +444,35 @@ void FileEvent::activate(uint32_t events) {
   activated_ = static_cast<uint8_t>(activated_ | events);
 }
 
+void FileEvent::dropRegistration() {
+  if (!registering_) return;
+  registering_ = false;
+  if (IoBatch* batch = dispatcher_.ioBatch()) batch->cancelWatch(this);
+}
+
+void FileEvent::removeBeforeClose() {
+  dropRegistration();
+  fd_ = -1;
+  dispatcher_.forget(this);
+}
+
 void FileEvent::remove() {
   if (fd_ >= 0) {
+    // A registration still queued may have been made already (within the flush that runs now):
+    // deleted either way (ENOENT when it was not).
+    dropRegistration();
     epoll_ctl(dispatcher_.sockets_fd_, EPOLL_CTL_DEL, fd_, nullptr);
     fd_ = -1;
   }
   dispatcher_.forget(this);
+}
+
+void Dispatcher::closeSocket(int fd) {
+  if (io_batch_ != nullptr && io_batch_->ringAvailable()) {
+    io_batch_->close(fd);
+  } else {
+    ::close(fd);
+  }
 }
 
 }  // namespace event

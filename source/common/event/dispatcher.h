@@ -75,6 +75,9 @@ class Dispatcher {
   IoBatch* ioBatch() { return io_batch_.get(); }
   // On by default; turned off or on only while nothing is queued (before any connection).
   void setIoBatching(bool on);
+  // Closes a socket whose event went with FileEvent::removeBeforeClose(): with the batch, at
+  // the end of the turn (before the loop looks at its sockets again); at once without one.
+  void closeSocket(int fd);
 
  private:
   friend class Timer;
@@ -249,6 +252,11 @@ class FileEvent {
   bool watchingWrites() const { return interest_ == Interest::ReadWrite; }
   // Stops all notifications (before the socket is closed); the callback never runs again.
   void remove();
+  // remove() for a socket about to be closed, whose descriptor is its only one (never
+  // duplicated, never passed on): closing it takes the registration out of the set, so no
+  // EPOLL_CTL_DEL is made. The close must come before the loop looks at the set again
+  // (Dispatcher::closeSocket).
+  void removeBeforeClose();
   Dispatcher& dispatcher() const { return dispatcher_; }
 
  private:
@@ -258,14 +266,21 @@ class FileEvent {
   static void deliver(void* owner, uint32_t events) {
     (static_cast<Owner*>(owner)->*Method)(events);
   }
+  // Registers with the loop's batch when it has one (FileEvent::kWatchHandler), else at once.
   void add();
+  void addNow();
+  void addFailed(int err);
+  // Withdraws a registration still queued in the batch.
+  void dropRegistration();
+  static const IoBatch::WatchHandler kWatchHandler;
 
   Dispatcher& dispatcher_;
   void* owner_;
   Deliver deliver_;
-  int fd_;                 // -1 once removed
-  uint8_t activated_ = 0;  // events activate() asked for, not yet delivered
-  Interest interest_;      // what the registration watches
+  int fd_;                    // -1 once removed
+  uint8_t activated_ = 0;     // events activate() asked for, not yet delivered
+  Interest interest_;         // what the registration watches
+  bool registering_ = false;  // EPOLL_CTL_ADD queued in the batch, not yet made
 };
 
 }  // namespace event

@@ -6,6 +6,7 @@
 
 #include <liburing.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "source/common/common/logger.h"
 
@@ -24,20 +25,65 @@ constexpr uint64_t kCancelTag = UINT64_MAX;
 IoBatch::IoBatch() = default;
 
 IoBatch::~IoBatch() {
+  runCloses();
   if (ring_ != nullptr) io_uring_queue_exit(ring_.get());
 }
 
 void IoBatch::add(void* owner, const Handler& handler, int fd, Kind kind) {
-  queued_.push_back(Op{owner, &handler, fd, kind});
+  Op& op = queued_.emplace_back();
+  op.owner = owner;
+  op.handler.io = &handler;
+  op.fd = fd;
+  op.kind = kind;
 }
 
+void IoBatch::watch(void* owner, const WatchHandler& handler, int fd) {
+  Op& op = queued_.emplace_back();
+  op.owner = owner;
+  op.handler.watch = &handler;
+  op.fd = fd;
+  op.kind = Kind::Watch;
+}
+
+void IoBatch::close(int fd) {
+  Op& op = queued_.emplace_back();
+  op.owner = this;
+  op.fd = fd;
+  op.kind = Kind::Close;
+}
+
+namespace {
+bool isIo(IoBatch::Kind kind) { return kind == IoBatch::Kind::Send || kind == IoBatch::Kind::Recv; }
+}  // namespace
+
 void IoBatch::cancel(void* owner) {
+  // A connection's socket event may share its address (its first member): kinds tell them apart.
+  for (std::vector<Op>* ops : {&queued_, &running_}) {
+    for (Op& op : *ops) {
+      if (op.owner == owner && isIo(op.kind)) op.owner = nullptr;
+    }
+  }
+}
+
+void IoBatch::cancelWatch(void* owner) {
+  for (std::vector<Op>* ops : {&queued_, &running_}) {
+    for (Op& op : *ops) {
+      if (op.owner == owner && op.kind == Kind::Watch) op.owner = nullptr;
+    }
+  }
+}
+
+void IoBatch::runCloses() {
+  if (flushing_) return;  // the flush closes them itself
   for (Op& op : queued_) {
-    if (op.owner == owner) op.owner = nullptr;
+    if (op.kind != Kind::Close) continue;
+    ::close(op.fd);
+    op.owner = nullptr;
   }
-  for (Op& op : running_) {
-    if (op.owner == owner) op.owner = nullptr;
-  }
+  // Only closes: what else is queued waits for the next flush.
+  queued_.erase(std::remove_if(queued_.begin(), queued_.end(),
+                               [](const Op& op) { return op.owner == nullptr; }),
+                queued_.end());
 }
 
 void IoBatch::flush() {
@@ -56,10 +102,19 @@ void IoBatch::flush() {
     for (size_t i = 0; i < take; ++i) {
       Op& op = running_[i];
       if (op.owner == nullptr) continue;
+      if (op.kind == Kind::Close) {
+        ++prepared;
+        continue;
+      }
+      if (op.kind == Kind::Watch) {
+        op.epoll_fd = op.handler.watch->prepare(op.owner, &op.event);
+        ++prepared;
+        continue;
+      }
       op.first_slice = static_cast<uint32_t>(i * kMaxSlices);
       iovec* iov = &slices_[op.first_slice];
-      const unsigned n = op.handler->prepare(op.owner, op.kind, iov,
-                                             op.kind == Kind::Send ? kMaxSlices : 1, &op.cookie);
+      const unsigned n = op.handler.io->prepare(op.owner, op.kind, iov,
+                                                op.kind == Kind::Send ? kMaxSlices : 1, &op.cookie);
       if (n == 0) {
         op.owner = nullptr;
         continue;
@@ -73,14 +128,29 @@ void IoBatch::flush() {
     // Every answer is in before any owner hears one: an owner acting on its own cannot meet
     // another whose bytes already arrived but are not yet in its buffer.
     for (Op& op : running_) {
-      if (op.owner != nullptr) op.handler->apply(op.owner, op.kind, op.result, op.asked, op.cookie);
+      if (op.owner != nullptr && isIo(op.kind)) {
+        op.handler.io->apply(op.owner, op.kind, op.result, op.asked, op.cookie);
+      }
     }
     // finish() may queue (into queued_) and cancel (here too), never grow running_.
     for (Op& op : running_) {
       void* owner = op.owner;
       if (owner == nullptr) continue;
       op.owner = nullptr;
-      op.handler->finish(owner, op.kind, op.result, op.asked);
+      switch (op.kind) {
+        case Kind::Send:
+        case Kind::Recv:
+          op.handler.io->finish(owner, op.kind, op.result, op.asked);
+          break;
+        case Kind::Watch:
+          op.handler.watch->finish(owner, static_cast<int>(op.result));
+          break;
+        case Kind::Close:
+          if (op.result < 0) {
+            SLUICE_LOG(Debug, "close(%d): %s", op.fd, strerror(static_cast<int>(-op.result)));
+          }
+          break;
+      }
     }
     running_.clear();
   }
@@ -89,7 +159,12 @@ void IoBatch::flush() {
 
 ssize_t IoBatch::callDirect(const Op& op, const iovec* iov) {
   ssize_t rc;
-  if (op.kind == Kind::Recv) {
+  if (op.kind == Kind::Close) {
+    rc = ::close(op.fd);
+  } else if (op.kind == Kind::Watch) {
+    epoll_event ev = op.event;
+    rc = epoll_ctl(op.epoll_fd, EPOLL_CTL_ADD, op.fd, &ev);
+  } else if (op.kind == Kind::Recv) {
     rc = ::recv(op.fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT);
   } else if (op.slices == 1) {
     rc = ::send(op.fd, iov[0].iov_base, iov[0].iov_len, kSendFlags);
@@ -115,8 +190,7 @@ bool IoBatch::setUpRing() {
   }
   if (rc < 0) {
     ring_failed_ = true;
-    SLUICE_LOG(Info, "io_uring is not available (%s): a system call per send and receive",
-               strerror(-rc));
+    SLUICE_LOG(Info, "io_uring is not available (%s): a system call per operation", strerror(-rc));
     return false;
   }
   ring_ = std::move(ring);
@@ -142,7 +216,12 @@ void IoBatch::execute(size_t prepared) {
     io_uring_sqe* sqe = io_uring_get_sqe(ring);
     SLUICE_ASSERT(sqe != nullptr, "io_uring submission queue full");
     iovec* iov = &slices_[op.first_slice];
-    if (op.kind == Kind::Recv) {
+    if (op.kind == Kind::Close) {
+      io_uring_prep_close(sqe, op.fd);
+    } else if (op.kind == Kind::Watch) {
+      // The kernel copies the event while it takes the entry.
+      io_uring_prep_epoll_ctl(sqe, op.epoll_fd, op.fd, EPOLL_CTL_ADD, &op.event);
+    } else if (op.kind == Kind::Recv) {
       io_uring_prep_recv(sqe, op.fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT);
     } else if (op.slices == 1) {
       io_uring_prep_send(sqe, op.fd, iov[0].iov_base, iov[0].iov_len, kSendFlags);
@@ -190,6 +269,8 @@ void IoBatch::execute(size_t prepared) {
       cancelled = true;
       for (size_t i = 0; i < running_.size(); ++i) {
         if (running_[i].owner == nullptr || running_[i].result != -ECANCELED) continue;
+        // A close is waited for, never withdrawn: its descriptor would stay open.
+        if (running_[i].kind == Kind::Close) continue;
         io_uring_sqe* sqe = io_uring_get_sqe(ring);
         if (sqe == nullptr) {
           io_uring_submit(ring);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include <sys/epoll.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -19,7 +20,8 @@ namespace event {
 // the kernel together: one io_uring_enter(2) for the whole batch instead of a system call each.
 // On this kind of machine entering the kernel is the largest part of a small message's cost, so
 // at 64 keep-alive connections a request's two receives and two sends cost a fraction of a
-// system call each instead of four.
+// system call each instead of four. A new socket's registration in the loop's epoll set and a
+// closed socket's close(2) go with the same batch (watch(), close()).
 //
 // Every operation is non-blocking (MSG_DONTWAIT): the kernel tries it once while it takes the
 // batch and answers at once, bytes or -EAGAIN, as the system call would have. Nothing stays in
@@ -27,7 +29,7 @@ namespace event {
 // live until then, and an owner that goes away before is simply left out (cancel()).
 //
 // An owner asks with add(); the batch runs at the end of the loop's turn (Dispatcher), before
-// the loop waits again. For each operation, in three steps:
+// the loop waits again. For each send or receive, in three steps:
 //   prepare  at the flush, the owner says what to send or where to receive, as it is now
 //            (bytes written after add() go too), or that there is nothing to do any more;
 //   apply    once the kernel has answered every operation, and before any owner hears anything,
@@ -37,7 +39,8 @@ namespace event {
 // without io_uring (an old kernel, a sandbox refusing it) every operation is.
 class IoBatch {
  public:
-  enum class Kind : uint8_t { Send, Recv };
+  // Watch: EPOLL_CTL_ADD of a socket (watch()); Close: close(2) of one (close()).
+  enum class Kind : uint8_t { Send, Recv, Watch, Close };
   // One set of functions per owner type; `owner` is what add() was given.
   struct Handler {
     // Fills up to `max` slices (Send: what to send; Recv: one region), returning how many; 0:
@@ -46,6 +49,14 @@ class IoBatch {
     // The kernel's answer: bytes moved, or -errno. `asked` is what the slices held.
     void (*apply)(void* owner, Kind kind, ssize_t result, size_t asked, void* cookie);
     void (*finish)(void* owner, Kind kind, ssize_t result, size_t asked);
+  };
+  // A registration's owner (a socket event).
+  struct WatchHandler {
+    // The registration as it is at the flush: fills `ev` and returns the epoll set.
+    int (*prepare)(void* owner, epoll_event* ev);
+    // The kernel's answer, once every operation of the round is in: 0 or -errno (-EAGAIN: not
+    // made; the owner registers with the system call).
+    void (*finish)(void* owner, int result);
   };
 
   // Slices per send; a buffer with more sends them at the next flush.
@@ -61,11 +72,23 @@ class IoBatch {
   // Queues one operation on `fd` for the next flush. An owner has at most one of each kind
   // queued (it keeps the flag); it must cancel() what it queued before it goes away.
   void add(void* owner, const Handler& handler, int fd, Kind kind);
-  // Drops every operation of `owner` not yet finished: nothing of it is prepared, applied or
-  // finished from then on.
+  // Drops every send and receive of `owner` not yet finished: nothing of it is prepared,
+  // applied or finished from then on.
   void cancel(void* owner);
+  // Adds `fd` to an epoll set with the next flush; at most one queued per owner.
+  void watch(void* owner, const WatchHandler& handler, int fd);
+  // Drops the registration `owner` queued, if not yet finished. It may have been made already
+  // (the owner is told nothing more either way).
+  void cancelWatch(void* owner);
+  // Closes `fd` with the next flush. Never cancelled: a descriptor handed here is closed, at
+  // the latest by runCloses() or the batch's destructor.
+  void close(int fd);
   // Runs what is queued now (the loop does this at the end of each turn).
   void flush();
+  // Closes at once, one system call each, what close() queued and no flush carried yet (the
+  // loop does this before it looks at its sockets again: a closed socket leaves the epoll set
+  // only when it is closed).
+  void runCloses();
   // Something is queued for the next flush.
   bool pending() const { return !queued_.empty(); }
 
@@ -83,15 +106,20 @@ class IoBatch {
 
  private:
   struct Op {
-    void* owner;  // null once cancelled
-    const Handler* handler;
+    void* owner;  // null once cancelled; a close's is the batch itself
+    union {
+      const Handler* io;
+      const WatchHandler* watch;
+    } handler;
     int fd;
     Kind kind;
     uint8_t slices = 0;
     uint32_t first_slice = 0;
+    int epoll_fd = -1;  // Watch: the set
     size_t asked = 0;
     ssize_t result = 0;
     void* cookie = nullptr;
+    epoll_event event{};  // Watch: the registration
   };
   bool setUpRing();
   // Runs the prepared operations of running_: one system call for one, the ring for more.

@@ -102,8 +102,8 @@ Connection::~Connection() {
   // What was written before the owner let the connection go leaves, as it would have at once.
   if (send_queued_ || recv_queued_) leaveBatch(state_ == State::Open);
   if (state_ != State::Closed) {
-    file_event_.remove();
-    ::close(fd_);
+    file_event_.removeBeforeClose();
+    dispatcher().closeSocket(fd_);
   }
 }
 
@@ -584,9 +584,9 @@ void Connection::closeNow(ConnectionEvent event) {
     leaveBatch(event == ConnectionEvent::LocalClose && !write_shut_);
   }
   state_ = State::Closed;
-  file_event_.remove();
+  file_event_.removeBeforeClose();
   if (transport_ != nullptr && event == ConnectionEvent::LocalClose) transport_->onClose();
-  ::close(fd_);
+  dispatcher().closeSocket(fd_);
   fd_ = -1;
   read_buffer_.clear();
   write_buffer_.clear();

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -612,6 +613,68 @@ TEST(FileEventTest, RemovedWhileActivatedIsNotCalled) {
   ev.remove();
   runFor(d, milliseconds(20));
   EXPECT_EQ(before, counter.reads + counter.writes);
+}
+
+// A socket event's registration goes with the loop's batch: one made between turns is in the
+// set before the next look at it.
+TEST(FileEventTest, ARegistrationQueuedBetweenTurnsIsMadeBeforeTheNextLook) {
+  Dispatcher d;
+  SocketPair pair;
+  EventCounter counter;
+  FileEvent ev(d, pair.fds[0], &counter, FileEvent::To<&EventCounter::onEvents>());
+  ASSERT_EQ(1, ::write(pair.fds[1], "x", 1));
+  d.runOnce(false);
+  EXPECT_EQ(1, counter.reads);
+}
+
+// An event removed before its queued registration was made leaves nothing in the set: the same
+// socket can be watched again at once, and the first owner hears nothing.
+TEST(FileEventTest, AnEventRemovedBeforeItsRegistrationLeavesNothingBehind) {
+  Dispatcher d;
+  SocketPair pair;
+  EventCounter first, second;
+  { FileEvent gone(d, pair.fds[0], &first, FileEvent::To<&EventCounter::onEvents>()); }
+  FileEvent kept(d, pair.fds[0], &second, FileEvent::To<&EventCounter::onEvents>());
+  ASSERT_EQ(1, ::write(pair.fds[1], "x", 1));
+  ASSERT_TRUE(runUntil(d, [&] { return second.reads == 1; }));
+  EXPECT_EQ(0, first.reads + first.writes);
+}
+
+// A socket closed through the dispatcher after removeBeforeClose() is closed by the end of the
+// turn: no EPOLL_CTL_DEL, yet its owner hears nothing more, in this turn or later.
+TEST(FileEventTest, ASocketClosedWithoutDeletingItsRegistrationIsGoneBeforeTheNextLook) {
+  Dispatcher d;
+  SocketPair a, b;
+  EventCounter second;
+  auto closed =
+      std::make_unique<FileEvent>(d, b.fds[0], &second, FileEvent::To<&EventCounter::onEvents>());
+  struct Closer {
+    void onEvents(uint32_t) {
+      ++calls;
+      if (*victim == nullptr) return;
+      (*victim)->removeBeforeClose();
+      d->closeSocket(fd);
+      victim->reset();
+    }
+    Dispatcher* d;
+    int fd;
+    std::unique_ptr<FileEvent>* victim;
+    int calls = 0;
+  };
+  Closer closer{&d, b.fds[0], &closed};
+  FileEvent first(d, a.fds[0], &closer, FileEvent::To<&Closer::onEvents>());
+  d.runOnce(false);  // both registered
+  // Both readable in the same look; whichever comes first, b's owner is not called after the
+  // close, and b's descriptor is closed when the turn ends.
+  ASSERT_EQ(1, ::write(b.fds[1], "y", 1));
+  ASSERT_EQ(1, ::write(a.fds[1], "x", 1));
+  ASSERT_TRUE(runUntil(d, [&] { return closer.calls == 1; }));
+  EXPECT_EQ(-1, fcntl(b.fds[0], F_GETFD));
+  const int heard = second.reads;
+  EXPECT_LE(heard, 1);
+  b.fds[0] = -1;  // closed by the dispatcher
+  runFor(d, milliseconds(20));
+  EXPECT_EQ(heard, second.reads);
 }
 
 // A socket event made by another's callback is told of its readiness (the set is looked at

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -277,6 +278,156 @@ TEST_F(IoBatchTest, MoreOperationsThanTheRingHoldsAllRun) {
     EXPECT_EQ("x", readAll(peers[i]));
   }
   if (batch_.ringAvailable()) EXPECT_EQ(2u, batch_.ringEnters());
+}
+
+// A socket event's owner, as the batch sees it.
+struct Watcher {
+  int epoll_fd = -1;
+  int finished = 0;
+  int result = 1;
+};
+const IoBatch::WatchHandler kWatchHandler = {
+    [](void* self, epoll_event* ev) {
+      ev->events = EPOLLIN | EPOLLET;
+      ev->data.ptr = self;
+      return static_cast<Watcher*>(self)->epoll_fd;
+    },
+    [](void* self, int result) {
+      auto* w = static_cast<Watcher*>(self);
+      ++w->finished;
+      w->result = result;
+    },
+};
+
+bool isOpen(int fd) { return fcntl(fd, F_GETFD) != -1; }
+
+TEST_F(IoBatchTest, RegistrationsAndClosesGoWithTheSendsInOneEntry) {
+  auto [a, pa] = pair();
+  auto [b, pb] = pair();
+  auto [c, pc] = pair();
+  const int set = epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(set, 0);
+  fds_.push_back(set);
+  Owner sender;
+  sender.to_send = "hello";
+  Watcher watcher;
+  watcher.epoll_fd = set;
+  batch_.add(&sender, kFullHandler, a, IoBatch::Kind::Send);
+  batch_.watch(&watcher, kWatchHandler, b);
+  fds_.erase(std::remove(fds_.begin(), fds_.end(), c), fds_.end());
+  batch_.close(c);
+  EXPECT_TRUE(isOpen(c));  // nothing before the flush
+  turn();
+  EXPECT_EQ(3u, batch_.operations());
+  if (batch_.ringAvailable()) EXPECT_EQ(1u, batch_.ringEnters());
+  EXPECT_EQ("hello", readAll(pa));
+  EXPECT_EQ(1, watcher.finished);
+  EXPECT_EQ(0, watcher.result);
+  EXPECT_FALSE(isOpen(c));
+  char byte;
+  EXPECT_EQ(0, ::recv(pc, &byte, 1, MSG_DONTWAIT));  // the peer sees the close
+  // The registration is in the set: the peer's bytes are reported, with the owner's pointer.
+  ASSERT_EQ(2, ::send(pb, "hi", 2, 0));
+  epoll_event ev{};
+  ASSERT_EQ(1, epoll_wait(set, &ev, 1, 1000));
+  EXPECT_EQ(&watcher, ev.data.ptr);
+}
+
+TEST_F(IoBatchTest, ARegistrationThatFailsTellsItsOwner) {
+  auto [a, pa] = pair();
+  auto [b, pb] = pair();
+  Watcher bad, good;
+  bad.epoll_fd = a;  // not an epoll set
+  const int set = epoll_create1(EPOLL_CLOEXEC);
+  fds_.push_back(set);
+  good.epoll_fd = set;
+  batch_.watch(&bad, kWatchHandler, b);
+  batch_.watch(&good, kWatchHandler, b);
+  turn();
+  EXPECT_EQ(-EINVAL, bad.result);
+  EXPECT_EQ(0, good.result);
+  (void)pa;
+  (void)pb;
+}
+
+// One owner that both sends and registers, as a connection and its socket event (its first
+// member, at the same address) look to the batch.
+struct SendsAndWatches {
+  std::string to_send;
+  int epoll_fd = -1;
+  int sends_finished = 0;
+  int watches_finished = 0;
+};
+const IoBatch::Handler kSendOfBoth = {
+    [](void* self, IoBatch::Kind, iovec* iov, unsigned, void**) -> unsigned {
+      auto* o = static_cast<SendsAndWatches*>(self);
+      iov[0].iov_base = o->to_send.data();
+      iov[0].iov_len = o->to_send.size();
+      return 1;
+    },
+    [](void*, IoBatch::Kind, ssize_t, size_t, void*) {},
+    [](void* self, IoBatch::Kind, ssize_t, size_t) {
+      ++static_cast<SendsAndWatches*>(self)->sends_finished;
+    },
+};
+const IoBatch::WatchHandler kWatchOfBoth = {
+    [](void* self, epoll_event* ev) {
+      ev->events = EPOLLIN | EPOLLET;
+      ev->data.ptr = self;
+      return static_cast<SendsAndWatches*>(self)->epoll_fd;
+    },
+    [](void* self, int) { ++static_cast<SendsAndWatches*>(self)->watches_finished; },
+};
+
+TEST_F(IoBatchTest, CancellingARegistrationLeavesTheOwnersSendsAndTheOtherWayRound) {
+  auto [a, pa] = pair();
+  auto [b, pb] = pair();
+  const int set = epoll_create1(EPOLL_CLOEXEC);
+  fds_.push_back(set);
+  SendsAndWatches owner;
+  owner.to_send = "kept";
+  owner.epoll_fd = set;
+  batch_.add(&owner, kSendOfBoth, a, IoBatch::Kind::Send);
+  batch_.watch(&owner, kWatchOfBoth, b);
+  batch_.cancelWatch(&owner);
+  turn();
+  EXPECT_EQ(1, owner.sends_finished);
+  EXPECT_EQ("kept", readAll(pa));
+  EXPECT_EQ(0, owner.watches_finished);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  EXPECT_EQ(0, epoll_ctl(set, EPOLL_CTL_ADD, b, &ev));  // it was never registered
+
+  owner.to_send = "dropped";
+  batch_.add(&owner, kSendOfBoth, b, IoBatch::Kind::Send);
+  batch_.watch(&owner, kWatchOfBoth, a);
+  batch_.cancel(&owner);
+  turn();
+  EXPECT_EQ(1, owner.sends_finished);
+  EXPECT_EQ("", readAll(pb));
+  EXPECT_EQ(1, owner.watches_finished);
+}
+
+TEST_F(IoBatchTest, QueuedClosesRunAtOnceWhenAskedAndWhenTheBatchGoes) {
+  auto [a, pa] = pair();
+  auto [b, pb] = pair();
+  fds_.erase(std::remove(fds_.begin(), fds_.end(), a), fds_.end());
+  fds_.erase(std::remove(fds_.begin(), fds_.end(), b), fds_.end());
+  Owner pending;
+  pending.to_send = "later";
+  batch_.add(&pending, kFullHandler, pa, IoBatch::Kind::Send);
+  batch_.close(a);
+  batch_.runCloses();
+  EXPECT_FALSE(isOpen(a));
+  EXPECT_TRUE(batch_.pending());  // the send waits for the flush
+  EXPECT_EQ(0, pending.prepared);
+  {
+    IoBatch alone;
+    alone.close(b);
+    EXPECT_TRUE(isOpen(b));
+  }
+  EXPECT_FALSE(isOpen(b));
+  (void)pb;
 }
 
 TEST_F(IoBatchTest, TurnedOffTheDispatcherHasNoBatch) {
