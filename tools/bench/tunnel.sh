@@ -10,8 +10,10 @@
 #   connect-up    HTTP CONNECT, client → sink (the sink acknowledges each transfer)
 #   connect-down  HTTP CONNECT, source → client
 #   socks5-up     SOCKS5 CONNECT (username/password), client → sink
-#   ws            WebSocket after an HTTP/1.1 upgrade (absolute-form ws://), 1 MiB messages
-#                 echoed by sluice-origin (the bytes both ways count)
+#   ws-up         WebSocket after an HTTP/1.1 upgrade (absolute-form ws://), client → origin,
+#                 1 MiB messages (sluice-origin's /ws/sink acknowledges each with an empty one)
+#   ws            WebSocket after an HTTP/1.1 upgrade, 1 MiB messages echoed by sluice-origin
+#                 (the bytes both ways count)
 #   small         HTTP CONNECT, keep-alive 1 KiB GETs inside the tunnel (CPU per request: where
 #                 the copy path is kept, below kSpliceAfterRead)
 #
@@ -114,6 +116,8 @@ run_proxy() {  # label pids-command http-proxy socks-proxy
     measure "$label: SOCKS5 up" GB "$pids" -- "${C[@]}" -n 8 --dst "$SINK" --proxy "$socks" \
       --tunnel-bytes $PER
   fi
+  want ws-up && measure "$label: WebSocket up" GB "$pids" -- "${C[@]}" \
+    -n $((BYTES / 1048576)) --dst "$WS/sink" --proxy "$http" --ws-one-way --ws-size 1048576
   want ws && measure "$label: WebSocket 1 MiB echo" GB "$pids" -- "${C[@]}" \
     -n $((BYTES / 2 / 1048576)) --dst "$WS" --proxy "$http" --ws --ws-size 1048576
   want small && measure "$label: 1 KiB GETs in a CONNECT tunnel" req "$pids" -- -c 32 -n 200000 \

@@ -662,7 +662,7 @@ Conn::Step Conn::wsBytes(const char* buf, size_t len) {
       }
       if (ws_hdr_len_ < ws_hdr_need_) break;
       const uint8_t opcode = ws_hdr_[0] & 0x0f;
-      if (opcode >= 8) return fail(ErrorKind::WebSocket);  // close/ping: not in an echo
+      if (opcode >= 8) return fail(ErrorKind::WebSocket);  // close/ping: not in this exchange
       uint64_t plen = ws_hdr_[1] & 0x7f;
       if (plen == 126) plen = (uint64_t{ws_hdr_[2]} << 8) | ws_hdr_[3];
       if (plen == 127) {
@@ -688,7 +688,10 @@ Conn::Step Conn::wsBytes(const char* buf, size_t len) {
     }
   }
   if (!done) return Step::More;
-  if (i != len || ws_msg_bytes_ != o.ws_size) return fail(ErrorKind::WebSocket);
+  // An echo comes back whole; one way, the origin answers each message with an empty one.
+  if (i != len || ws_msg_bytes_ != (o.ws_one_way ? 0 : o.ws_size)) {
+    return fail(ErrorKind::WebSocket);
+  }
   Results& r = w_.results();
   r.body_rx += ws_msg_bytes_;
   r.body_tx += o.ws_size;

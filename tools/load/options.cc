@@ -79,6 +79,8 @@ const char kUsage[] =
     "  --ws                   WebSocket echo: each request is one message\n"
     "  --ws-size N            message size (default 128)\n"
     "  --ws-count N           messages per connection before reconnecting (default: no limit)\n"
+    "  --ws-one-way           each message is answered by an empty one, not echoed (the\n"
+    "                         destination's path is then sluice-origin's /ws/sink)\n"
     "  --tunnel-bytes N       raw tunnel throughput: each request moves N bytes\n"
     "  --tunnel-dir up|down   up: to sluice-origin's sink (default); down: from its source\n"
     "  --hold N               open N tunnels and hold them idle for -d (memory tests)\n"
@@ -178,6 +180,9 @@ bool parseArgs(int raw_argc, char** raw_argv, Options& o, std::string& error) {
     } else if (a == "--ws-size") {
       if (!value(v) || !parseCount(v, o.ws_size) || o.ws_size > (uint64_t{1} << 30))
         return error = "bad --ws-size", false;
+    } else if (a == "--ws-one-way") {
+      ws = true;
+      o.ws_one_way = true;
     } else if (a == "--ws-count") {
       if (!value(v) || !parseCount(v, o.ws_count)) return error = "bad --ws-count", false;
     } else if (a == "--tunnel-bytes") {

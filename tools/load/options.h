@@ -33,6 +33,7 @@ struct Options {
   Workload workload = Workload::Http;
   uint64_t ws_size = 128;
   uint64_t ws_count = 0;  // messages per connection, 0 = no limit
+  bool ws_one_way = false;  // each message answered by an empty one (sluice-origin's /ws/sink)
   uint64_t tunnel_bytes = 0;
   uint64_t hold = 0;
   uint64_t hold_window = 0;  // --hold-window: held tunnels opening at once, in total; 0 = all

@@ -120,7 +120,7 @@ bool buildSocks(const Options& o, Shared& s, std::string& error) {
 // The upgrade request, and one masked binary frame, built once: a fixed mask is valid framing,
 // and the server cannot tell. Payload bytes are the pattern, masked.
 void buildWebSocket(const Options& o, bool absolute, const std::string& proxy_auth, Shared& s) {
-  const std::string path = o.dst.path == "/" ? "/ws" : o.dst.path;
+  const std::string path = o.dst.path != "/" ? o.dst.path : o.ws_one_way ? "/ws/sink" : "/ws";
   const std::string ws_target = absolute ? "http://" + o.dst.authority() + path : path;
   s.ws_upgrade = "GET " + ws_target + " HTTP/1.1\r\nHost: " + o.dst.authority() +
                  "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"

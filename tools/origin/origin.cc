@@ -4,6 +4,8 @@
 //   POST /echo    -> 200 echoing the request body (Content-Length or chunked), streamed
 //   GET /ws       -> WebSocket (RFC 6455) echo: every data frame comes back unmasked, pings
 //                    get pongs, a close is answered and the connection closed
+//   GET /ws/sink  -> WebSocket, one way: data frames are counted and dropped, and each message
+//                    is acknowledged with an empty binary message (pings and close as /ws)
 //   GET /stats    -> {"requests": R, "bytes_sent": B, "bytes_received": C, ...}: requests and
 //                    socket bytes of every port, and the sink/source/WebSocket/UDP payload
 //   else 404; malformed requests 400 (or the parser's 431/501/505) and close.
@@ -163,6 +165,8 @@ class Session : public network::ConnectionCallbacks, public event::DeferredDelet
   uint8_t ws_opcode_ = 0;
   bool ws_in_frame_ = false;
   bool ws_close_ = false;
+  bool ws_sink_ = false;  // /ws/sink: data frames are dropped, each message acknowledged
+  bool ws_fin_ = false;   // the frame being read ends its message
   bool keep_alive_ = true;
   bool read_disabled_ = false;
 };
@@ -523,8 +527,9 @@ bool Session::processWebSocket(buffer::Buffer& data) {
       ws_left_ = len;
       ws_mask_pos_ = 0;
       ws_in_frame_ = true;
+      ws_fin_ = (b0 & 0x80) != 0;
       // Echo the frame header unmasked: same FIN and opcode (ping -> pong), same length.
-      if (ws_opcode_ != 0xA) {
+      if (ws_opcode_ != 0xA && (control || !ws_sink_)) {
         char out[10];
         size_t n = 0;
         out[n++] = static_cast<char>((b0 & 0x80) | (ws_opcode_ == 0x9 ? 0xA : ws_opcode_));
@@ -544,6 +549,16 @@ bool Session::processWebSocket(buffer::Buffer& data) {
     }
     // Unmask what is here into the output (a copy is needed anyway: the mask changes bytes).
     char tmp[16384];
+    if (ws_sink_ && ws_opcode_ < 8) {
+      // Dropped unread: nothing of it comes back.
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(ws_left_, data.length()));
+      worker_.counters().ws_bytes.add(n);
+      data.drain(n);
+      ws_left_ -= n;
+      if (ws_left_ == 0 && ws_fin_) {
+        out_.add("\x82\x00", 2);  // the acknowledgement: an empty binary message
+      }
+    }
     while (ws_left_ > 0 && !data.empty()) {
       const std::string_view chunk = data.front();
       const size_t n = std::min<uint64_t>({ws_left_, chunk.size(), sizeof(tmp)});
@@ -626,7 +641,7 @@ void Session::onHead(const http1::RequestHead& head) {
     return;
   }
 
-  if (path == "/ws" && head.method == http1::Method::Get && !has_body) {
+  if ((path == "/ws" || path == "/ws/sink") && head.method == http1::Method::Get && !has_body) {
     std::string_view key, version;
     for (uint32_t i = 0; i < head.headers.size(); ++i) {
       const http1::HeaderField& h = head.headers[i];
@@ -651,6 +666,7 @@ void Session::onHead(const http1::RequestHead& head) {
     conn_->write(out_);
     phase_ = Phase::WebSocket;
     ws_in_frame_ = false;
+    ws_sink_ = path == "/ws/sink";
     return;
   }
 

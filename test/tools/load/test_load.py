@@ -312,6 +312,17 @@ def test_websocket_echo_direct(origin):
     assert d["bytes_received"] == j["bytes_sent"] and d["bytes_sent"] == j["bytes_read"]
 
 
+def test_websocket_one_way_direct(origin):
+    n = 300
+    j, d = origin.measure(lambda: load("-c", 2, "-n", n, "--ws-one-way", "--ws-size", 70000,
+                                       "--dst", f"{origin.url}/ws/sink"))
+    assert_clean(j, n, status="101")
+    assert d["ws_messages"] == n
+    assert d["ws_bytes"] == n * 70000
+    assert j["payload_bytes_sent"] == n * 70000
+    assert j["payload_bytes_read"] == 0  # each acknowledgement is an empty message
+
+
 def test_tunnel_bytes_up_and_down_direct(origin):
     size = 4 * 1024 * 1024
     j, d = origin.measure(lambda: load("-c", 2, "-n", 6, "--tunnel-bytes", size,

@@ -426,6 +426,31 @@ class ExtrasTest(unittest.TestCase):
         self.assertEqual(after["ws_bytes"] - before["ws_bytes"],
                          5 + 125 + 126 + 70000 + 300007 + 5)
 
+    def test_websocket_sink_acknowledges_each_message_and_echoes_nothing(self):
+        before = self.stats()
+        c = self.origin.connect()
+        c.send(b"GET /ws/sink HTTP/1.1\r\nHost: o\r\nUpgrade: websocket\r\n"
+               b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+               b"Sec-WebSocket-Version: 13\r\n\r\n")
+        self.assertEqual(c.response(head_only=True)[0], 101)
+        for size in (0, 126, 300007):
+            frame = ws_frame(0x2, bytes(random.getrandbits(8) for _ in range(size)))
+            for i in range(0, len(frame), 4097):
+                c.send(frame[i:i + 4097])
+            self.assertEqual(read_ws_frame(c), (0x82, b""))
+        # A fragmented message is acknowledged once, at its last fragment; a ping still gets
+        # its pong, in order.
+        c.send(ws_frame(0x1, b"hel", fin=False) + ws_frame(0x0, b"lo") + ws_frame(0x9, b"pi"))
+        self.assertEqual(read_ws_frame(c), (0x82, b""))
+        self.assertEqual(read_ws_frame(c), (0x8A, b"pi"))
+        c.send(ws_frame(0x8, b"\x03\xe8"))
+        self.assertEqual(read_ws_frame(c), (0x88, b"\x03\xe8"))
+        self.assertTrue(c.closed())
+        c.close()
+        after = self.stats()
+        self.assertEqual(after["ws_messages"] - before["ws_messages"], 4)
+        self.assertEqual(after["ws_bytes"] - before["ws_bytes"], 126 + 300007 + 5)
+
     def test_websocket_rejects_unmasked_and_bad_upgrades(self):
         c = self.origin.connect()
         c.send(b"GET /ws HTTP/1.1\r\nHost: o\r\n\r\n")
