@@ -11,7 +11,8 @@
 #   connect-down  HTTP CONNECT, source → client
 #   socks5-up     SOCKS5 CONNECT (username/password), client → sink
 #   ws-up         WebSocket after an HTTP/1.1 upgrade (absolute-form ws://), client → origin,
-#                 1 MiB messages (sluice-origin's /ws/sink acknowledges each with an empty one)
+#                 8 messages of --gb/8 (sluice-origin's /ws/sink acknowledges each with an
+#                 empty one), as CONNECT up's 8 transfers
 #   ws            WebSocket after an HTTP/1.1 upgrade, 1 MiB messages echoed by sluice-origin
 #                 (the bytes both ways count)
 #   small         HTTP CONNECT, keep-alive 1 KiB GETs inside the tunnel (CPU per request: where
@@ -117,7 +118,7 @@ run_proxy() {  # label pids-command http-proxy socks-proxy
       --tunnel-bytes $PER
   fi
   want ws-up && measure "$label: WebSocket up" GB "$pids" -- "${C[@]}" \
-    -n $((BYTES / 1048576)) --dst "$WS/sink" --proxy "$http" --ws-one-way --ws-size 1048576
+    -n 8 --dst "$WS/sink" --proxy "$http" --ws-one-way --ws-size $PER
   want ws && measure "$label: WebSocket 1 MiB echo" GB "$pids" -- "${C[@]}" \
     -n $((BYTES / 2 / 1048576)) --dst "$WS" --proxy "$http" --ws --ws-size 1048576
   want small && measure "$label: 1 KiB GETs in a CONNECT tunnel" req "$pids" -- -c 32 -n 200000 \
