@@ -277,7 +277,9 @@ TEST_F(IoBatchTest, MoreOperationsThanTheRingHoldsAllRun) {
     EXPECT_EQ(1, owners[i]->finished);
     EXPECT_EQ("x", readAll(peers[i]));
   }
-  if (batch_.ringAvailable()) EXPECT_EQ(2u, batch_.ringEnters());
+  if (batch_.ringAvailable()) {
+    EXPECT_EQ(2u, batch_.ringEnters());
+  }
 }
 
 // A socket event's owner, as the batch sees it.
@@ -319,7 +321,9 @@ TEST_F(IoBatchTest, RegistrationsAndClosesGoWithTheSendsInOneEntry) {
   EXPECT_TRUE(isOpen(c));  // nothing before the flush
   turn();
   EXPECT_EQ(3u, batch_.operations());
-  if (batch_.ringAvailable()) EXPECT_EQ(1u, batch_.ringEnters());
+  if (batch_.ringAvailable()) {
+    EXPECT_EQ(1u, batch_.ringEnters());
+  }
   EXPECT_EQ("hello", readAll(pa));
   EXPECT_EQ(1, watcher.finished);
   EXPECT_EQ(0, watcher.result);
