@@ -11,15 +11,14 @@ PipePool& PipePool::forThisThread() {
   return pool;
 }
 
-namespace {
-void closePipe(const Pipe& pipe) {
+void PipePool::close(const Pipe& pipe) {
+  if (pipe.capacity > static_cast<size_t>(kPipeBytes)) --large_;
   if (pipe.read_fd >= 0) ::close(pipe.read_fd);
   if (pipe.write_fd >= 0) ::close(pipe.write_fd);
 }
-}  // namespace
 
 PipePool::~PipePool() {
-  for (Pipe& p : spare_) closePipe(p);
+  for (Pipe& p : spare_) close(p);
 }
 
 Pipe PipePool::acquire(size_t max_in_use) {
@@ -34,9 +33,11 @@ Pipe PipePool::acquire(size_t max_in_use) {
   if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return Pipe();
   ++in_use_;
   // Past /proc/sys/fs/pipe-max-size or the user's pipe quota the default size stays.
-  int size = ::fcntl(fds[1], F_SETPIPE_SZ, kPipeBytes);
+  int size = ::fcntl(fds[1], F_SETPIPE_SZ, large_ < kLargePipes ? kLargePipeBytes : kPipeBytes);
   if (size <= 0) size = ::fcntl(fds[1], F_GETPIPE_SZ);
-  return Pipe{fds[0], fds[1], static_cast<size_t>(size > 0 ? size : 65536)};
+  const Pipe pipe{fds[0], fds[1], static_cast<size_t>(size > 0 ? size : 65536)};
+  if (pipe.capacity > static_cast<size_t>(kPipeBytes)) ++large_;
+  return pipe;
 }
 
 void PipePool::release(Pipe pipe) {
@@ -46,13 +47,13 @@ void PipePool::release(Pipe pipe) {
     spare_.push_back(pipe);
     return;
   }
-  closePipe(pipe);
+  close(pipe);
 }
 
 void PipePool::destroy(Pipe pipe) {
   if (!pipe) return;
   --in_use_;
-  closePipe(pipe);
+  close(pipe);
 }
 
 }  // namespace upstream
