@@ -23,8 +23,9 @@ class PipePool {
  public:
   // Pipe capacity asked for with F_SETPIPE_SZ (the kernel may round it up). The first
   // kLargePipes pipes a worker holds (in use or spare) get kLargePipeBytes: a spliced GB costs
-  // about a quarter less CPU through them than through the kernel's default 64 KiB, and moves at
-  // least as fast (docs/benchmarks.md). The rest get kPipeBytes. The kernel counts a pipe's
+  // a fifth to a quarter less CPU through them than through the kernel's default 64 KiB, at
+  // rates no lower (docs/benchmarks.md). The rest get kPipeBytes, and so does each read of a
+  // shaped tunnel (TunnelRelay::pump). The kernel counts a pipe's
   // capacity against its user's pipe quota (fs.pipe-user-pages-soft, 64 MiB by default; past
   // it, new pipes get 8 KiB), so the large ones are few: 16 of 256 KiB are 4 MiB per worker,
   // and 64 KiB pipes fill the quota only at 1,024 in use.

@@ -402,8 +402,12 @@ void TunnelRelay::pump(Direction& d) {
         break;
       }
     }
-    const ssize_t n =
-        ::splice(d.from->fd(), nullptr, d.pipe.write_fd, nullptr, d.pipe.capacity, kSpliceFlags);
+    // A shaped tunnel (a bandwidth limit, a byte quota) reads no more than a default pipe-full
+    // at a time, so a large pipe does not make its bursts, or what it reads past its quota,
+    // larger.
+    const size_t want =
+        shaping() ? std::min(d.pipe.capacity, size_t{PipePool::kPipeBytes}) : d.pipe.capacity;
+    const ssize_t n = ::splice(d.from->fd(), nullptr, d.pipe.write_fd, nullptr, want, kSpliceFlags);
     if (n > 0) {
       d.in_pipe = static_cast<size_t>(n);
       d.from->countRawBytes(d.in_pipe, 0);

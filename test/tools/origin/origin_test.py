@@ -388,15 +388,28 @@ class ExtrasTest(unittest.TestCase):
         c.close()
         return out
 
-    def test_websocket_echo(self):
-        before = self.stats()
+    def upgrade(self, path):
+        """A connection upgraded to a WebSocket on `path`."""
         c = self.origin.connect()
-        c.send(b"GET /ws HTTP/1.1\r\nHost: o\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        c.send(b"GET " + path + b" HTTP/1.1\r\nHost: o\r\nUpgrade: websocket\r\n"
+               b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+               b"Sec-WebSocket-Version: 13\r\n\r\n")
         status, headers, _ = c.response(head_only=True)
         self.assertEqual(status, 101)
         # RFC 6455 section 1.3's example key and accept value.
         self.assertEqual(headers["sec-websocket-accept"], "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
+        return c
+
+    def close_websocket(self, c):
+        """Sends a close frame: it is answered, and the origin closes the connection."""
+        c.send(ws_frame(0x8, b"\x03\xe8"))
+        self.assertEqual(read_ws_frame(c), (0x88, b"\x03\xe8"))
+        self.assertTrue(c.closed())
+        c.close()
+
+    def test_websocket_echo(self):
+        before = self.stats()
+        c = self.upgrade(b"/ws")
         for size in (0, 5, 125, 126, 70000):
             payload = bytes(random.getrandbits(8) for _ in range(size))
             # Sent in two pieces to cross reads.
@@ -417,10 +430,7 @@ class ExtrasTest(unittest.TestCase):
         self.assertEqual(read_ws_frame(c), (0x80, b"lo"))
         c.send(ws_frame(0x9, b"pi"))
         self.assertEqual(read_ws_frame(c), (0x8A, b"pi"))
-        c.send(ws_frame(0x8, b"\x03\xe8"))
-        self.assertEqual(read_ws_frame(c), (0x88, b"\x03\xe8"))
-        self.assertTrue(c.closed())
-        c.close()
+        self.close_websocket(c)
         after = self.stats()
         self.assertEqual(after["ws_messages"] - before["ws_messages"], 7)
         self.assertEqual(after["ws_bytes"] - before["ws_bytes"],
@@ -428,11 +438,7 @@ class ExtrasTest(unittest.TestCase):
 
     def test_websocket_sink_acknowledges_each_message_and_echoes_nothing(self):
         before = self.stats()
-        c = self.origin.connect()
-        c.send(b"GET /ws/sink HTTP/1.1\r\nHost: o\r\nUpgrade: websocket\r\n"
-               b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-               b"Sec-WebSocket-Version: 13\r\n\r\n")
-        self.assertEqual(c.response(head_only=True)[0], 101)
+        c = self.upgrade(b"/ws/sink")
         for size in (0, 126, 300007):
             frame = ws_frame(0x2, bytes(random.getrandbits(8) for _ in range(size)))
             for i in range(0, len(frame), 4097):
@@ -443,10 +449,7 @@ class ExtrasTest(unittest.TestCase):
         c.send(ws_frame(0x1, b"hel", fin=False) + ws_frame(0x0, b"lo") + ws_frame(0x9, b"pi"))
         self.assertEqual(read_ws_frame(c), (0x82, b""))
         self.assertEqual(read_ws_frame(c), (0x8A, b"pi"))
-        c.send(ws_frame(0x8, b"\x03\xe8"))
-        self.assertEqual(read_ws_frame(c), (0x88, b"\x03\xe8"))
-        self.assertTrue(c.closed())
-        c.close()
+        self.close_websocket(c)
         after = self.stats()
         self.assertEqual(after["ws_messages"] - before["ws_messages"], 4)
         self.assertEqual(after["ws_bytes"] - before["ws_bytes"], 126 + 300007 + 5)
