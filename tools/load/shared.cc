@@ -1,5 +1,6 @@
 #include "tools/load/shared.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <string_view>
@@ -140,7 +141,19 @@ void buildWebSocket(const Options& o, bool absolute, const std::string& proxy_au
     for (int k = 7; k >= 0; --k) f += static_cast<char>((o.ws_size >> (8 * k)) & 0xff);
   }
   f.append(reinterpret_cast<const char*>(mask), 4);
-  for (uint64_t i = 0; i < o.ws_size; ++i) f += static_cast<char>(('a' + i % 26) ^ mask[i % 4]);
+  // The masked pattern repeats every 52 bytes (26 letters, a 4-byte mask): write one period,
+  // then double it, so a large frame is built in a few copies, not a loop per byte.
+  const size_t head = f.size();
+  const size_t size = static_cast<size_t>(o.ws_size);
+  f.resize(head + size);
+  char* payload = f.data() + head;
+  const size_t period = std::min<size_t>(size, 52);
+  for (size_t i = 0; i < period; ++i) payload[i] = static_cast<char>(('a' + i % 26) ^ mask[i % 4]);
+  for (size_t done = period; done < size;) {
+    const size_t n = std::min(done, size - done);
+    memcpy(payload + done, payload, n);
+    done += n;
+  }
 }
 
 // TLS contexts: to the destination, to an https:// proxy, or to an h2:// proxy (ALPN h2).
