@@ -49,6 +49,12 @@ ssize_t Conn::ioRead(char* buf, size_t len) {
   return n;
 }
 
+ssize_t Conn::ioDiscard(size_t len) {
+  const ssize_t n = socketDiscard(fd_, len, w_.results().wire_rx);
+  if (n > 0 && counting_app_) w_.results().app_rx += static_cast<uint64_t>(n);
+  return n;
+}
+
 ssize_t Conn::ioWrite(const char* buf, size_t len) {
   SSL* ssl = dst_tls_done_ ? dst_ssl_ : proxy_ssl_;
   const ssize_t n = ssl == nullptr ? rawWrite(buf, len) : tlsWrite(ssl, buf, len, want_write_);
@@ -582,9 +588,16 @@ Conn::Step Conn::stepAwaiting() {
   }
   if (sent_at_ == 0) sent_at_ = nowNs();
   char* buf = w_.scratch();
-  const size_t cap = w_.scratchSize();
+  // A download through a plain TCP tunnel is dropped in the kernel, never copied out: the
+  // load's own copying then adds nothing to what the proxy is measured against. One byte more
+  // than is due is asked for, so that a source sending too much is still seen.
+  const bool discard = o.workload == Workload::TunnelDown && h2_ == nullptr &&
+                       dst_ssl_ == nullptr && proxy_ssl_ == nullptr;
   for (;;) {
-    const ssize_t n = ioRead(buf, cap);
+    const size_t cap = discard ? static_cast<size_t>(std::min<uint64_t>(
+                                     o.tunnel_bytes - tunnel_done_ + 1, uint64_t{1} << 30))
+                               : w_.scratchSize();
+    const ssize_t n = discard ? ioDiscard(cap) : ioRead(buf, cap);
     if (n == kAgain) return Step::Block;
     if (n < 0) return fail(ErrorKind::Reset);
     if (n > 0 && !first_byte_) {

@@ -167,6 +167,8 @@ class Conn : public Pollable, public TlsOwner {
   // bytes at a time; true once complete (extra: bytes followed it), else false with the step.
   bool readReplyHead(char* buf, size_t chunk, bool& extra, Step& st);
   ssize_t ioRead(char* buf, size_t len);
+  // A plain TCP socket's next len bytes (at most), dropped in the kernel and counted as read.
+  ssize_t ioDiscard(size_t len);
   ssize_t ioWrite(const char* buf, size_t len);
   // Reads the handshake reply into hs_ until it holds `need` bytes.
   Step readHandshake(size_t need);

@@ -55,6 +55,21 @@ inline ssize_t socketRead(int fd, char* buf, size_t len, uint64_t& wire) {
   }
 }
 
+// Reads up to len bytes and drops them in the kernel (MSG_TRUNC on a TCP socket): counted, never
+// copied to user space. kAgain when the socket has nothing.
+inline ssize_t socketDiscard(int fd, size_t len, uint64_t& wire) {
+  for (;;) {
+    const ssize_t n = ::recv(fd, nullptr, len, MSG_TRUNC | MSG_DONTWAIT);
+    if (n >= 0) {
+      wire += static_cast<uint64_t>(n);
+      return n;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return kAgain;
+    return kError;
+  }
+}
+
 // One send to a non-blocking socket; a full socket sets want_write (wait for EPOLLOUT).
 inline ssize_t socketWrite(int fd, const char* buf, size_t len, uint64_t& wire, bool& want_write) {
   for (;;) {

@@ -12,7 +12,9 @@
 //
 // Tunnel benchmarks (--sink, --source): the client sends a decimal count and a newline; the
 // sink then reads that many bytes and answers with the count and a newline, the source sends
-// that many bytes. Both repeat on the same connection until the client closes.
+// that many bytes. Both repeat on the same connection until the client closes. The sink
+// discards what it reads in the kernel (recv with MSG_TRUNC): the bytes never reach user space,
+// so what a proxy costs in front of it is not hidden behind the sink's own copying.
 // --udp-echo sends every datagram back to its sender. --tls-cert/--tls-key serve HTTP over TLS:
 // on --tls-listen, or on --listen when there is no --tls-listen (with a plain port next to the TLS
 // one, /stats can be read without TLS bytes of its own in the counts).
@@ -108,7 +110,9 @@ std::string websocketAccept(std::string_view key) {
 class Worker;
 
 // One client connection: parses requests in order and streams each response.
-class Session : public network::ConnectionCallbacks, public event::DeferredDeletable {
+class Session : public network::ConnectionCallbacks,
+                public network::RawIoHandler,
+                public event::DeferredDeletable {
  public:
   Session(Worker& worker, network::ConnectionPtr conn, PortKind kind);
 
@@ -116,6 +120,10 @@ class Session : public network::ConnectionCallbacks, public event::DeferredDelet
   void onEvent(network::ConnectionEvent event) override;
   void onAboveWriteHighWatermark() override;
   void onBelowWriteLowWatermark() override;
+  // The discarding reads of the sink and of /ws/sink's payloads (while the connection's
+  // readiness comes here).
+  void onRawReadable(network::Connection& connection) override;
+  void onRawWritable(network::Connection&) override {}
 
   std::list<std::unique_ptr<Session>>::iterator position;
 
@@ -138,6 +146,14 @@ class Session : public network::ConnectionCallbacks, public event::DeferredDelet
   void onHead(const http1::RequestHead& head);
   // Reads "N\n" for the sink and source ports; false while incomplete (or on error: closed).
   bool readCount(buffer::Buffer& data, bool end_stream, uint64_t& n);
+  // The sink's count is all in: answer with it and wait for the next one.
+  void sinkDone();
+  // The rest of a large payload (the sink's count, a /ws/sink data frame) is dropped in the
+  // kernel from the next loop turn on, if the connection can be read raw.
+  void discardRest();
+  // Drops up to `left` bytes in the kernel, counted in `counter`; false when the connection
+  // failed (it is then closed), true when the socket has nothing more for now or left is 0.
+  bool discard(network::Connection& connection, uint64_t& left, const stats::Counter& counter);
   // Echoes as many WebSocket frames (or parts) as data holds; false: wait for more.
   bool processWebSocket(buffer::Buffer& data);
   void fillBytes();
@@ -356,15 +372,14 @@ void Session::process(buffer::Buffer& data, bool end_stream) {
         left_ -= n;
         worker_.counters().sink_bytes.add(n);
         if (left_ > 0) {
-          if (end_stream) abort();
+          if (end_stream) {
+            abort();
+          } else {
+            discardRest();
+          }
           return;
         }
-        char line[32];
-        const int len =
-            snprintf(line, sizeof(line), "%llu\n", static_cast<unsigned long long>(count_));
-        out_.add(line, static_cast<size_t>(len));
-        conn_->write(out_);
-        phase_ = Phase::SinkLine;
+        sinkDone();
         break;
       }
       case Phase::SourceLine: {
@@ -452,6 +467,64 @@ void Session::process(buffer::Buffer& data, bool end_stream) {
         return;
       }
     }
+  }
+}
+
+void Session::sinkDone() {
+  char line[32];
+  const int len = snprintf(line, sizeof(line), "%llu\n", static_cast<unsigned long long>(count_));
+  out_.add(line, static_cast<size_t>(len));
+  conn_->write(out_);
+  phase_ = Phase::SinkLine;
+}
+
+void Session::discardRest() {
+  if (!conn_->rawCapable()) return;  // bytes still to send: the buffered path goes on
+  conn_->setRawIoHandler(this);
+  conn_->scheduleRead();
+}
+
+bool Session::discard(network::Connection& connection, uint64_t& left,
+                      const stats::Counter& counter) {
+  while (left > 0) {
+    // MSG_TRUNC on a TCP socket drops the bytes instead of copying them out.
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(left, kMaxBytes));
+    const ssize_t n = ::recv(connection.fd(), nullptr, want, MSG_TRUNC | MSG_DONTWAIT);
+    if (n > 0) {
+      const size_t k = static_cast<size_t>(n);
+      left -= k;
+      counter.add(k);
+      connection.countRawBytes(k, 0);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    // The client closed or reset in the middle of the payload.
+    abort();
+    return false;
+  }
+  return true;
+}
+
+void Session::onRawReadable(network::Connection& connection) {
+  const bool sink = phase_ == Phase::SinkData;
+  uint64_t& left = sink ? left_ : ws_left_;
+  if (!discard(connection, left,
+               sink ? worker_.counters().sink_bytes : worker_.counters().ws_bytes) ||
+      left > 0) {
+    return;
+  }
+  // Back to the buffered path: what follows (the next count, the next frame) is read from the
+  // loop.
+  connection.setRawIoHandler(nullptr);
+  if (sink) {
+    sinkDone();
+    return;
+  }
+  ws_in_frame_ = false;
+  if (ws_fin_) {
+    out_.add("\x82\x00", 2);  // the acknowledgement: an empty binary message
+    conn_->write(out_);
   }
 }
 
@@ -557,6 +630,10 @@ bool Session::processWebSocket(buffer::Buffer& data) {
       ws_left_ -= n;
       if (ws_left_ == 0 && ws_fin_) {
         out_.add("\x82\x00", 2);  // the acknowledgement: an empty binary message
+      }
+      if (ws_left_ > 0 && out_.empty()) {
+        discardRest();
+        return false;
       }
     }
     while (ws_left_ > 0 && !data.empty()) {

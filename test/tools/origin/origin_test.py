@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 ORIGIN = None
@@ -486,6 +487,53 @@ class ExtrasTest(unittest.TestCase):
         after = self.stats()
         self.assertEqual(after["sink_bytes"] - before["sink_bytes"], 1 + (1 << 20))
         self.assertEqual(after["source_bytes"] - before["source_bytes"], 5 + (3 << 20))
+
+    def test_bulk_payloads_are_dropped_in_the_kernel(self):
+        # The sink's count and a /ws/sink data frame are read with MSG_TRUNC past the first
+        # read: counted (payload and socket bytes) but never copied out, so the origin's reads
+        # (rchar in /proc/<pid>/io: read and readv, not recv) grow by far less than they carry.
+        def rchar():
+            with open(f"/proc/{self.origin.proc.pid}/io") as f:
+                return int(f.readline().split()[1])
+
+        n = 16 << 20
+        before = self.stats()
+        read_before = rchar()
+        s = socket.create_connection(("127.0.0.1", self.origin.ports["sink"]), timeout=10)
+        s.sendall(b"%d\n" % n + b"x" * n)
+        self.assertEqual(Client(s)._line_nl(), b"%d" % n)
+        # The next count on the same connection is read the buffered way again.
+        s.sendall(b"3\nabc")
+        self.assertEqual(Client(s)._line_nl(), b"3")
+        s.close()
+        ws = self.upgrade(b"/ws/sink")
+        # An all-zero mask leaves the payload as it is.
+        ws.send(b"\x82\xff" + n.to_bytes(8, "big") + b"\0\0\0\0" + b"y" * n)
+        self.assertEqual(read_ws_frame(ws), (0x82, b""))
+        # Frames after the dropped one are parsed as before: a ping gets its pong.
+        ws.send(ws_frame(0x9, b"pi"))
+        self.assertEqual(read_ws_frame(ws), (0x8A, b"pi"))
+        self.close_websocket(ws)
+        read = rchar() - read_before
+        after = self.stats()
+        self.assertEqual(after["sink_bytes"] - before["sink_bytes"], n + 3)
+        self.assertEqual(after["ws_bytes"] - before["ws_bytes"], n)  # data frames only
+        self.assertGreaterEqual(after["bytes_received"] - before["bytes_received"], 2 * n)
+        self.assertLess(read, n // 4)
+
+    def test_sink_client_gone_mid_payload(self):
+        before = self.stats()
+        s = socket.create_connection(("127.0.0.1", self.origin.ports["sink"]), timeout=10)
+        s.sendall(b"%d\n" % (8 << 20) + b"x" * (1 << 20))
+        time.sleep(0.2)
+        s.close()
+        # The origin drops the connection and goes on serving.
+        s = socket.create_connection(("127.0.0.1", self.origin.ports["sink"]), timeout=10)
+        s.sendall(b"2\nok")
+        self.assertEqual(Client(s)._line_nl(), b"2")
+        s.close()
+        after = self.stats()
+        self.assertEqual(after["sink_bytes"] - before["sink_bytes"], (1 << 20) + 2)
 
     def test_udp_echo(self):
         before = self.stats()
