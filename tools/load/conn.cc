@@ -547,6 +547,7 @@ Conn::Step Conn::stepReady() {
       break;
     case Workload::WebSocket:
       ws_msg_bytes_ = 0;
+      ws_send_left_ = o.ws_size - s.wsPayload().size();
       startSend(s.ws_frame.data(), s.ws_frame.size());
       break;
     case Workload::TunnelUp:
@@ -566,7 +567,9 @@ Conn::Step Conn::stepReady() {
   state_ = State::Awaiting;
   sent_at_ = 0;
   if (!flush()) return blocked();
-  if (o.workload == Workload::TunnelUp) return Step::Continue;  // the payload follows
+  if (o.workload == Workload::TunnelUp || ws_send_left_ > 0) {
+    return Step::Continue;  // the payload follows
+  }
   sent_at_ = nowNs();
   // The response cannot be here yet: wait for readiness instead of a read that would block.
   return Step::Block;
@@ -585,6 +588,13 @@ Conn::Step Conn::stepAwaiting() {
       tunnel_left_ -= n;
       if (!flush()) return blocked();
     }
+  }
+  // The rest of a WebSocket message longer than its first chunk, the chunk again and again.
+  while (ws_send_left_ > 0) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(ws_send_left_, s.wsPayload().size()));
+    startSend(s.wsPayload().data(), n);
+    ws_send_left_ -= n;
+    if (!flush()) return blocked();
   }
   if (sent_at_ == 0) sent_at_ = nowNs();
   char* buf = w_.scratch();

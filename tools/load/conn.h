@@ -214,6 +214,7 @@ class Conn : public Pollable, public TlsOwner {
   uint8_t ws_hdr_need_ = 2;
   uint64_t ws_payload_left_ = 0;
   uint64_t ws_msg_bytes_ = 0;
+  uint64_t ws_send_left_ = 0;  // payload of the message being sent past ws_frame's
   bool ws_in_payload_ = false;
   // Tunnel download: count so far; tunnel upload: the ack line.
   uint64_t tunnel_done_ = 0;

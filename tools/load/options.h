@@ -32,7 +32,7 @@ struct Options {
   std::string ca, crt, key, proxy_ca;
   Workload workload = Workload::Http;
   uint64_t ws_size = 128;
-  uint64_t ws_count = 0;  // messages per connection, 0 = no limit
+  uint64_t ws_count = 0;    // messages per connection, 0 = no limit
   bool ws_one_way = false;  // each message answered by an empty one (sluice-origin's /ws/sink)
   uint64_t tunnel_bytes = 0;
   uint64_t hold = 0;

@@ -142,9 +142,9 @@ void buildWebSocket(const Options& o, bool absolute, const std::string& proxy_au
   }
   f.append(reinterpret_cast<const char*>(mask), 4);
   // The masked pattern repeats every 52 bytes (26 letters, a 4-byte mask): write one period,
-  // then double it, so a large frame is built in a few copies, not a loop per byte.
+  // then double it. Only the first chunk is built; a longer message sends it again.
   const size_t head = f.size();
-  const size_t size = static_cast<size_t>(o.ws_size);
+  const size_t size = static_cast<size_t>(std::min<uint64_t>(o.ws_size, Shared::kWsPayloadChunk));
   f.resize(head + size);
   char* payload = f.data() + head;
   const size_t period = std::min<size_t>(size, 52);
@@ -154,6 +154,7 @@ void buildWebSocket(const Options& o, bool absolute, const std::string& proxy_au
     memcpy(payload + done, payload, n);
     done += n;
   }
+  s.ws_header_len = head;
 }
 
 // TLS contexts: to the destination, to an https:// proxy, or to an h2:// proxy (ALPN h2).

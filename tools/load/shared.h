@@ -33,7 +33,13 @@ struct Shared {
   std::string connect_request;  // CONNECT, when tunnelling through an http(s) proxy
   std::string socks_greeting, socks_auth, socks_connect;
   std::string ws_upgrade;
-  std::string ws_frame;       // one masked message
+  // One masked message: its header and the first kWsPayloadChunk bytes of its payload (all of
+  // it when shorter). The payload repeats every 52 bytes, and the chunk is a whole number of
+  // periods, so a longer message goes on by sending the chunk again (wsPayload()).
+  static constexpr size_t kWsPayloadChunk = 52 * 1260;  // 65,520 bytes
+  std::string ws_frame;
+  size_t ws_header_len = 0;
+  std::string_view wsPayload() const { return std::string_view(ws_frame).substr(ws_header_len); }
   std::string tunnel_header;  // "N\n"
   std::string pattern;        // 64 KiB of filler for tunnel uploads
   bool tunnel = false;        // CONNECT or SOCKS5 before the destination protocol
