@@ -330,6 +330,8 @@ absl::Status Server::start() {
     }));
   }
   for (auto& w : workers_) w->start();
+  // Ready (/ready, READY=1) means every worker is in its loop, named and pinned.
+  for (auto& w : workers_) w->waitStarted();
   running_ = true;
   // Workers allocate per connection, never per request: the arena locks malloc_trim takes are
   // met only by connections opening or closing at that moment.

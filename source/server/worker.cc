@@ -521,6 +521,8 @@ void Worker::start() {
   thread_ = std::thread([this] { run(); });
 }
 
+void Worker::waitStarted() { started_.get_future().wait(); }
+
 void Worker::run() {
   logger::setThreadName(absl::StrFormat("worker%d", index_));
   // The OS thread name too, for top -H and /proc/<pid>/task/*/comm.
@@ -547,6 +549,7 @@ void Worker::run() {
     armMemoryRelease();
   });
   armMemoryRelease();
+  started_.set_value();
   dispatcher_.run();
   // Close what is left on this thread, where it was created.
   memory_release_timer_.reset();
@@ -574,9 +577,7 @@ void Worker::drain() {
   });
 }
 
-void Worker::stop() {
-  dispatcher_.exit();
-}
+void Worker::stop() { dispatcher_.exit(); }
 
 void Worker::applyConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> sockets,
                          bool keys_revoked, std::function<void()> applied) {

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <list>
 #include <memory>
 #include <optional>
@@ -159,8 +160,8 @@ class ActiveListener {
   int fd_;
   std::unique_ptr<event::FileEvent> event_;
   event::Timer backoff_;
-  uint32_t failed_accepts_ = 0;    // accepts failed (not for their own connection), in a row
-  uint64_t last_accept_turn_ = 0;  // the loop's turn of the last look that found it ready
+  uint32_t failed_accepts_ = 0;         // accepts failed (not for their own connection), in a row
+  uint64_t last_accept_turn_ = 0;       // the loop's turn of the last look that found it ready
   event::MonotonicTime ready_since_{};  // ready at every look since
   std::list<std::unique_ptr<AcceptedSocket>> pending_;
 };
@@ -182,6 +183,9 @@ class Worker : public proxy::WorkerContext {
   ~Worker() override;
 
   void start();
+  // Blocks until the worker's thread is set up (named, pinned, its listeners watched) and in its
+  // loop; once, after start(). The server is ready only when every worker is.
+  void waitStarted();
   // Thread-safe. Stops accepting, lets connections finish, exits the loop when none is left.
   void drain();
   // Thread-safe. Exits the loop now; connections are closed when the worker is destroyed.
@@ -259,6 +263,7 @@ class Worker : public proxy::WorkerContext {
   std::atomic<size_t> active_{0};
   bool draining_ = false;
   std::thread thread_;
+  std::promise<void> started_;
 };
 
 }  // namespace server
