@@ -80,6 +80,9 @@ cpu_cgroup() {
   local name=$1 dir p
   shift
   if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    # cgroup v2: the children of the root get the cpu controller only once it is delegated.
+    grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control ||
+      echo +cpu >/sys/fs/cgroup/cgroup.subtree_control
     dir=/sys/fs/cgroup/sluice-bench-$name-$$
     mkdir "$dir"
     echo "$((QUOTA * 100)) 10000" >"$dir/cpu.max"
