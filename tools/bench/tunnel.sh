@@ -7,9 +7,10 @@
 #   tools/bench/tunnel.sh [--gb 2] [--connections 1] [--only NAME[,NAME...]] [--cpu-quota PCT]
 #
 # "peers' core" is core 1's busy time per GB (or per request) and how much of sluice-load's run
-# it was busy: near 100%, the peers bound the rate, not the proxy. --cpu-quota PCT puts each proxy in a cgroup of its own
-# that may use PCT% of one core (the cpu controller, v2 or v1; needs root), so the proxy bounds
-# the rate: the rate a proxy sustains on a CPU budget, as under a container's CPU limit.
+# it was busy: near 100%, the peers bound the rate, not the proxy. --cpu-quota PCT puts each
+# proxy in a cgroup of its own that may use PCT% of one core (the cpu controller, v2 or v1;
+# needs root), so the proxy bounds the rate: the rate a proxy sustains on a CPU budget, as
+# under a container's CPU limit.
 #
 # Scenarios (NAME), each moving --gb gigabytes per proxy:
 #   connect-up    HTTP CONNECT, client → sink (the sink acknowledges each transfer)

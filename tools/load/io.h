@@ -41,10 +41,11 @@ class RawIo {
   virtual ssize_t rawWrite(const char* buf, size_t len) = 0;
 };
 
-// One read from a non-blocking socket; the bytes are added to `wire` (the socket's count).
-inline ssize_t socketRead(int fd, char* buf, size_t len, uint64_t& wire) {
+// One receive from a non-blocking socket with `flags`; the bytes are added to `wire` (the
+// socket's count). kAgain when the socket has nothing.
+inline ssize_t socketRecv(int fd, char* buf, size_t len, int flags, uint64_t& wire) {
   for (;;) {
-    const ssize_t n = ::read(fd, buf, len);
+    const ssize_t n = ::recv(fd, buf, len, flags);
     if (n >= 0) {
       wire += static_cast<uint64_t>(n);
       return n;
@@ -55,19 +56,15 @@ inline ssize_t socketRead(int fd, char* buf, size_t len, uint64_t& wire) {
   }
 }
 
-// Reads up to len bytes and drops them in the kernel (MSG_TRUNC on a TCP socket): counted, never
-// copied to user space. kAgain when the socket has nothing.
+// One read from a non-blocking socket.
+inline ssize_t socketRead(int fd, char* buf, size_t len, uint64_t& wire) {
+  return socketRecv(fd, buf, len, 0, wire);
+}
+
+// Up to len bytes dropped in the kernel (MSG_TRUNC on a TCP socket): counted, never copied to
+// user space.
 inline ssize_t socketDiscard(int fd, size_t len, uint64_t& wire) {
-  for (;;) {
-    const ssize_t n = ::recv(fd, nullptr, len, MSG_TRUNC | MSG_DONTWAIT);
-    if (n >= 0) {
-      wire += static_cast<uint64_t>(n);
-      return n;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return kAgain;
-    return kError;
-  }
+  return socketRecv(fd, nullptr, len, MSG_TRUNC | MSG_DONTWAIT, wire);
 }
 
 // One send to a non-blocking socket; a full socket sets want_write (wait for EPOLLOUT).

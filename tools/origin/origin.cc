@@ -12,9 +12,10 @@
 //
 // Tunnel benchmarks (--sink, --source): the client sends a decimal count and a newline; the
 // sink then reads that many bytes and answers with the count and a newline, the source sends
-// that many bytes. Both repeat on the same connection until the client closes. The sink
-// discards what it reads in the kernel (recv with MSG_TRUNC): the bytes never reach user space,
-// so what a proxy costs in front of it is not hidden behind the sink's own copying.
+// that many bytes. Both repeat on the same connection until the client closes. Past its first
+// read the sink drops the bytes in the kernel (recv with MSG_TRUNC), as /ws/sink does a frame's
+// payload: they never reach user space, so in a tunnel benchmark the sink's own copying does
+// not load the core it shares with the load generator.
 // --udp-echo sends every datagram back to its sender. --tls-cert/--tls-key serve HTTP over TLS:
 // on --tls-listen, or on --listen when there is no --tls-listen (with a plain port next to the TLS
 // one, /stats can be read without TLS bytes of its own in the counts).
