@@ -9,42 +9,23 @@
 // a change in the machine's load weighs on each alike.
 //
 //   gcc -O2 tools/bench/look_cost.c -o /tmp/look_cost -luring && taskset -c 0 /tmp/look_cost
-#include <arpa/inet.h>
 #include <liburing.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
+
+#include "loopback_pair.h"
 
 // IORING_OP_EPOLL_WAIT: kernel 6.15 on; liburing 2.3's header predates it.
 enum { kOpEpollWait = 59, kRounds = 200000, kWays = 4 };
 static char out[1024], in[4096];
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static void reap(struct io_uring* ring) { io_uring_cq_advance(ring, io_uring_cq_ready(ring)); }
 
 int main(void) {
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (bind(l, (void*)&a, sizeof a) || listen(l, 1) || getsockname(l, (void*)&a, &len)) return 1;
-  int c = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(c, (void*)&a, sizeof a)) return 1;
-  int s = accept(l, 0, 0);
-  int one = 1;
-  setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int c, s;
+  if (loopbackPair(&c, &s)) return 1;
   int ep = epoll_create1(0);
   int ready = eventfd(1, EFD_NONBLOCK);
   struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 1};
@@ -64,7 +45,7 @@ int main(void) {
   double spent[kWays] = {0};
   for (int i = 0; i < kRounds; ++i) {
     for (int way = 0; way < kWays; ++way) {
-      double t0 = now();
+      double t0 = benchNow();
       struct io_uring_sqe* sqe;
       if (way == 1 || way == 2) {
         sqe = io_uring_get_sqe(&ring);
@@ -85,7 +66,7 @@ int main(void) {
         send(c, out, sizeof out, MSG_DONTWAIT);
         epoll_wait(ep, found, 64, 0);
       }
-      spent[way] += now() - t0;
+      spent[way] += benchNow() - t0;
       recv(s, in, sizeof in, MSG_DONTWAIT);
     }
   }

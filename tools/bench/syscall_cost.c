@@ -3,37 +3,18 @@
 // path runs inside the write, so each figure is most of a proxy's per-message kernel work.
 //
 //   gcc -O2 tools/bench/syscall_cost.c -o /tmp/syscall_cost && taskset -c 0 /tmp/syscall_cost
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
-#include <sys/socket.h>
 #include <sys/uio.h>
-#include <time.h>
-#include <unistd.h>
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "loopback_pair.h"
 
 enum { kRounds = 300000 };
 static char head[300], body[724], in[5][16384];
 
 int main(void) {
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (bind(l, (void*)&a, sizeof a) || listen(l, 1) || getsockname(l, (void*)&a, &len)) return 1;
-  int c = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(c, (void*)&a, sizeof a)) return 1;
-  int s = accept(l, 0, 0);
-  int one = 1;
-  setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int c, s;
+  if (loopbackPair(&c, &s)) return 1;
   fcntl(s, F_SETFL, O_NONBLOCK);
   const char* names[] = {"writev 1 iov / readv 5 iov", "writev 2 iov / recvmsg 5 iov",
                          "sendmsg 2 iov / readv 2 iov", "send / recv"};
@@ -47,7 +28,7 @@ int main(void) {
       struct iovec r[5] = {
           {in[0], 1024}, {in[1], 16384}, {in[2], 16384}, {in[3], 16384}, {in[4], 16384}};
       struct msghdr m = {0};
-      double t0 = now();
+      double t0 = benchNow();
       if (mode == 0) {
         writev(c, w1, 1);
       } else if (mode == 1) {
@@ -59,7 +40,7 @@ int main(void) {
       } else {
         send(c, in[4], 1024, MSG_NOSIGNAL);
       }
-      double t1 = now();
+      double t1 = benchNow();
       if (mode == 0) {
         readv(s, r, 5);
       } else if (mode == 1) {
@@ -72,7 +53,7 @@ int main(void) {
       } else {
         recv(s, in[0], 16384, 0);
       }
-      double t2 = now();
+      double t2 = benchNow();
       tw[mode] += t1 - t0;
       tr[mode] += t2 - t1;
     }
