@@ -13,6 +13,11 @@
 # measured run, into DIR/<proxy>.data, with the requests served in DIR/<proxy>.requests (for
 # costs per request by symbol: perf report -i DIR/sluice.data --sort dso,sym).
 #
+# COMPARE_NSTAT_DIR=DIR: also the kernel's TCP counters (nstat, the whole machine) over each
+# measured run, into DIR/<proxy>.nstat, with the requests served in DIR/<proxy>.requests: the
+# segments, pure ACKs and delayed ACKs per request each proxy's way of reading and writing costs
+# every side of the exchange.
+#
 # BENCH_SERVER_OPTIONS="disable_io_uring: true": one more line under sluice's `server:`.
 #
 # Needs: wrk, nginx-light, squid (tools/deps.sh --bench installs them) and a built sluice
@@ -112,7 +117,15 @@ measure() {  # name target-url lua pids...
       -o "$COMPARE_PERF_DIR/$slug.data" -- sleep "$DURATION" 2>/dev/null &
     perf_pid=$!
   fi
+  if [ -n "${COMPARE_NSTAT_DIR:-}" ]; then
+    mkdir -p "$COMPARE_NSTAT_DIR"
+    NSTAT_HISTORY="$COMPARE_NSTAT_DIR/.history" nstat -n
+  fi
   out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" ${lua:+-s "$lua"} "$target")
+  if [ -n "${COMPARE_NSTAT_DIR:-}" ]; then
+    NSTAT_HISTORY="$COMPARE_NSTAT_DIR/.history" nstat >"$COMPARE_NSTAT_DIR/$slug.nstat"
+    echo "$out" | awk '/requests in/ {print $1}' >"$COMPARE_NSTAT_DIR/$slug.requests"
+  fi
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
     echo "$out" | awk '/requests in/ {print $1}' >"$COMPARE_PERF_DIR/$slug.requests"
