@@ -88,10 +88,9 @@ class FilterAdder : public network::FilterManager {
 
 ActiveConnection::ActiveConnection(Worker& worker, ListenerConfigSharedPtr listener,
                                    network::ConnectionPtr connection, network::ConnectionSlot slot)
-    : worker_(worker),
-      listener_(std::move(listener)),
-      connection_(std::move(connection)),
-      slot_(std::move(slot)) {
+    : listener_(std::move(listener)), connection_(std::move(connection)), slot_(std::move(slot)) {
+  SLUICE_ASSERT(connection_->dispatcher().context() == &worker,
+                "a client connection is on its worker's loop");
   connection_->setCallbacks(this);
   connection_->setByteCounters(
       {listener_->stats.downstream_bytes_rx, listener_->stats.downstream_bytes_tx});
@@ -118,7 +117,11 @@ void ActiveConnection::addReadFilter(network::ReadFilterPtr filter) {
   filters_.push_back(std::move(filter));
 }
 
-proxy::WorkerContext& ActiveConnection::worker() { return worker_; }
+proxy::WorkerContext& ActiveConnection::worker() { return owner(); }
+
+Worker& ActiveConnection::owner() {
+  return *static_cast<Worker*>(connection_->dispatcher().context());
+}
 
 void ActiveConnection::replaceReadFilter(network::ReadFilter& current,
                                          network::ReadFilterPtr next) {
@@ -185,7 +188,7 @@ void ActiveConnection::onEvent(network::ConnectionEvent event) {
   if (closed_) return;
   closed_ = true;
   for (auto& filter : filters_) filter->onEvent(event);
-  worker_.removeConnection(*this);
+  owner().removeConnection(*this);
 }
 
 void ActiveConnection::onAboveWriteHighWatermark() {
@@ -449,6 +452,7 @@ Worker::Worker(uint32_t index, ServerConfigSharedPtr config, std::vector<int> li
               "server.tls_handshakes_waited",
               "TLS handshakes that waited for a later turn of their worker's loop: more than "
               "tls_handshakes_per_turn new TLS connections had their first bytes in one turn.")) {
+  dispatcher_.setContext(this);
   resolver_ = std::make_unique<dns::Resolver>(dispatcher_, config_->bootstrap.dns());
   pool_ = std::make_unique<upstream::Pool>(dispatcher_, config_->pool_max_idle,
                                            config_->pool_idle_timeout);

@@ -69,7 +69,7 @@ class Http1ProxyFilter : public network::ReadFilter,
  public:
   static constexpr uint32_t kMaxAddedHeaders = 16;
   // What one request needs from its head being parsed until that head is sent (or refused).
-  struct PendingRequest : memory::SlabAllocated {
+  struct PendingRequest : memory::SlabAllocatedPassing {
     http1::RequestHead head;
     proxy::ProxyRequest request;
     upstream::AddedField added[kMaxAddedHeaders];

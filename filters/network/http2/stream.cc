@@ -612,8 +612,7 @@ void Http2ProxyFilter::Stream::enterTunnel(upstream::UpstreamHandle upstream,
   options.idle_timeout = upstream.info().tunnel_idle_timeout;
   options.listener_stats = &parent_.config_->tunnel_stats;
   options.key_stats = key_tunnel_stats_;
-  tunnel_relay_ =
-      std::make_unique<upstream::TunnelRelay>(std::move(upstream), *this, trace_, timer_, options);
+  tunnel_relay_ = std::make_unique<upstream::TunnelRelay>(std::move(upstream), *this, options);
   if (!from_origin.empty()) queueOutput(from_origin);
   tunnel_relay_->start(pending_body_, request_ended_, origin_ended);
   creditPending();

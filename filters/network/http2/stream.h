@@ -89,6 +89,8 @@ class Http2ProxyFilter::Stream : public memory::SlabAllocated,
   // The destination is backed up: the client's window is not credited until it drains.
   void readDisableDownstream(bool disable) override;
   void onTunnelEnd(upstream::TunnelEnd end) override;
+  upstream::RequestTrace& tunnelTrace() override { return trace_; }
+  event::Timer& tunnelTimer() override { return timer_; }
 
   // upstream::ExchangeOwner: the http:// request's exchange with its origin.
   void onInterimResponse(const http1::ResponseHead& head) override;

@@ -71,8 +71,9 @@ thread_local FreeList t_free_small;  // small blocks
 thread_local int64_t t_outstanding = 0;
 
 Block* newBlock(uint32_t capacity) {
-  void* mem = capacity == kSmallBlockSize ? memory::slabAllocate(sizeof(Block) + capacity)
-                                          : malloc(sizeof(Block) + capacity);
+  void* mem = capacity == kSmallBlockSize
+                  ? memory::slabAllocate(sizeof(Block) + capacity, memory::SlabSet::Passing)
+                  : malloc(sizeof(Block) + capacity);
   if (mem == nullptr) throw std::bad_alloc();
   Block* b = static_cast<Block*>(mem);
   b->capacity = capacity;
@@ -296,8 +297,8 @@ Buffer::Reservation Buffer::reserveRead(bool small_first) {
   if (tail_ != nullptr && tail_->writable() >= kSmallBlockSize) {
     return {tail_, tail_->data() + tail_->end, tail_->writable()};
   }
-  Block* fresh = small_first && head_ == nullptr ? BlockPool::acquireSmall()
-                                                 : BlockPool::acquire(kBlockSize);
+  Block* fresh =
+      small_first && head_ == nullptr ? BlockPool::acquireSmall() : BlockPool::acquire(kBlockSize);
   return {fresh, fresh->data(), fresh->capacity};
 }
 
@@ -392,7 +393,7 @@ ssize_t Buffer::writeTo(int fd, int& err, size_t& asked) {
   const unsigned n = slices(iov, kMaxIov, asked);
   if (n == 0) return 0;
   ssize_t rc = n == 1 ? ::send(fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL)
-                       : ::writev(fd, iov, static_cast<int>(n));
+                      : ::writev(fd, iov, static_cast<int>(n));
   if (rc < 0) {
     err = errno;
     return rc;

@@ -75,6 +75,10 @@ class Dispatcher {
   IoBatch* ioBatch() { return io_batch_.get(); }
   // On by default; turned off or on only while nothing is queued (before any connection).
   void setIoBatching(bool on);
+  // What runs this loop (a worker), for the objects on it that need their owner without
+  // holding a pointer each: set once by the owner, null by default.
+  void setContext(void* context) { context_ = context; }
+  void* context() const { return context_; }
   // Closes a socket whose event went with FileEvent::removeBeforeClose(): with the batch, at
   // the end of the turn (before the loop looks at its sockets again); at once without one.
   void closeSocket(int fd);
@@ -139,6 +143,7 @@ class Dispatcher {
   std::vector<FileEvent*> activated_;
   std::vector<FileEvent*> delivering_;
   std::unique_ptr<IoBatch> io_batch_;
+  void* context_ = nullptr;
 };
 
 // How early a timer may fire: libevent measures its own timeout on a coarser clock, so it can

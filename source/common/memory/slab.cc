@@ -15,7 +15,7 @@ namespace memory {
 #if defined(__SANITIZE_ADDRESS__)
 // Under AddressSanitizer every object comes from the heap, so overflows and uses after free
 // stay visible.
-void* slabAllocate(size_t size) { return ::operator new(size); }
+void* slabAllocate(size_t size, SlabSet) { return ::operator new(size); }
 void slabFree(void* p, size_t) { ::operator delete(p); }
 SlabStats slabStats() { return {}; }
 #else
@@ -57,13 +57,14 @@ constexpr size_t kHeaderBytes = (sizeof(Chunk) + kSlabGranule - 1) / kSlabGranul
 // for a whole memory_release_interval gives its pages back (the mapping stays; the pages come
 // back zeroed on the next use).
 struct ThreadSlabs final : IdleCache {
-  SizeClass classes[kClasses];
+  static constexpr size_t kSets = 2;  // SlabSet::Lasting, SlabSet::Passing
+  SizeClass classes[kSets * kClasses];
   uint64_t chunks = 0;
   uint64_t live = 0;
   ThreadSlabs() {
-    for (size_t i = 0; i < kClasses; ++i) {
+    for (size_t i = 0; i < kSets * kClasses; ++i) {
       classes[i].owner = this;
-      classes[i].object_size = (i + 1) * kSlabGranule;
+      classes[i].object_size = (i % kClasses + 1) * kSlabGranule;
     }
   }
   size_t releaseIdle() override;
@@ -125,10 +126,10 @@ Chunk* mapChunk(ThreadSlabs& slabs, SizeClass& c) {
 
 }  // namespace
 
-void* slabAllocate(size_t size) {
+void* slabAllocate(size_t size, SlabSet set) {
   if (size == 0 || size > kSlabMaxObject) return ::operator new(size);
   ThreadSlabs& slabs = threadSlabs();
-  SizeClass& c = slabs.classes[(size - 1) / kSlabGranule];
+  SizeClass& c = slabs.classes[static_cast<size_t>(set) * kClasses + (size - 1) / kSlabGranule];
   Chunk* chunk = c.open;
   if (chunk == nullptr) {
     chunk = mapChunk(slabs, c);

@@ -20,7 +20,15 @@ inline constexpr size_t kSlabGranule = 16;
 // Larger objects come from the heap.
 inline constexpr size_t kSlabMaxObject = 2048;
 
-void* slabAllocate(size_t size);
+// A thread's slabs are two sets of size classes: what a connection keeps for its whole life
+// (the connection, its filter manager, a tunnel and its relay), and what passes with a request
+// or goes when a connection becomes a tunnel (request filters and their chain, a request's
+// header fields). Apart, the objects that pass leave no holes in the chunks of those that
+// stay: a burst of CONNECTs lets its request filters go once its tunnels are up, and their
+// chunks go back instead of staying pinned by the tunnels' connections.
+enum class SlabSet : uint8_t { Lasting, Passing };
+
+void* slabAllocate(size_t size, SlabSet set = SlabSet::Lasting);
 void slabFree(void* p, size_t size);
 
 struct SlabStats {
@@ -36,15 +44,21 @@ struct SlabAllocated {
   static void operator delete(void* p, size_t size) { slabFree(p, size); }
 };
 
-// A standard allocator over the slabs, for containers that live and die on one thread (a
-// request's header fields).
+// The same for objects of the passing set.
+struct SlabAllocatedPassing {
+  static void* operator new(size_t size) { return slabAllocate(size, SlabSet::Passing); }
+  static void operator delete(void* p, size_t size) { slabFree(p, size); }
+};
+
+// A standard allocator over the passing slabs, for containers that live and die on one thread
+// (a request's header fields).
 template <class T>
 struct SlabAllocator {
   using value_type = T;
   SlabAllocator() = default;
   template <class U>
   SlabAllocator(const SlabAllocator<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(slabAllocate(n * sizeof(T))); }
+  T* allocate(size_t n) { return static_cast<T*>(slabAllocate(n * sizeof(T), SlabSet::Passing)); }
   void deallocate(T* p, size_t n) { slabFree(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const SlabAllocator<U>&) const {

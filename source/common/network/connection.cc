@@ -141,7 +141,7 @@ void Connection::onFileEvent(uint32_t events) {
       return;
     }
     state_ = State::Open;
-    if (transport_ != nullptr && !transport_->handshakeComplete()) {
+    if (transport() != nullptr && !transport()->handshakeComplete()) {
       // The transport's handshake comes first: its first flight leaves with the flush below,
       // and the owner hears Connected when it is done.
       awaiting_transport_ = true;
@@ -186,13 +186,13 @@ bool Connection::hasUnreadBytes(size_t taken) const {
 }
 
 void Connection::setTransportSocket(TransportSocketPtr transport) {
-  transport_ = std::move(transport);
-  transport_->setConnection(*this);
+  extras().transport = std::move(transport);
+  extras_->transport->setConnection(*this);
 }
 
 void Connection::onTransportReadReady() {
   IoResult r;
-  if (!read_end_) r = transport_->doRead(read_buffer_, kReadPerEvent);
+  if (!read_end_) r = transport()->doRead(read_buffer_, kReadPerEvent);
   counters_.rx.add(r.wire_read);
   counters_.tx.add(r.wire_written);
   if (r.action == IoResult::Action::Close) {
@@ -204,7 +204,7 @@ void Connection::onTransportReadReady() {
   if (!checkTransportReady()) return;
   // A read can produce bytes to send (handshake messages, session tickets), and a finished
   // handshake releases plaintext queued before it.
-  if (!write_blocked_ && (transport_->pendingWireBytes() > 0 || !write_buffer_.empty())) {
+  if (!write_blocked_ && (transport()->pendingWireBytes() > 0 || !write_buffer_.empty())) {
     flushWrite();
     if (state_ == State::Closed) return;
   }
@@ -218,14 +218,14 @@ void Connection::onTransportReadReady() {
 }
 
 bool Connection::checkTransportReady() {
-  if (!awaiting_transport_ || !transport_->handshakeComplete()) return true;
+  if (!awaiting_transport_ || !transport()->handshakeComplete()) return true;
   awaiting_transport_ = false;
   callbacks_->onEvent(ConnectionEvent::Connected);
   return state_ != State::Closed;
 }
 
 void Connection::flushTransport() {
-  IoResult r = transport_->doWrite(write_buffer_, write_end_pending_ && !write_shut_);
+  IoResult r = transport()->doWrite(write_buffer_, write_end_pending_ && !write_shut_);
   counters_.rx.add(r.wire_read);
   counters_.tx.add(r.wire_written);
   if (r.action == IoResult::Action::Close) {
@@ -236,13 +236,13 @@ void Connection::flushTransport() {
   if (r.again) waitWritable();
   // Never on a writer's stack: the owner's own write cannot complete a handshake under it.
   if (!in_write_ && !checkTransportReady()) return;
-  if (write_buffer_.empty() && transport_->pendingWireBytes() == 0) {
+  if (write_buffer_.empty() && transport()->pendingWireBytes() == 0) {
     if (close_after_flush_) {
       closeNow(ConnectionEvent::LocalClose);
       return;
     }
     // The transport ended its own stream (close_notify) when it took the last bytes.
-    if (write_end_pending_ && !write_shut_ && transport_->handshakeComplete()) {
+    if (write_end_pending_ && !write_shut_ && transport()->handshakeComplete()) {
       ::shutdown(fd_, SHUT_WR);
       write_shut_ = true;
     }
@@ -251,7 +251,7 @@ void Connection::flushTransport() {
 }
 
 void Connection::onReadReady() {
-  if (transport_ != nullptr) {
+  if (transport() != nullptr) {
     onTransportReadReady();
     return;
   }
@@ -324,8 +324,9 @@ void Connection::readSocketAgain() {
 }
 
 void Connection::write(buffer::Buffer& data, bool end_stream) {
-  if (interceptor_ != nullptr && state_ != State::Closed && !write_shut_ &&
-      !interceptor_->onWrite(data, end_stream)) {
+  WriteInterceptor* interceptor = this->interceptor();
+  if (interceptor != nullptr && state_ != State::Closed && !write_shut_ &&
+      !interceptor->onWrite(data, end_stream)) {
     return;
   }
   writeDirect(data, end_stream);
@@ -340,7 +341,7 @@ void Connection::writeDirect(buffer::Buffer& data, bool end_stream) {
   if (end_stream) write_end_pending_ = true;
   if (send_queued_) {
     // The queued send takes these bytes too.
-  } else if (state_ == State::Open && !write_blocked_ && transport_ == nullptr &&
+  } else if (state_ == State::Open && !write_blocked_ && transport() == nullptr &&
              !write_buffer_.empty() && write_buffer_.length() <= kBatchedWriteMax &&
              dispatcher().ioBatch() != nullptr) {
     // A message's worth waits for the loop's batch; more (bulk, a tunnel) goes at once, where
@@ -360,7 +361,7 @@ void Connection::writeDirect(buffer::Buffer& data, bool end_stream) {
 }
 
 void Connection::flushWrite() {
-  if (transport_ != nullptr) {
+  if (transport() != nullptr) {
     flushTransport();
     return;
   }
@@ -532,7 +533,7 @@ void Connection::checkLowWatermark() {
 }
 
 bool Connection::rawCapable() const {
-  return transport_ == nullptr && interceptor_ == nullptr && state_ == State::Open &&
+  return transport() == nullptr && interceptor() == nullptr && state_ == State::Open &&
          read_buffer_.empty() && write_buffer_.empty() && !close_after_flush_ && !close_deferred_ &&
          !write_end_pending_ && !read_end_;
 }
@@ -555,7 +556,7 @@ void Connection::close(CloseType type) {
     return;
   }
   const bool unsent =
-      !write_buffer_.empty() || (transport_ != nullptr && transport_->pendingWireBytes() > 0);
+      !write_buffer_.empty() || (transport() != nullptr && transport()->pendingWireBytes() > 0);
   if (type == CloseType::FlushWrite && state_ == State::Open && unsent) {
     if (close_after_flush_) return;
     close_after_flush_ = true;
@@ -585,7 +586,7 @@ void Connection::closeNow(ConnectionEvent event) {
   }
   state_ = State::Closed;
   file_event_.removeBeforeClose();
-  if (transport_ != nullptr && event == ConnectionEvent::LocalClose) transport_->onClose();
+  if (transport() != nullptr && event == ConnectionEvent::LocalClose) transport()->onClose();
   dispatcher().closeSocket(fd_);
   fd_ = -1;
   read_buffer_.clear();

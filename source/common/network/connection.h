@@ -109,11 +109,11 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   // Why the transport closed the connection before its handshake completed (None for plain
   // TCP, and for a connection that closed for any other reason).
   TransportFailure transportFailure() const {
-    return transport_ != nullptr ? transport_->failure() : TransportFailure{};
+    return transport() != nullptr ? transport()->failure() : TransportFailure{};
   }
   // The application protocol the transport negotiated (ALPN), empty for plain TCP.
   std::string_view applicationProtocol() const {
-    return transport_ != nullptr ? transport_->applicationProtocol() : std::string_view();
+    return transport() != nullptr ? transport()->applicationProtocol() : std::string_view();
   }
   ConnectionCallbacks* callbacks() const { return callbacks_; }
   event::Dispatcher& dispatcher() { return file_event_.dispatcher(); }
@@ -136,7 +136,9 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   // Queues data without passing it to the write interceptor (a write filter's own output).
   void writeDirect(buffer::Buffer& data, bool end_stream = false);
   // Null (the default) costs one test per write.
-  void setWriteInterceptor(WriteInterceptor* interceptor) { interceptor_ = interceptor; }
+  void setWriteInterceptor(WriteInterceptor* interceptor) {
+    if (interceptor != nullptr || extras_ != nullptr) extras().interceptor = interceptor;
+  }
   void close(CloseType type);
   // Nested: n disables need n enables. While disabled, nothing is read (TCP backpressure).
   void readDisable(bool disable);
@@ -216,16 +218,16 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   // Pointers first, then the address and the smaller fields, then the flags: no padding between.
   // The dispatcher and the descriptor's registration are the socket event's.
   ConnectionCallbacks* callbacks_ = nullptr;
-  WriteInterceptor* interceptor_ = nullptr;
-  TransportSocketPtr transport_;
   RawIoHandler* raw_ = nullptr;
   buffer::Buffer read_buffer_;
   buffer::Buffer write_buffer_;
   event::FileEvent file_event_;
-  // What few connections need, made on first use: the timer of a flushed close, the bytes an
-  // outbound connection sends as soon as it connects (a parent's PROXY header), a high
-  // watermark of its own.
+  // What few connections need, made on first use: a transport (TLS), write filters, the timer
+  // of a flushed close, the bytes an outbound connection sends as soon as it connects (a
+  // parent's PROXY header), a high watermark of its own.
   struct Extras {
+    TransportSocketPtr transport;             // TLS: reads and writes go through it
+    WriteInterceptor* interceptor = nullptr;  // the filter manager's write filters
     std::optional<event::Timer> flush_timer;
     std::string connect_prefix;  // empty: none
     uint32_t high_watermark = kDefaultHighWatermark;
@@ -235,6 +237,12 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
     return *extras_;
   }
   std::unique_ptr<Extras> extras_;
+  TransportSocket* transport() const {
+    return extras_ != nullptr ? extras_->transport.get() : nullptr;
+  }
+  WriteInterceptor* interceptor() const {
+    return extras_ != nullptr ? extras_->interceptor : nullptr;
+  }
   Address peer_;
   int fd_;
   ConnectionByteCounters counters_;

@@ -51,7 +51,7 @@ enum class RequestFilterStatus : uint8_t {
 
 // A request filter: one named step every proxy request passes, whatever protocol carried it.
 // Instances are per connection (or per HTTP/2 stream) and serve its requests one at a time.
-class RequestFilter : public memory::SlabAllocated {
+class RequestFilter : public memory::SlabAllocatedPassing {
  public:
   virtual ~RequestFilter() = default;
   virtual void setCallbacks(RequestFilterCallbacks& callbacks) { callbacks_ = &callbacks; }
@@ -70,7 +70,7 @@ using RequestFilterPtr = std::unique_ptr<RequestFilter>;
 // Held by pointer (from the worker's slab) so that a connection or stream that becomes a
 // tunnel lets the chain and its filters go: a tunnel holds none of them.
 class RequestFilterChain : public RequestFilterCallbacks,
-                           public memory::SlabAllocated,
+                           public memory::SlabAllocatedPassing,
                            public event::DeferredDeletable {
  public:
   RequestFilterChain(WorkerContext& worker, RequestSink& sink) : worker_(worker), sink_(sink) {}

@@ -42,7 +42,7 @@ ConnectionTunnel::ConnectionTunnel(const ConnectionTunnelConfig& config,
       client_(client),
       timer_(client.dispatcher(), [this] { relay_.onTimer(); }),
       trace_(std::move(trace)),
-      relay_(std::move(upstream), *this, trace_, timer_, options),
+      relay_(std::move(upstream), *this, options),
       upgrade_(upgrade) {
   config_.tunnels_active.inc();
   if (upgrade_) config_.upgrades_active.inc();

@@ -94,6 +94,8 @@ class ConnectionTunnel final : public network::ReadFilter, private TunnelDownstr
   network::Connection* spliceableConnection() override { return &client_; }
   // Delivered from the loop.
   void onTunnelEnd(TunnelEnd end) override;
+  RequestTrace& tunnelTrace() override { return trace_; }
+  event::Timer& tunnelTimer() override { return timer_; }
   // The request ends: the upstream closes, the record goes out, the gauges come down (once).
   void finish();
   // finish(), then the client connection closes once what it was sent is written.

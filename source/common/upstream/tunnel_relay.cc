@@ -35,15 +35,13 @@ const char* tunnelEndName(TunnelEnd end) {
   return "done";
 }
 
-TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, RequestTrace& trace,
-                         event::Timer& timer, const TunnelOptions& options)
+TunnelRelay::TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream,
+                         const TunnelOptions& options)
     : limiter_(upstream.info().limiter),
       upstream_(upstream.takeForTunnel()),
       downstream_(downstream),
-      trace_(trace),
       listener_stats_(options.listener_stats),
       key_stats_(options.key_stats),
-      timer_(timer),
       idle_timeout_ms_(clampMillis(options.idle_timeout)),
       max_pipes_(static_cast<uint32_t>(options.max_pipes)),
       splice_allowed_(options.splice),
@@ -78,7 +76,7 @@ void TunnelRelay::start(buffer::Buffer& early, bool downstream_ended, bool upstr
   });
   touch();
   started_at_ = last_activity_;
-  timer_.enable(std::chrono::milliseconds(idle_timeout_ms_));
+  downstream_.tunnelTimer().enable(std::chrono::milliseconds(idle_timeout_ms_));
   if (!early.empty()) {
     countToUpstream(early.length());
     upstream_->write(early);
@@ -97,13 +95,14 @@ void TunnelRelay::start(buffer::Buffer& early, bool downstream_ended, bool upstr
 }
 
 void TunnelRelay::countToUpstream(size_t n) {
-  trace_.addBytes(n, 0);
+  downstream_.tunnelTrace().addBytes(n, 0);
   forEachStats([n](const TunnelStats& s) { s.bytes_to_upstream.add(n); });
 }
 
 void TunnelRelay::countToDownstream(size_t n) {
-  if (n > 0 && !trace_.hasFirstByte()) trace_.firstByte(dispatcher().now());
-  trace_.addBytes(0, n);
+  RequestTrace& trace = downstream_.tunnelTrace();
+  if (n > 0 && !trace.hasFirstByte()) trace.firstByte(dispatcher().now());
+  trace.addBytes(0, n);
   forEachStats([n](const TunnelStats& s) { s.bytes_to_downstream.add(n); });
 }
 
@@ -237,7 +236,7 @@ void TunnelRelay::onTimer() {
       std::chrono::duration_cast<std::chrono::milliseconds>(dispatcher().now() - last_activity_);
   const std::chrono::milliseconds idle_timeout(idle_timeout_ms_);
   if (idle < idle_timeout) {
-    timer_.enable(idle_timeout - idle);
+    downstream_.tunnelTimer().enable(idle_timeout - idle);
     return;
   }
   finish(TunnelEnd::IdleTimeout);
@@ -264,13 +263,13 @@ void TunnelRelay::finish(TunnelEnd end) {
   stop();
   end_ = end;
   end_pending_ = true;
-  timer_.enable(std::chrono::milliseconds(0));
+  downstream_.tunnelTimer().enable(std::chrono::milliseconds(0));
 }
 
 void TunnelRelay::abort() {
   end_pending_ = false;
   stop();
-  timer_.disable();
+  downstream_.tunnelTimer().disable();
   if (mode_ == Mode::Spliced) {
     if (network::Connection* c = downstream_.spliceableConnection(); c != nullptr) {
       c->setRawIoHandler(nullptr, false);
@@ -282,7 +281,7 @@ void TunnelRelay::abort() {
 void TunnelRelay::stop() {
   if (finished_) return;
   finished_ = true;
-  timer_.disable();
+  downstream_.tunnelTimer().disable();
   shaped_.disarm();
   if (started_) {
     forEachStats([](const TunnelStats& s) { s.tunnels_active.dec(); });

@@ -44,6 +44,12 @@ class TunnelDownstream {
   // The tunnel is over and the upstream is closed. Delivered from the loop, never from inside
   // a call the owner made. The owner ends its side and lets the relay go.
   virtual void onTunnelEnd(TunnelEnd end) = 0;
+  // The request's trace, which the bytes each way and the destination's first byte go to.
+  virtual RequestTrace& tunnelTrace() = 0;
+  // The owner's own timer, which holds the relay's idle deadline and its deferred end (a tunnel
+  // needs no other): while the tunnel runs, the owner passes its expiries to onTimer(). Its
+  // dispatcher is the relay's.
+  virtual event::Timer& tunnelTimer() = 0;
 };
 
 struct TunnelOptions {
@@ -73,12 +79,11 @@ class TunnelRelay : public event::DeferredDeletable,
   // A read of at least this many bytes marks a tunnel as bulk: it moves to splice.
   static constexpr size_t kSpliceAfterRead = 4 * buffer::kBlockSize;
 
-  // The relay keeps its idle deadline and its deferred end on `timer`, the owner's own timer
-  // (a tunnel needs no other): while the tunnel runs, the owner passes its expiries to
-  // onTimer(). `downstream` and `trace` (the request's) outlive the relay's use of them: it
-  // touches neither once it has ended.
-  TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, RequestTrace& trace,
-              event::Timer& timer, const TunnelOptions& options);
+  // The relay keeps its idle deadline and its deferred end on the downstream's timer, and its
+  // bytes on the downstream's trace (TunnelDownstream::tunnelTimer(), tunnelTrace()): the
+  // relay holds neither. `downstream` outlives the relay's use of it: it touches it no more
+  // once it has ended.
+  TunnelRelay(UpstreamHandle upstream, TunnelDownstream& downstream, const TunnelOptions& options);
   ~TunnelRelay() override;
 
   // How an owner that holds a relay apart from itself (an HTTP/2 stream) lets it go, from
@@ -127,7 +132,7 @@ class TunnelRelay : public event::DeferredDeletable,
   void onRawReadable(network::Connection& connection) override;
   void onRawWritable(network::Connection& connection) override;
 
-  event::Dispatcher& dispatcher() const { return timer_.dispatcher(); }
+  event::Dispatcher& dispatcher() const { return downstream_.tunnelTimer().dispatcher(); }
   void touch() { last_activity_ = dispatcher().now(); }
   // The listener's counters and, for an authenticated request, the key's.
   template <class F>
@@ -163,11 +168,8 @@ class TunnelRelay : public event::DeferredDeletable,
   TunnelUpstream upstream_;
   ShapedWays shaped_;  // [0] client → destination, [1] destination → client
   TunnelDownstream& downstream_;
-  RequestTrace& trace_;
   const TunnelStats* const listener_stats_;
   const TunnelStats* const key_stats_;
-  // The owner's timer; its dispatcher is the relay's.
-  event::Timer& timer_;
   event::MonotonicTime started_at_;
   event::MonotonicTime last_activity_;
   // Only while spliced: [0] client → destination, [1] destination → client.

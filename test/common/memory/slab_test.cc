@@ -81,6 +81,41 @@ TEST(SlabTest, EmptyChunksGoBackButTheLastOneStays) {
   EXPECT_EQ(slabStats().chunks - before.chunks, 1u);
 }
 
+// Objects of one size that pass (request filters) never share a chunk with those that last
+// (connections): when a burst's passing objects go, their chunks go back, whatever lasts.
+TEST(SlabTest, PassingObjectsLeaveNoHolesAmongLastingOnes) {
+  constexpr size_t kSize = 1520;  // a class no other test uses: 43 per chunk
+  struct Lasting : SlabAllocated {
+    char bytes[kSize];
+  };
+  struct Passing : SlabAllocatedPassing {
+    char bytes[kSize];
+  };
+  const SlabStats before = slabStats();
+  std::vector<std::unique_ptr<Lasting>> lasting;
+  std::vector<std::unique_ptr<Passing>> passing;
+  std::set<uintptr_t> lasting_chunks;
+  // Allocated in turns, as a burst of tunnels and their request filters are.
+  for (int i = 0; i < 200; ++i) {
+    lasting.push_back(std::make_unique<Lasting>());
+    passing.push_back(std::make_unique<Passing>());
+    lasting_chunks.insert(reinterpret_cast<uintptr_t>(lasting.back().get()) &
+                          ~(uintptr_t{kSlabChunkBytes} - 1));
+  }
+  for (const auto& p : passing) {
+    const uintptr_t chunk =
+        reinterpret_cast<uintptr_t>(p.get()) & ~(uintptr_t{kSlabChunkBytes} - 1);
+    EXPECT_EQ(lasting_chunks.count(chunk), 0u);
+  }
+  // 200 of each, 43 per chunk: 5 chunks each.
+  EXPECT_EQ(slabStats().chunks - before.chunks, 10u);
+  passing.clear();
+  // The passing set keeps its last chunk; the four others went back.
+  EXPECT_EQ(slabStats().chunks - before.chunks, 6u);
+  lasting.clear();
+  EXPECT_EQ(slabStats().chunks - before.chunks, 2u);
+}
+
 // Pages of [p, p + bytes) resident in memory.
 size_t residentPages(void* p, size_t bytes) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));

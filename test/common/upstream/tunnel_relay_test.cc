@@ -57,7 +57,11 @@ class ClientSide : public network::ConnectionCallbacks, public TunnelDownstream 
     if (relay != nullptr) relay->onDownstreamBackedUp(false);
   }
   void onTunnelEnd(TunnelEnd end) override { on_end(end); }
+  RequestTrace& tunnelTrace() override { return *trace; }
+  event::Timer& tunnelTimer() override { return *timer; }
   TunnelRelay* relay = nullptr;
+  RequestTrace* trace = nullptr;  // the codec's
+  event::Timer* timer = nullptr;
   network::Connection* connection = nullptr;
   int closed_events = 0;
   std::function<void(TunnelEnd)> on_end;
@@ -125,8 +129,10 @@ class TunnelRelayTest : public testing::Test {
       TunnelRelay::dispose(relay_);
       client_conn_->close(network::CloseType::FlushWrite);
     };
+    client_side_.trace = &trace_;
+    client_side_.timer = &codec_timer_;
     relay_ = std::make_unique<TunnelRelay>(UpstreamHandle(std::move(up), nullptr, info),
-                                           client_side_, trace_, codec_timer_, options);
+                                           client_side_, options);
     client_side_.relay = relay_.get();
     buffer::Buffer none;
     relay_->start(none, false);
