@@ -195,6 +195,7 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
   config->workers = bootstrap.workers();
   config->pin_workers = bootstrap.pin_workers();
   config->io_uring = !bootstrap.disable_io_uring();
+  config->reads_by_completion = bootstrap.reads_by_completion();
   if (config->workers == 0) config->workers = std::max(1u, std::thread::hardware_concurrency());
   if (config->workers > 256) {
     return absl::InvalidArgumentError("workers: at most 256");

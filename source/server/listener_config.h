@@ -83,6 +83,8 @@ struct ServerConfig {
   bool pin_workers = false;
   // Sends and small receives go to the kernel in batches through io_uring (event::IoBatch).
   bool io_uring = true;
+  // Plain connections read their messages by completion (event::IoBatch's standing receives).
+  bool reads_by_completion = false;
   std::vector<ListenerConfigSharedPtr> listeners;
   std::chrono::milliseconds drain_timeout{10000};
   // 0: never hand free heap memory back to the system.

@@ -719,6 +719,9 @@ std::vector<std::string> Server::restartOnlyChanges(const ServerConfig& next) co
   if (next.io_uring != config_->io_uring) {
     notes.push_back("disable_io_uring: takes effect at the next start");
   }
+  if (next.reads_by_completion != config_->reads_by_completion) {
+    notes.push_back("reads_by_completion: takes effect at the next start");
+  }
   if (!(next.admin_address == config_->admin_address)) {
     notes.push_back("admin.address: takes effect at the next start");
   }

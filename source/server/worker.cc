@@ -465,6 +465,16 @@ Worker::Worker(uint32_t index, ServerConfigSharedPtr config, std::vector<int> li
       stats::Store::get().counter("server.io_uring_enters",
                                   "io_uring_enter calls that carried a worker's batch: "
                                   "server.io_batched over this is operations per call.");
+  reads_standing_ = stats::Store::get().gauge(
+      "server.reads_standing",
+      "Connections whose reads stand in a worker's io_uring (reads by completion).");
+  reads_completed_ = stats::Store::get().counter(
+      "server.reads_completed",
+      "Messages read by completion (what one turn brought one connection's standing receive).");
+  reads_out_of_buffers_ = stats::Store::get().counter(
+      "server.reads_out_of_buffers",
+      "Standing receives the kernel ended because the worker's provided buffers were all in "
+      "use (the connection reads by readiness until its socket is empty again).");
   revoked_closed_ = stats::Store::get().counter(
       "reload.revoked_closed",
       "Connections, tunnels, HTTP/2 streams and SOCKS5 sessions closed after a reload took "
@@ -535,6 +545,8 @@ void Worker::run() {
   dispatcher_.setIoBatching(config_->io_uring);
   if (event::IoBatch* batch = dispatcher_.ioBatch()) {
     batch->setCounters(io_batched_, io_uring_enters_);
+    batch->setStandingCounters(reads_standing_, reads_completed_, reads_out_of_buffers_);
+    batch->allowStanding(config_->reads_by_completion);
   }
   stats::Store::bindThreadShard(stats::Store::get().createShard());
   for (size_t i = 0; i < listen_fds_.size(); ++i) {

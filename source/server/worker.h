@@ -262,6 +262,9 @@ class Worker : public proxy::WorkerContext {
   // The loop's batch of sends and receives (event::IoBatch).
   stats::Counter io_batched_;
   stats::Counter io_uring_enters_;
+  stats::Gauge reads_standing_;
+  stats::Counter reads_completed_;
+  stats::Counter reads_out_of_buffers_;
   std::atomic<size_t> active_{0};
   bool draining_ = false;
   std::thread thread_;

@@ -59,6 +59,45 @@ def test_keep_alive_requests_go_through_the_workers_ring(start_sluice, sluice_or
     if size <= 1024:
         assert stats["server.io_batched"] >= 4 * 6000 * 0.9, stats["server.io_batched"]
     assert 0 < stats["server.io_uring_enters"] < stats["server.io_batched"]
+    assert stats["server.reads_completed"] == 0  # off by default
+
+
+@pytest.mark.parametrize("size", [100, 1024, 200_000])
+def test_reads_by_completion(start_sluice, sluice_origin, size):
+    s = start_sluice(workers=1, patch=lambda full: full.update(reads_by_completion=True))
+    load(s, sluice_origin.url + f"/bytes/{size}")
+    if not io_uring_usable():
+        pytest.skip("io_uring is not available on this kernel")
+    stats = s.stats()
+    if size <= 1024:
+        # Each connection's first message is read by readiness, the others stand in the ring:
+        # the client's requests and the origin's responses, two a request.
+        assert stats["server.reads_completed"] > 2 * 6000 * 0.8, stats
+        assert stats["server.io_batched"] >= 2 * 6000 * 0.9, stats["server.io_batched"]
+        assert (stats["server.io_batched"] + stats["server.reads_completed"]
+                >= 4 * 6000 * 0.9), stats
+        # Once the clients' connections are closed, receives stand on the pooled origin
+        # connections alone (each read more than one response).
+        idle = s.stat("upstream.pool_idle")
+        assert idle > 0
+        assert s.wait_stat("server.reads_standing", lambda v: v == idle) == idle
+    else:
+        # A bulk response stops the origin connection's receive (it reads by readiness, in
+        # blocks); a response's short tail may arm it again for the next one. No client
+        # connection is left standing.
+        idle = s.stat("upstream.pool_idle")
+        assert idle > 0
+        assert s.wait_stat("server.reads_standing", lambda v: v <= idle) <= idle
+    # Byte for byte, on one connection that goes from read by readiness to by completion and
+    # back: small and bulk responses in turn.
+    from helpers import RawConnection
+    from test_policy_limits import get
+    pattern = b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ-_"
+    with RawConnection(s.proxy_addr, timeout=30) as h:
+        for n in (100, 1024, size, 10, size, 1024, 3):
+            r = get(h, s.key, sluice_origin.url + f"/bytes/{n}")
+            assert r.status == 200
+            assert r.body == (pattern * (n // 64 + 1))[:n], n
 
 
 def test_new_connections_and_tunnels_through_the_ring(start_sluice, sluice_origin):
@@ -106,3 +145,23 @@ def test_a_new_connection_is_registered_read_and_closed_through_the_ring(start_s
     # batch and made with the system call.
     assert s.stat("server.io_uring_enters") >= enters + 1
     assert s.stat("server.io_batched") >= batched + 6
+
+
+def test_reads_by_completion_leaves_a_bulk_tunnel_to_splice(start_sluice, sluice_origin):
+    """The client's side of a download is quiet (its receive stands); the origin's bulk makes
+    the relay ask both sides to read by readiness, and the tunnel splices."""
+    from test_policy_limits import connect_tunnel
+    s = start_sluice(workers=1, patch=lambda full: full.update(reads_by_completion=True))
+    c, resp = connect_tunnel(s, s.key, f"127.0.0.1:{sluice_origin.source}")
+    assert resp.status == 200
+    # The count is the client's second message (the CONNECT was its first): its receive
+    # stands from here.
+    size = 8 << 20
+    c.send(f"{size}\n".encode())
+    got = len(c.buf)
+    while got < size:
+        d = c.sock.recv(1 << 20)
+        assert d
+        got += len(d)
+    c.close()
+    assert s.wait_stat("tunnel.listener.http.bytes_spliced", lambda v: v > 0) > 0

@@ -488,6 +488,7 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   bootstrap.set_workers(config.server().workers());
   bootstrap.set_pin_workers(config.server().pin_workers());
   bootstrap.set_disable_io_uring(config.server().disable_io_uring());
+  bootstrap.set_reads_by_completion(config.server().reads_by_completion());
   bootstrap.set_pid_file(config.server().pid_file());
   if (config.tls().has_handshakes_per_turn()) {
     bootstrap.set_tls_handshakes_per_turn(config.tls().handshakes_per_turn());

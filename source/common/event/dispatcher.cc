@@ -56,6 +56,7 @@ void Dispatcher::setIoBatching(bool on) {
 
 Dispatcher::~Dispatcher() {
   clearDeferred();
+  if (ring_watched_) event_del(&ring_event_);
   io_batch_.reset();
   evtimer_del(&timer_event_);
   event_del(&sockets_event_);
@@ -81,9 +82,25 @@ void Dispatcher::exit() {
 }
 
 bool Dispatcher::libeventIdle() const {
-  // The sockets' set is always there; the timers' libevent timer while armed.
-  const int ours = 1 + (evtimer_pending(&timer_event_, nullptr) ? 1 : 0);
+  // The sockets' set is always there; the timers' libevent timer while armed; the ring's
+  // descriptor while libevent waits for standing receives too.
+  const int ours = 1 + (evtimer_pending(&timer_event_, nullptr) ? 1 : 0) + (ring_watched_ ? 1 : 0);
   return event_base_get_num_events(base_, EVENT_BASE_COUNT_ADDED | EVENT_BASE_COUNT_ACTIVE) == ours;
+}
+
+void Dispatcher::watchRing(bool on) {
+  if (on == ring_watched_) return;
+  if (on) {
+    // A standing receive's messages make the ring's descriptor readable (once the kernel's task
+    // work, which interrupts libevent's wait, has run): libevent wakes for them as for a socket.
+    event_assign(
+        &ring_event_, base_, io_batch_->ringFd(), EV_READ | EV_PERSIST,
+        [](evutil_socket_t, short, void*) {}, nullptr);
+    event_add(&ring_event_, nullptr);
+  } else {
+    event_del(&ring_event_);
+  }
+  ring_watched_ = on;
 }
 
 bool Dispatcher::workDue() const {
@@ -107,16 +124,38 @@ void Dispatcher::runOnce(bool may_wait) {
     io_batch_->flush();
     io_batch_->runCloses();
   }
-  const bool wait = may_wait && !workDue();
+  bool wait = may_wait && !workDue();
+  IoBatch* batch = io_batch_.get();
+  const bool standing = batch != nullptr && batch->standing();
+  if (!standing && ring_watched_) watchRing(false);
   if (libeventIdle()) {
-    // One system call for the turn: the set itself, as long as the earliest timer allows.
+    // One system call for the turn: the set itself, as long as the earliest timer allows; with
+    // receives standing in the ring, the ring's wait, which looks at the set from there.
+    if (ring_watched_) watchRing(false);
     const uint32_t armed_before = next_timer_order_;
-    takeReady(wait ? timerWaitMs(now()) : 0);
+    if (standing) {
+      if (batch->wait(sockets_fd_, wait ? timerWaitMs(now()) : 0)) takeReady(0);
+      batch->deliverStanding();
+    } else {
+      takeReady(wait ? timerWaitMs(now()) : 0);
+    }
     if (!timers_.empty() && timers_.front()->deadline_ <= now() + kTimerSlack) {
       runTimers(armed_before);
     }
   } else {
+    if (standing) {
+      // libevent waits (a DNS query in flight, the main thread's signals): the ring is one of
+      // its descriptors, and what the ring holds already means no wait at all.
+      watchRing(true);
+      batch->submitPending();
+      batch->collect();
+      if (batch->hasAnswers()) wait = false;
+    }
     event_base_loop(base_, wait ? EVLOOP_ONCE : EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    if (standing) {
+      batch->collect();
+      batch->deliverStanding();
+    }
   }
   runWork();
 }
@@ -373,6 +412,10 @@ uint32_t epollEvents(FileEvent::Interest interest) {
       return EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     case FileEvent::Interest::ReadLevel:
       return EPOLLIN | EPOLLRDHUP;
+    case FileEvent::Interest::Quiet:
+      return EPOLLET;
+    case FileEvent::Interest::WriteOnly:
+      return EPOLLOUT | EPOLLET;
   }
   return EPOLLIN | EPOLLRDHUP | EPOLLET;
 }
@@ -423,10 +466,42 @@ const IoBatch::WatchHandler FileEvent::kWatchHandler = {
     },
 };
 
+int FileEvent::quietReads(epoll_event* ev) {
+  Interest next = interest_;
+  if (interest_ == Interest::Read) next = Interest::Quiet;
+  if (interest_ == Interest::ReadWrite) next = Interest::WriteOnly;
+  if (next == interest_) return -1;
+  interest_ = next;
+  if (fd_ < 0 || registering_) return -1;  // a queued registration takes the new interest
+  ev->events = epollEvents(interest_);
+  ev->data.ptr = this;
+  return dispatcher_.sockets_fd_;
+}
+
+void FileEvent::readsByReadiness() {
+  Interest next = interest_;
+  if (interest_ == Interest::Quiet) next = Interest::Read;
+  if (interest_ == Interest::WriteOnly) next = Interest::ReadWrite;
+  if (next == interest_) return;
+  interest_ = next;
+  modify();
+}
+
 void FileEvent::watchWrites() {
+  if (interest_ == Interest::Quiet) {
+    interest_ = Interest::WriteOnly;
+    modify();
+    return;
+  }
   if (interest_ != Interest::Read) return;  // watched already, or level-triggered reads only
   interest_ = Interest::ReadWrite;
+  modify();
+}
+
+void FileEvent::modify() {
   if (fd_ < 0 || registering_) return;  // a queued registration takes the new interest
+  // A change the ring carries (IoBatch::arm) reaches the kernel before this one.
+  if (IoBatch* batch = dispatcher_.ioBatch()) batch->submitPending();
   epoll_event ev{};
   ev.events = epollEvents(interest_);
   ev.data.ptr = this;

@@ -95,6 +95,8 @@ class Dispatcher {
   bool workDue() const;
   void runWork();
   void onActivated();
+  // Adds the ring's descriptor to what libevent watches, or takes it out.
+  void watchRing(bool on);
   // Milliseconds to the earliest timer (rounded up; -1 without one).
   int timerWaitMs(MonotonicTime now) const;
   // A socket event went away: nothing still queued for it (ready or activated) reaches it.
@@ -144,6 +146,9 @@ class Dispatcher {
   std::vector<FileEvent*> delivering_;
   std::unique_ptr<IoBatch> io_batch_;
   void* context_ = nullptr;
+  // The batch's ring as a libevent event, while libevent waits and receives stand in the ring.
+  struct event ring_event_;
+  bool ring_watched_ = false;
 };
 
 // How early a timer may fire: libevent measures its own timeout on a coarser clock, so it can
@@ -225,7 +230,9 @@ class FileEvent {
   // ReadLevel: reads only, level-triggered: reported at every look at the set while the socket
   // is readable, so the owner may take less than all of it (a listening socket that accepts one
   // connection per look instead of asking once more to hear EAGAIN).
-  enum class Interest : uint8_t { Read, ReadWrite, ReadLevel };
+  // Quiet and WriteOnly: the socket's reads come by completion (IoBatch::arm), so the set
+  // watches for errors only, or for writability too.
+  enum class Interest : uint8_t { Read, ReadWrite, ReadLevel, Quiet, WriteOnly };
 
   // Names the owner's method that hears the events: FileEvent(d, fd, this,
   // FileEvent::To<&Connection::onFileEvent>()). The dispatcher calls the method through a
@@ -254,7 +261,15 @@ class FileEvent {
   // watched: one change of the registration per socket at most. If the socket is writable
   // already, the next look at the set says so.
   void watchWrites();
-  bool watchingWrites() const { return interest_ == Interest::ReadWrite; }
+  bool watchingWrites() const {
+    return interest_ == Interest::ReadWrite || interest_ == Interest::WriteOnly;
+  }
+  // The socket's reads come by completion from now on: the registration drops EPOLLIN. Returns
+  // the epoll set and fills `ev` with the registration for the caller to carry to the kernel
+  // (IoBatch::arm); -1 when no change is to be made.
+  int quietReads(epoll_event* ev);
+  // Reads by readiness again (EPOLL_CTL_MOD now).
+  void readsByReadiness();
   // Stops all notifications (before the socket is closed); the callback never runs again.
   void remove();
   // remove() for a socket about to be closed, whose descriptor is its only one (never
@@ -274,6 +289,8 @@ class FileEvent {
   // Registers with the loop's batch when it has one (FileEvent::kWatchHandler), else at once.
   void add();
   void addNow();
+  // Applies interest_ to the registration (EPOLL_CTL_MOD).
+  void modify();
   void addFailed(int err);
   // Withdraws a registration still queued in the batch.
   void dropRegistration();

@@ -17,6 +17,8 @@ namespace network {
 namespace {
 // Bytes read per readiness event before yielding to other connections on the loop.
 constexpr size_t kReadPerEvent = 4 * buffer::kBlockSize;
+static_assert(event::IoBatch::kStandingReceiveLimit == kReadPerEvent,
+              "a standing receive takes what a read event would");
 constexpr std::chrono::milliseconds kFlushCloseTimeout{10000};
 // Writes up to this many bytes wait for the loop's batch of sends (event::IoBatch).
 constexpr size_t kBatchedWriteMax = buffer::kBlockSize;
@@ -64,7 +66,11 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
       inbound_(false),
       small_reads_(true),
       send_queued_(false),
-      recv_queued_(false) {}
+      recv_queued_(false),
+      read_before_(false),
+      standing_(false),
+      standing_stop_(false),
+      readiness_only_(false) {}
 
 std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher, const Address& to,
                                                   int max_fd, const Address* source,
@@ -92,7 +98,7 @@ std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher,
   auto conn = std::unique_ptr<Connection>(new Connection(dispatcher, fd, to, State::Connecting));
   if (err != 0 && err != EINPROGRESS) {
     // Report the failure from the loop, after the caller has installed its callbacks.
-    conn->connect_error_ = static_cast<int16_t>(err);
+    conn->connect_error_ = static_cast<uint8_t>(err);
     conn->file_event_.activate(event::FileEvent::kWrite);
   }
   return conn;
@@ -101,6 +107,7 @@ std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher,
 Connection::~Connection() {
   // What was written before the owner let the connection go leaves, as it would have at once.
   if (send_queued_ || recv_queued_) leaveBatch(state_ == State::Open);
+  releaseStanding();
   if (state_ != State::Closed) {
     file_event_.removeBeforeClose();
     dispatcher().closeSocket(fd_);
@@ -136,7 +143,7 @@ void Connection::onFileEvent(uint32_t events) {
       std::string().swap(prefix);
     }
     if (err != 0) {
-      connect_error_ = static_cast<int16_t>(err);
+      connect_error_ = static_cast<uint8_t>(err);
       closeNow(ConnectionEvent::RemoteClose);
       return;
     }
@@ -181,6 +188,8 @@ void Connection::onFileEvent(uint32_t events) {
 
 bool Connection::hasUnreadBytes(size_t taken) const {
   if (read_buffer_.length() > taken) return true;
+  // A standing receive may hold bytes the kernel took and the loop has not delivered yet.
+  if (standing_) return true;
   int pending = 0;
   return state_ != State::Closed && ioctl(fd_, FIONREAD, &pending) == 0 && pending > 0;
 }
@@ -255,6 +264,13 @@ void Connection::onReadReady() {
     onTransportReadReady();
     return;
   }
+  if (standing_) {
+    // The ring reads the socket (or will stop, and then hand it back): only what is buffered
+    // is handed over here.
+    read_pending_ = false;
+    readSocket(0, false);
+    return;
+  }
   // A socket whose messages are small waits for the loop's batch; a bulk one reads now.
   event::IoBatch* batch;
   if (small_reads_ && !read_end_ && (batch = dispatcher().ioBatch()) != nullptr) {
@@ -308,7 +324,107 @@ void Connection::readSocket(size_t total, bool saw_end) {
   // Yield after a large read so one busy peer cannot starve the loop; resume next iteration.
   if (read_pending_ && !read_end_ && read_disable_count_ == 0) {
     file_event_.activate(event::FileEvent::kRead);
+  } else if (!read_pending_) {
+    // A connection that has read a message before reads the next ones by completion; one that
+    // carries a single message (a new connection per request) never arms.
+    if (read_before_) {
+      armStanding();
+    } else if (total > 0) {
+      read_before_ = true;
+    }
   }
+}
+
+// ---- reads by completion ----
+
+void Connection::armStanding() {
+  event::IoBatch* batch = dispatcher().ioBatch();
+  // Read-disabled or not (an HTTP/1 client is, from its request until the response is out):
+  // a standing receive stops by itself if bytes come meanwhile.
+  if (state_ != State::Open || transport() != nullptr || raw_ != nullptr || read_end_ ||
+      !small_reads_ || standing_ || readiness_only_ || batch == nullptr ||
+      !batch->standingAllowed()) {
+    return;
+  }
+  epoll_event quiet{};
+  const int epoll_fd = file_event_.quietReads(&quiet);
+  standing_ = batch->arm(this, kStandingHandler, fd_, epoll_fd, quiet);
+  if (!standing_) file_event_.readsByReadiness();
+}
+
+void Connection::stopStanding() {
+  if (!standing_ || standing_stop_) return;
+  // Reads go back to readiness once the receive's last answer is in: what it took before
+  // comes first. The cancellation goes at once: a connection that stops reading (backpressure)
+  // must not go on filling the worker's buffers until the turn ends.
+  standing_stop_ = true;
+  event::IoBatch* batch = dispatcher().ioBatch();
+  batch->disarm(this);
+  batch->submitPending();
+}
+
+void Connection::readByReadinessOnly() {
+  readiness_only_ = true;
+  stopStanding();
+}
+
+void Connection::releaseStanding() {
+  if (!standing_) return;
+  if (event::IoBatch* batch = dispatcher().ioBatch()) batch->release(this);
+  standing_ = false;
+  standing_stop_ = false;
+}
+
+const event::IoBatch::StandingHandler Connection::kStandingHandler = {&Connection::onStandingData,
+                                                                      &Connection::onStandingEnded};
+
+void Connection::onStandingData(void* self, const char* bytes, size_t len, size_t run) {
+  auto* c = static_cast<Connection*>(self);
+  c->read_buffer_.add(bytes, len);
+  c->counters_.rx.add(len);
+  if (run == 0) return;  // more of the same delivery follows
+  if (run >= buffer::kBlockSize) {
+    // A bulk stream: block-sized reads by readiness cost less than a message per buffer (and a
+    // tunnel's relay can splice them).
+    c->small_reads_ = false;
+    c->stopStanding();
+  }
+  if (c->read_disable_count_ > 0) {
+    // Bytes while the owner does not read (a pipelined request, a peer ahead of its
+    // backpressure): kept for when reading resumes, and the receive stops, so that what a
+    // connection holds unread stays what one turn brought.
+    c->force_deliver_ = true;
+    c->stopStanding();
+    return;
+  }
+  c->callbacks_->onData(c->read_buffer_, c->read_end_);
+}
+
+void Connection::onStandingEnded(void* self, int result) {
+  auto* c = static_cast<Connection*>(self);
+  c->standing_ = false;
+  c->standing_stop_ = false;
+  c->file_event_.readsByReadiness();
+  if (result == 0) {
+    c->read_end_ = true;
+    c->peer_closed_ = true;
+    c->read_pending_ = false;
+    if (c->read_disable_count_ > 0) {
+      c->force_deliver_ = true;  // the end is handed over when reading resumes
+      c->callbacks_->onPeerEndWhileReadDisabled();
+      return;
+    }
+    c->callbacks_->onData(c->read_buffer_, true);
+    return;
+  }
+  if (result == -ECANCELED || result == -ENOBUFS || result == -EAGAIN || result == -EINTR ||
+      result == -EINVAL) {
+    // Stopped, out of buffers, or ended by the kernel: the socket is read by readiness (what
+    // it holds now first), and armed again once it is empty.
+    c->readSocketAgain();
+    return;
+  }
+  c->closeNow(ConnectionEvent::RemoteClose);
 }
 
 void Connection::scheduleRead() {
@@ -534,11 +650,13 @@ void Connection::checkLowWatermark() {
 
 bool Connection::rawCapable() const {
   return transport() == nullptr && interceptor() == nullptr && state_ == State::Open &&
-         read_buffer_.empty() && write_buffer_.empty() && !close_after_flush_ && !close_deferred_ &&
-         !write_end_pending_ && !read_end_;
+         !standing_ && read_buffer_.empty() && write_buffer_.empty() && !close_after_flush_ &&
+         !close_deferred_ && !write_end_pending_ && !read_end_;
 }
 
 void Connection::setRawIoHandler(RawIoHandler* handler, bool resume) {
+  // rawCapable() said so: no receive stands, which would read the socket behind the handler.
+  SLUICE_ASSERT(handler == nullptr || !standing_, "raw I/O on a socket read by completion");
   raw_ = handler;
   if (handler == nullptr && resume && state_ == State::Open) {
     // The raw owner may have left bytes unread: look again, as after a readiness edge.
@@ -584,6 +702,7 @@ void Connection::closeNow(ConnectionEvent event) {
   if (send_queued_ || recv_queued_) {
     leaveBatch(event == ConnectionEvent::LocalClose && !write_shut_);
   }
+  releaseStanding();
   state_ = State::Closed;
   file_event_.removeBeforeClose();
   if (transport() != nullptr && event == ConnectionEvent::LocalClose) transport()->onClose();
@@ -598,11 +717,14 @@ void Connection::closeNow(ConnectionEvent event) {
 void Connection::readDisable(bool disable) {
   if (state_ == State::Closed) return;
   if (disable) {
+    // A standing receive stands on: a connection that stops reading usually hears nothing
+    // meanwhile (an HTTP/1 client waiting for its response), and stopping is a system call.
+    // Bytes that do come stop it (onStandingData).
     ++read_disable_count_;
     return;
   }
   if (read_disable_count_ == 0) return;
-  if (--read_disable_count_ == 0 && (read_pending_ || !read_buffer_.empty())) {
+  if (--read_disable_count_ == 0 && (read_pending_ || force_deliver_ || !read_buffer_.empty())) {
     force_deliver_ = true;
     file_event_.activate(event::FileEvent::kRead);
   }

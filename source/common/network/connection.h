@@ -151,8 +151,11 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   // The whole-connection data delivered to the callbacks but not yet drained stays here.
   buffer::Buffer& readBuffer() { return read_buffer_; }
   // Bytes the peer sent beyond the first `taken` of the read buffer (those its reader still
-  // holds): in the buffer or still in the kernel.
+  // holds): in the buffer or still in the kernel (or, while a receive stands, maybe there).
   bool hasUnreadBytes(size_t taken = 0) const;
+  // From now on the socket is read by readiness only (a tunnel about to splice it): a receive
+  // standing in the loop's batch stops, and rawCapable() holds once its last bytes are in.
+  void readByReadinessOnly();
   // True when the socket can be handed to a RawIoHandler: plain TCP (no transport), no write
   // filter that must see the bytes, open, nothing buffered either way, no close or half-close
   // pending.
@@ -209,6 +212,17 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   void waitWritable();
   void afterWrite();
   void closeNow(ConnectionEvent event);
+  // Reads by completion (event::IoBatch's standing receives): armed once a plain socket that
+  // reads messages has read one before and is empty; stopped when bytes come while reads are
+  // disabled (they wait in the read buffer) and for a bulk stream (read by readiness in blocks
+  // again), then armed again once the socket is read empty; released when the connection
+  // closes. Never while a raw handler owns the socket (rawCapable() is false meanwhile).
+  void armStanding();
+  void stopStanding();
+  void releaseStanding();
+  static void onStandingData(void* self, const char* bytes, size_t len, size_t run);
+  static void onStandingEnded(void* self, int result);
+  static const event::IoBatch::StandingHandler kStandingHandler;
   void checkLowWatermark();
 
   uint32_t highWatermark() const {
@@ -247,7 +261,7 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   int fd_;
   ConnectionByteCounters counters_;
   uint16_t read_disable_count_ = 0;
-  int16_t connect_error_ = 0;  // an errno
+  uint8_t connect_error_ = 0;  // an errno (all below 256)
   State state_;
   // One bit each, all false at construction (a tunnel holds two connections).
   bool above_high_ : 1;
@@ -269,8 +283,12 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   // otherwise): the next starts with a single-region read (Buffer::readFrom's one_region). Set
   // at first: a new client's head usually fits the small block (as nginx's first 1 KiB read).
   bool small_reads_ : 1;
-  bool send_queued_ : 1;  // a send waits in the loop's batch
-  bool recv_queued_ : 1;  // a receive waits in the loop's batch
+  bool send_queued_ : 1;     // a send waits in the loop's batch
+  bool recv_queued_ : 1;     // a receive waits in the loop's batch
+  bool read_before_ : 1;     // a read brought bytes before (reads by completion from the next)
+  bool standing_ : 1;        // a receive stands in the loop's batch (reads by completion)
+  bool standing_stop_ : 1;   // it was asked to stop
+  bool readiness_only_ : 1;  // never again (readByReadinessOnly)
   ConnectionEvent deferred_event_ = ConnectionEvent::RemoteClose;
 };
 

@@ -305,7 +305,12 @@ void TunnelRelay::maybeSplice(size_t read_size) {
     return;
   }
   network::Connection* client = downstream_.spliceableConnection();
-  if (client == nullptr || !client->rawCapable() || !upstream_->rawCapable()) return;
+  if (client == nullptr) return;
+  // A socket read by completion (the quiet side's, say) is read by readiness from now on: the
+  // next read of bulk finds both sides ready to splice.
+  client->readByReadinessOnly();
+  upstream_->readByReadinessOnly();
+  if (!client->rawCapable() || !upstream_->rawCapable()) return;
   if (!client->readEnabled() || !upstream_->readEnabled()) return;
   enterSplice();
 }

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <event2/event.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -439,6 +442,216 @@ TEST_F(IoBatchTest, TurnedOffTheDispatcherHasNoBatch) {
   EXPECT_EQ(nullptr, dispatcher_.ioBatch());
   dispatcher_.setIoBatching(true);
   EXPECT_NE(nullptr, dispatcher_.ioBatch());
+}
+
+// ---- Standing receives (reads by completion) ----
+
+// What a standing receive told its owner.
+struct Reader {
+  std::string received;
+  std::vector<size_t> runs;  // each `run` that closed a delivery
+  int pieces = 0;
+  int ended = 0;
+  int result = 1;
+  std::function<void()> on_run;
+};
+
+const IoBatch::StandingHandler kReader = {
+    [](void* self, const char* bytes, size_t len, size_t run) {
+      auto* r = static_cast<Reader*>(self);
+      r->received.append(bytes, len);
+      ++r->pieces;
+      if (run != 0) {
+        r->runs.push_back(run);
+        if (r->on_run) r->on_run();
+      }
+    },
+    [](void* self, int result) {
+      auto* r = static_cast<Reader*>(self);
+      ++r->ended;
+      r->result = result;
+    },
+};
+
+class StandingTest : public IoBatchTest {
+ protected:
+  void SetUp() override {
+    IoBatchTest::SetUp();
+    batch_.allowStanding(true);
+  }
+  bool arm(Reader& r, int fd) { return batch_.arm(&r, kReader, fd, -1, epoll_event{}); }
+  // Turns of the loop (each waits in the ring, a second at most) until `done`.
+  bool turnUntil(const std::function<bool()>& done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      Timer limit(dispatcher_, [] {});
+      limit.enable(std::chrono::milliseconds(50));
+      dispatcher_.runOnce(true);
+    }
+    return true;
+  }
+};
+
+TEST_F(StandingTest, EachMessageComesWithTheTurnsOneWait) {
+  auto [ours, peer] = pair();
+  Reader r;
+  if (!arm(r, ours)) GTEST_SKIP() << "io_uring is not available here";
+  EXPECT_TRUE(batch_.standing());
+  ASSERT_EQ(3, ::send(peer, "one", 3, 0));
+  ASSERT_TRUE(turnUntil([&] { return r.received == "one"; }));
+  EXPECT_EQ(std::vector<size_t>{3}, r.runs);
+  // The turn's wait in the ring brings the next message: no look, no receive call.
+  const uint64_t waits = batch_.ringWaits();
+  const uint64_t operations = batch_.operations();
+  ASSERT_EQ(3, ::send(peer, "two", 3, 0));
+  ASSERT_TRUE(turnUntil([&] { return r.received == "onetwo"; }));
+  EXPECT_GE(batch_.ringWaits() - waits, 1u);
+  EXPECT_LE(batch_.ringWaits() - waits, 2u);
+  EXPECT_EQ(operations, batch_.operations());
+  EXPECT_EQ(0, r.ended);
+  EXPECT_EQ(1u, batch_.standingCount());
+}
+
+TEST_F(StandingTest, ThePeersEndEndsTheReceiveAfterItsBytes) {
+  auto [ours, peer] = pair();
+  Reader r;
+  if (!arm(r, ours)) GTEST_SKIP() << "io_uring is not available here";
+  ASSERT_EQ(3, ::send(peer, "bye", 3, 0));
+  ::shutdown(peer, SHUT_WR);
+  ASSERT_TRUE(turnUntil([&] { return r.ended == 1; }));
+  EXPECT_EQ("bye", r.received);
+  EXPECT_EQ(0, r.result);
+  EXPECT_EQ(0u, batch_.standingCount());
+  EXPECT_FALSE(batch_.standing());
+}
+
+TEST_F(StandingTest, BytesOfOneDeliveryAreHandedOverAsOneRun) {
+  auto [ours, peer] = pair();
+  Reader r;
+  if (!arm(r, ours)) GTEST_SKIP() << "io_uring is not available here";
+  turn();  // the receive is in the kernel before the bytes come
+  const std::string big(3 * IoBatch::kStandingBufferSize + 100, 'x');
+  ASSERT_EQ(static_cast<ssize_t>(big.size()), ::send(peer, big.data(), big.size(), 0));
+  ASSERT_TRUE(turnUntil([&] { return r.received.size() == big.size(); }));
+  EXPECT_GE(r.pieces, 4);  // a provided buffer each
+  size_t total = 0;
+  for (size_t run : r.runs) total += run;
+  EXPECT_EQ(big.size(), total);
+  EXPECT_LT(r.runs.size(), static_cast<size_t>(r.pieces));  // pieces went together
+}
+
+TEST_F(StandingTest, DisarmHandsOverWhatCameThenEndsWithEcanceled) {
+  auto [ours, peer] = pair();
+  Reader r;
+  if (!arm(r, ours)) GTEST_SKIP() << "io_uring is not available here";
+  turn();
+  ASSERT_EQ(5, ::send(peer, "first", 5, 0));
+  ASSERT_TRUE(turnUntil([&] { return r.received == "first"; }));
+  // Bytes the kernel took before the cancellation, then the end; none after it.
+  ASSERT_EQ(6, ::send(peer, "second", 6, 0));
+  batch_.collect();
+  batch_.disarm(&r);
+  batch_.submitPending();
+  ASSERT_TRUE(turnUntil([&] { return r.ended == 1; }));
+  EXPECT_EQ(-ECANCELED, r.result);
+  ASSERT_EQ(5, ::send(peer, "third", 5, 0));
+  turn();
+  turn();
+  EXPECT_EQ(1, r.ended);
+  // "second" either came before the end or is still in the socket, never after the end.
+  std::string rest = r.received.substr(5) + readAll(ours);
+  EXPECT_EQ("secondthird", rest);
+}
+
+TEST_F(StandingTest, AReleasedReceiveTellsNothingAndItsSocketClosesWithTheBatch) {
+  auto [ours, peer] = pair();
+  fds_.erase(std::remove(fds_.begin(), fds_.end(), ours), fds_.end());
+  Reader r;
+  if (!arm(r, ours)) GTEST_SKIP() << "io_uring is not available here";
+  turn();
+  ASSERT_EQ(4, ::send(peer, "late", 4, 0));
+  batch_.release(&r);
+  // Until its last answer is in, no other receive may stand for the same address.
+  EXPECT_FALSE(arm(r, peer));
+  batch_.close(ours);
+  turn();
+  turn();
+  EXPECT_EQ(0, r.ended);
+  EXPECT_EQ("", r.received);
+  EXPECT_EQ(0u, batch_.standingCount());
+  Reader again;
+  EXPECT_TRUE(arm(again, peer));  // that address's receive is over
+  // The kernel let the socket go with the close: the peer sees its end.
+  char c;
+  EXPECT_EQ(0, ::recv(peer, &c, 1, MSG_DONTWAIT));
+}
+
+TEST_F(StandingTest, WithoutBuffersLeftTheReceiveEndsWithEnobufs) {
+  constexpr unsigned kReaders = IoBatch::kStandingBuffers + 8;
+  std::vector<Reader> readers(kReaders);
+  std::vector<int> peers;
+  for (unsigned i = 0; i < kReaders; ++i) {
+    auto [ours, peer] = pair();
+    if (!arm(readers[i], ours)) {
+      GTEST_SKIP() << "io_uring is not available here";
+    }
+    peers.push_back(peer);
+  }
+  turn();
+  // Every socket gets a message before the loop hands any buffer back.
+  for (int peer : peers) ASSERT_EQ(1, ::send(peer, "m", 1, 0));
+  batch_.collect();
+  int starved = 0;
+  ASSERT_TRUE(turnUntil([&] {
+    starved = 0;
+    int delivered = 0;
+    for (const Reader& r : readers) {
+      starved += r.ended == 1 && r.result == -ENOBUFS ? 1 : 0;
+      delivered += r.received == "m" ? 1 : 0;
+    }
+    return starved + delivered == static_cast<int>(kReaders);
+  }));
+  EXPECT_GE(starved, 8);
+  // The others stand on; the buffers went back, and the next messages come.
+  for (unsigned i = 0; i < kReaders; ++i) {
+    if (readers[i].ended == 0) ASSERT_EQ(1, ::send(peers[i], "n", 1, 0));
+  }
+  ASSERT_TRUE(turnUntil([&] {
+    for (const Reader& r : readers) {
+      if (r.ended == 0 && r.received != "mn") return false;
+    }
+    return true;
+  }));
+}
+
+TEST_F(StandingTest, WhileLibeventWaitsAMessageStillWakesTheLoop) {
+  auto [ours, peer] = pair();
+  Reader r;
+  if (!arm(r, ours)) GTEST_SKIP() << "io_uring is not available here";
+  turn();
+  // A libevent timer of its own (as a DNS query's) makes libevent the one that waits.
+  ::event* other = evtimer_new(
+      dispatcher_.base(), [](evutil_socket_t, short, void*) {}, nullptr);
+  timeval ten{10, 0};
+  evtimer_add(other, &ten);
+  ASSERT_FALSE(dispatcher_.libeventIdle());
+  std::thread sender([peer = peer] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_EQ(4, ::send(peer, "wake", 4, 0));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  while (r.received != "wake" &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    dispatcher_.runOnce(true);
+  }
+  sender.join();
+  EXPECT_EQ("wake", r.received);
+  // Woken by the message, not by the ten-second timer.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  event_free(other);
+  turn();
+  EXPECT_TRUE(dispatcher_.libeventIdle());
 }
 
 }  // namespace
