@@ -504,9 +504,13 @@ bool IoBatch::setUpRing() {
   io_uring_params params{};
   // A submission that meets an error goes on with the rest. The kernel's task work (a standing
   // receive's messages) runs at the loop's next entry into the kernel, whatever the call, and
-  // wakes its wait. Room for many answers between two collections.
-  params.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_CQSIZE;
-  params.cq_entries = kCompletionEntries;
+  // wakes its wait. With standing receives, room for many answers between two collections (the
+  // batch's own are all taken within its entry: the default twice the submissions is enough).
+  params.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN;
+  if (standing_allowed_) {
+    params.flags |= IORING_SETUP_CQSIZE;
+    params.cq_entries = kCompletionEntries;
+  }
   int rc = io_uring_queue_init_params(kRingEntries, ring.get(), &params);
   if (rc == -EINVAL) {
     params = io_uring_params{};

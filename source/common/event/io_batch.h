@@ -125,7 +125,7 @@ class IoBatch {
   // ends (-EAGAIN) and its owner reads by readiness until the socket is empty and arms again.
   // Bounds what an owner that is not reading can be made to hold in one turn.
   static constexpr unsigned kStandingReceiveLimit = 64 * 1024;
-  // Off by default (a worker turns it on with server.reads_by_completion).
+  // Off by default (a worker turns it on with server.reads_by_completion), before the first batch.
   void allowStanding(bool allow) { standing_allowed_ = allow; }
   bool standingAllowed() const { return standing_allowed_ && !ring_failed_ && !standing_failed_; }
   // Arms a standing receive on `fd` and, in the same entry, changes the socket's registration in
