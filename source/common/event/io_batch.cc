@@ -48,7 +48,8 @@ IoBatch::~IoBatch() {
 }
 
 namespace {
-io_uring_sqe* nextSqe(io_uring* ring) {
+// Inline: the batch takes one per operation.
+[[gnu::always_inline]] inline io_uring_sqe* nextSqe(io_uring* ring) {
   io_uring_sqe* sqe = io_uring_get_sqe(ring);
   if (sqe == nullptr) {
     io_uring_submit(ring);
@@ -59,10 +60,10 @@ io_uring_sqe* nextSqe(io_uring* ring) {
 }
 }  // namespace
 
-bool IoBatch::sqPending() const { return ring_ != nullptr && io_uring_sq_ready(ring_.get()) > 0; }
+bool IoBatch::sqReady() const { return ring_ != nullptr && io_uring_sq_ready(ring_.get()) > 0; }
 
-void IoBatch::submitPending() {
-  if (!sqPending()) return;
+void IoBatch::submitStanding() {
+  if (!sqReady()) return;
   io_uring_submit(ring_.get());
 }
 
@@ -175,10 +176,7 @@ bool IoBatch::arm(void* owner, const StandingHandler& handler, int fd, int epoll
   if (!standingAllowed() || (ring_ == nullptr && !setUpRing())) return false;
   if (buffer_ring_ == nullptr && !setUpStanding()) return false;
   // An earlier owner at this address may still have answers on their way.
-  if (!released_.empty() &&
-      std::find(released_.begin(), released_.end(), owner) != released_.end()) {
-    return false;
-  }
+  if (isReleased(owner)) return false;
   SLUICE_ASSERT(standing_handler_ == nullptr || standing_handler_ == &handler,
                 "one handler for every standing receive");
   standing_handler_ = &handler;
@@ -209,28 +207,32 @@ void IoBatch::disarm(void* owner) {
   io_uring_sqe_set_data64(sqe, kStandingQuietTag);
 }
 
+bool IoBatch::isReleased(void* owner) const {
+  return !released_.empty() &&
+         std::find(released_.begin(), released_.end(), owner) != released_.end();
+}
+
 void IoBatch::release(void* owner) {
   released_.push_back(owner);
   // Submitted with whatever enters the kernel next, before any close the batch makes.
   disarm(owner);
 }
 
-bool IoBatch::takeForeign(const io_uring_cqe* cqe) {
+void IoBatch::takeForeign(const io_uring_cqe* cqe) {
   const uint64_t tag = io_uring_cqe_get_data64(cqe);
   if (tag == kLookTag) {
     look_armed_ = false;
     look_due_ = true;
-    return true;
+    return;
   }
   if (tag == kStandingQuietTag) {
     if (cqe->res < 0 && cqe->res != -ENOENT && cqe->res != -EALREADY) {
       SLUICE_LOG(Debug, "standing receive: %s", strerror(-cqe->res));
     }
-    return true;
+    return;
   }
-  if (tag == kCancelTag || (tag & kStandingBit) == 0) return false;
+  if (tag == kCancelTag || (tag & kStandingBit) == 0) return;
   standing_answers_.push_back({standingOwner(tag), cqe->res, cqe->flags});
-  return true;
 }
 
 void IoBatch::collect() {
@@ -288,17 +290,13 @@ void IoBatch::deliverStanding() {
   const auto has_bytes = [](const StandingAnswer& a) {
     return a.result > 0 && (a.flags & IORING_CQE_F_BUFFER) != 0;
   };
-  const auto is_released = [this](void* owner) {
-    return !released_.empty() &&
-           std::find(released_.begin(), released_.end(), owner) != released_.end();
-  };
   int returned = 0;
   size_t run = 0;
   uint64_t runs = 0;
   for (size_t i = 0; i < n; ++i) {
     // Callbacks may arm, disarm or release any owner: nothing is held across them.
     const StandingAnswer a = delivering_[i];
-    const bool released = is_released(a.owner);
+    const bool released = isReleased(a.owner);
     if (has_bytes(a)) {
       const unsigned id = a.flags >> IORING_CQE_BUFFER_SHIFT;
       char* bytes = buffer_memory_ + static_cast<size_t>(id) * kStandingBufferSize;
@@ -573,6 +571,7 @@ void IoBatch::execute(size_t prepared) {
     ++ring_enters_;
   } while (submitted < 0 && (submitted == -EINTR || submitted == -EAGAIN) && ++tries < 1000);
   SLUICE_ASSERT(submitted >= 0, "io_uring_submit failed");
+  const uint64_t own_tags = running_.size();  // an operation's tag is its index
   size_t done = 0;
   bool cancelled = false;
   size_t cancels = 0;
@@ -582,14 +581,15 @@ void IoBatch::execute(size_t prepared) {
     unsigned seen = 0;
     io_uring_for_each_cqe(ring, head, cqe) {
       ++seen;
-      if (takeForeign(cqe)) continue;
       const uint64_t tag = io_uring_cqe_get_data64(cqe);
-      if (tag == kCancelTag) {
+      if (tag < own_tags) {
+        running_[tag].result = cqe->res;
+        ++done;
+      } else if (tag == kCancelTag) {
         --cancels;
-        continue;
+      } else {
+        takeForeign(cqe);
       }
-      running_[tag].result = cqe->res;
-      ++done;
     }
     io_uring_cq_advance(ring, seen);
     if (done == prepared && cancels == 0) break;
@@ -601,11 +601,7 @@ void IoBatch::execute(size_t prepared) {
         if (running_[i].owner == nullptr || running_[i].result != -ECANCELED) continue;
         // A close is waited for, never withdrawn: its descriptor would stay open.
         if (running_[i].kind == Kind::Close) continue;
-        io_uring_sqe* sqe = io_uring_get_sqe(ring);
-        if (sqe == nullptr) {
-          io_uring_submit(ring);
-          sqe = io_uring_get_sqe(ring);
-        }
+        io_uring_sqe* sqe = nextSqe(ring);
         io_uring_prep_cancel64(sqe, i, 0);
         io_uring_sqe_set_data64(sqe, kCancelTag);
         ++cancels;

@@ -155,7 +155,9 @@ class IoBatch {
   void deliverStanding();
   // Entries prepared in the ring and not yet submitted go now (before a change of the epoll
   // set made by a system call, which must come after the ones they carry).
-  void submitPending();
+  void submitPending() {
+    if (standing_allowed_) submitStanding();
+  }
   // server.reads_standing, server.reads_completed (deliveries: a turn's bytes for one owner),
   // server.reads_out_of_buffers.
   void setStandingCounters(stats::Gauge armed, stats::Counter completed,
@@ -196,13 +198,18 @@ class IoBatch {
     epoll_event event{};  // Watch: the registration
   };
   bool setUpRing();
-  // Sorts an answer that is not the running batch's: true when it was a standing receive's, a
-  // look's or a standing cancellation's (kept for deliverStanding()).
-  bool takeForeign(const ::io_uring_cqe* cqe);
+  // Sorts an answer that is not the running batch's: a standing receive's (kept for
+  // deliverStanding()), a look's or a standing cancellation's.
+  void takeForeign(const ::io_uring_cqe* cqe);
   bool setUpStanding();
   // Whether this kernel ends a multishot receive at its total (kStandingReceiveLimit).
   bool boundsStandingReceives();
-  bool sqPending() const;
+  // Entries left in the ring between batches (only ever a standing receive's).
+  bool sqPending() const { return standing_allowed_ && sqReady(); }
+  bool sqReady() const;
+  void submitStanding();
+  // Released, its receive's last answer not in yet.
+  bool isReleased(void* owner) const;
   // The receive of `owner` is over (its last answer).
   void standingOver(void* owner, int result);
   struct StandingAnswer {

@@ -70,7 +70,9 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
       read_before_(false),
       standing_(false),
       standing_stop_(false),
-      readiness_only_(false) {}
+      // Reads by completion are a worker's choice, made before its first connection.
+      readiness_only_(dispatcher.ioBatch() == nullptr || !dispatcher.ioBatch()->standingAllowed()) {
+}
 
 std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher, const Address& to,
                                                   int max_fd, const Address* source,
@@ -324,7 +326,7 @@ void Connection::readSocket(size_t total, bool saw_end) {
   // Yield after a large read so one busy peer cannot starve the loop; resume next iteration.
   if (read_pending_ && !read_end_ && read_disable_count_ == 0) {
     file_event_.activate(event::FileEvent::kRead);
-  } else if (!read_pending_) {
+  } else if (!read_pending_ && !readiness_only_) {
     // A connection that has read a message before reads the next ones by completion; one that
     // carries a single message (a new connection per request) never arms.
     if (read_before_) {
@@ -342,8 +344,7 @@ void Connection::armStanding() {
   // Read-disabled or not (an HTTP/1 client is, from its request until the response is out):
   // a standing receive stops by itself if bytes come meanwhile.
   if (state_ != State::Open || transport() != nullptr || raw_ != nullptr || read_end_ ||
-      !small_reads_ || standing_ || readiness_only_ || batch == nullptr ||
-      !batch->standingAllowed()) {
+      !small_reads_ || standing_ || batch == nullptr || !batch->standingAllowed()) {
     return;
   }
   epoll_event quiet{};

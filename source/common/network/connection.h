@@ -288,7 +288,7 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   bool read_before_ : 1;     // a read brought bytes before (reads by completion from the next)
   bool standing_ : 1;        // a receive stands in the loop's batch (reads by completion)
   bool standing_stop_ : 1;   // it was asked to stop
-  bool readiness_only_ : 1;  // never again (readByReadinessOnly)
+  bool readiness_only_ : 1;  // never by completion (off in the worker, or readByReadinessOnly)
   ConnectionEvent deferred_event_ = ConnectionEvent::RemoteClose;
 };
 

@@ -615,7 +615,9 @@ TEST_F(StandingTest, WithoutBuffersLeftTheReceiveEndsWithEnobufs) {
   EXPECT_GE(starved, 8);
   // The others stand on; the buffers went back, and the next messages come.
   for (unsigned i = 0; i < kReaders; ++i) {
-    if (readers[i].ended == 0) ASSERT_EQ(1, ::send(peers[i], "n", 1, 0));
+    if (readers[i].ended == 0) {
+      ASSERT_EQ(1, ::send(peers[i], "n", 1, 0));
+    }
   }
   ASSERT_TRUE(turnUntil([&] {
     for (const Reader& r : readers) {
