@@ -134,10 +134,15 @@ void Dispatcher::runOnce(bool may_wait) {
     if (ring_watched_) watchRing(false);
     const uint32_t armed_before = next_timer_order_;
     if (standing) {
-      if (batch->wait(sockets_fd_, wait ? timerWaitMs(now()) : 0)) takeReady(0);
+      const bool look = batch->wait(sockets_fd_, wait ? timerWaitMs(now()) : 0);
+      beginTurnTime();
+      if (look) takeReady(0);
       batch->deliverStanding();
     } else {
-      takeReady(wait ? timerWaitMs(now()) : 0);
+      const int timeout = wait ? timerWaitMs(now()) : 0;
+      const int n = epoll_wait(sockets_fd_, ready_, kReadyBatch, timeout);
+      beginTurnTime();
+      if (n > 0) deliverReady(n);
     }
     if (!timers_.empty() && timers_.front()->deadline_ <= now() + kTimerSlack) {
       runTimers(armed_before);
@@ -158,6 +163,14 @@ void Dispatcher::runOnce(bool may_wait) {
     }
   }
   runWork();
+  turn_now_valid_ = false;
+}
+
+void Dispatcher::beginTurnTime() {
+  // One reading of the clock for what the turn does (nginx and libevent do the same): timers
+  // armed and deadlines compared in it are measured from when its wait returned.
+  turn_now_ = std::chrono::steady_clock::now();
+  turn_now_valid_ = true;
 }
 
 void Dispatcher::runWork() {
@@ -216,8 +229,9 @@ void Dispatcher::clearDeferred() {
 }
 
 MonotonicTime Dispatcher::now() {
-  // steady_clock reads the vDSO: monotonic, and no system call.
-  return std::chrono::steady_clock::now();
+  // steady_clock reads the vDSO: monotonic, and no system call. Within a turn that waited on
+  // the sockets, the reading taken when the wait returned serves every caller.
+  return turn_now_valid_ ? turn_now_ : std::chrono::steady_clock::now();
 }
 
 bool Dispatcher::before(const Timer* a, const Timer* b) {
@@ -349,7 +363,10 @@ void Dispatcher::onSockets(evutil_socket_t, short, void* arg) {
 
 void Dispatcher::takeReady(int timeout_ms) {
   const int n = epoll_wait(sockets_fd_, ready_, kReadyBatch, timeout_ms);
-  if (n <= 0) return;
+  if (n > 0) deliverReady(n);
+}
+
+void Dispatcher::deliverReady(int n) {
   ready_count_ = n;
   for (int i = 0; i < n; ++i) {
     ready_next_ = i + 1;

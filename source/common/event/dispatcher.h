@@ -68,7 +68,8 @@ class Dispatcher {
   void post(std::function<void()> fn);
   // Deletes the object after the current callback returns (safe from inside its own callbacks).
   void deferredDelete(DeferredDeletablePtr object);
-  // Monotonic time (unaffected by changes to the wall clock).
+  // Monotonic time (unaffected by changes to the wall clock). In a turn that waited on the
+  // sockets, the time its wait returned: one reading of the clock serves the turn.
   MonotonicTime now();
   // Where this loop's connections queue their sends and receives to reach the kernel together
   // (server.disable_io_uring turns it off): null when off.
@@ -91,6 +92,10 @@ class Dispatcher {
   static void onSockets(evutil_socket_t, short, void* arg);
   // Looks at the sockets' set (waiting up to timeout_ms) and calls the owner of each ready one.
   void takeReady(int timeout_ms);
+  // Calls the owner of each of the first n events in ready_.
+  void deliverReady(int n);
+  // The clock's reading for the rest of the turn (now() returns it until the turn ends).
+  void beginTurnTime();
   // Activated events, the batch, deferred deletions: something to run before the next wait.
   bool workDue() const;
   void runWork();
@@ -149,6 +154,8 @@ class Dispatcher {
   // The batch's ring as a libevent event, while libevent waits and receives stand in the ring.
   struct event ring_event_;
   bool ring_watched_ = false;
+  bool turn_now_valid_ = false;
+  MonotonicTime turn_now_{};
 };
 
 // How early a timer may fire: libevent measures its own timeout on a coarser clock, so it can
@@ -157,8 +164,9 @@ inline constexpr std::chrono::milliseconds kTimerSlack{1};
 
 // A one-shot timer; embedded in its owner, no allocation when armed. A timer is a slot in its
 // dispatcher's heap of deadlines (40 bytes, not a libevent event of 128 plus its callback): the
-// dispatcher keeps one libevent timer for the earliest of them. It fires at most
-// kTimerSlack early, never late by more than the loop's own latency.
+// dispatcher keeps one libevent timer for the earliest of them. Its timeout runs from the
+// dispatcher's now() (in a turn, when the turn's wait returned); it fires at most kTimerSlack
+// early, never late by more than the loop's own latency.
 //
 // The callback is kept in the timer itself when it fits a pointer and copies as bytes (a lambda
 // that captures `this`, as nearly every owner's does), on the heap otherwise.
