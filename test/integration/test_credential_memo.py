@@ -1,7 +1,8 @@
-"""The credential memo of sluice.auth: a keep-alive connection presenting the credential it last
-authenticated with is let in without decoding and hashing it again (auth.memo_hits), as the same
-key, with every per-request check still made; another credential, or a wrong one, on the same
-connection gets the answer it would get on a connection of its own."""
+"""The credential memos of sluice.auth: a keep-alive connection presenting the credential it last
+authenticated with, or any connection presenting one that authenticated on its worker before, is
+let in without decoding and hashing it again (auth.memo_hits), as the same key, with every
+per-request check still made; another credential, or a wrong one, gets the answer it would get on
+a connection of its own."""
 
 import secrets
 
@@ -35,7 +36,8 @@ def test_one_keep_alive_connection_switching_keys(start_sluice, py_origin):
     s = start_sluice(patch=two_named_keys(keys))
     a, b = basic_auth(keys["a"]), basic_auth(keys["b"])
     wrong = basic_auth(keys["a"] + "x")
-    # (credential, status, whether it is the one the connection last authenticated with)
+    # (credential, status, whether a memo knows it: the one the connection last authenticated
+    # with, or one that authenticated on the worker before)
     steps = [
         (a, 200, False),
         (a, 200, True),
@@ -43,7 +45,7 @@ def test_one_keep_alive_connection_switching_keys(start_sluice, py_origin):
         (b, 200, True),
         (wrong, 407, False),  # never remembered, and b stays remembered
         (b, 200, True),
-        (a, 200, False),
+        (a, 200, True),  # the connection's memo has b, the worker's still has a
         (wrong, 407, False),
         (a, 200, True),
         (f"Bearer {keys['a']}", 200, False),  # the same key in other bytes
@@ -64,12 +66,19 @@ def test_one_keep_alive_connection_switching_keys(start_sluice, py_origin):
     assert s.stat("auth.key.b.allowed") == 3
     assert s.stat("auth.allowed") == 10
     assert s.stat("auth.denied_invalid") == 2
-    assert s.stat("auth.memo_hits") == sum(1 for _, _, hit in steps if hit)
-    # Each connection has its own memo: a new one starts with the full path.
+    assert s.stat("auth.memo_hits") == sum(1 for _, _, hit in steps if hit) == 6
+    # A new connection of the same worker: a and b are known, a wrong key and a credential never
+    # presented before take the full path.
     with RawConnection(s.proxy_addr) as c:
         assert get(c, authority, a).status == 200
-    assert s.stat("auth.memo_hits") == 5
+        assert get(c, authority, wrong).status == 407
+        assert get(c, authority, f"Bearer {keys['b']}").status == 200
+    with RawConnection(s.proxy_addr) as c:
+        assert get(c, authority, b).status == 200
+    assert s.stat("auth.memo_hits") == 8
     assert s.stat("auth.key.a.allowed") == 8
+    assert s.stat("auth.key.b.allowed") == 5
+    assert s.stat("auth.denied_invalid") == 3
 
 
 def test_http2_streams_of_one_connection(start_sluice, py_origin):
@@ -87,5 +96,5 @@ def test_http2_streams_of_one_connection(start_sluice, py_origin):
     assert s.stat("auth.key.a.allowed") == 4
     assert s.stat("auth.key.b.allowed") == 2
     assert s.stat("auth.denied_invalid") == 1
-    # a, a (hit), b, wrong, b (hit), a, a (hit)
-    assert s.stat("auth.memo_hits") == 3
+    # a, a (hit), b, wrong, b (hit), a (hit: the worker's memo), a (hit)
+    assert s.stat("auth.memo_hits") == 4

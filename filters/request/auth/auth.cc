@@ -1,8 +1,12 @@
 #include "filters/request/auth/auth.h"
 
+#include <atomic>
 #include <cstring>
+#include <memory>
 
 #include <openssl/crypto.h>
+
+#include "absl/hash/hash.h"
 
 #include "source/common/policy/limits.h"
 #include "source/common/proxy/credential.h"
@@ -27,11 +31,41 @@ int32_t matchKey(const std::vector<ApiKey>& keys, const Digest& digest) {
   return found;
 }
 
+uint64_t nextAuthConfigId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+CredentialMemo& WorkerCredentials::slot(const AuthConfig& config, std::string_view presented) {
+  // Made on a worker's first new credential, gone with the thread.
+  thread_local std::unique_ptr<WorkerCredentials> memo;
+  if (memo == nullptr) memo = std::make_unique<WorkerCredentials>();
+  if (memo->config_id_ != config.id) {
+    for (CredentialMemo& m : memo->slots_) m.forget();
+    memo->config_id_ = config.id;
+  }
+  return memo->slots_[absl::Hash<std::string_view>{}(presented) % kSlots];
+}
+
 int32_t CredentialMemo::find(proxy::CredentialForm form, std::string_view presented) const {
   if (length_ == 0 || form != form_ || presented.size() != length_) return -1;
   // Constant time over the bytes: how long the comparison takes says nothing about how much of
   // the remembered credential a guess got right.
   return CRYPTO_memcmp(bytes_, presented.data(), length_) == 0 ? index_ : -1;
+}
+
+int32_t CredentialMemo::findInFixedTime(proxy::CredentialForm form,
+                                        std::string_view presented) const {
+  if (presented.empty() || presented.size() > kCapacity) return -1;  // never remembered
+  // Every byte of the room compared, the unused ones zero on both sides; the length and the
+  // form folded in without a branch.
+  char padded[kCapacity] = {};
+  memcpy(padded, presented.data(), presented.size());
+  const int differ = CRYPTO_memcmp(bytes_, padded, kCapacity) |
+                     static_cast<int>(presented.size() ^ length_) |
+                     static_cast<int>(static_cast<uint8_t>(form) ^ static_cast<uint8_t>(form_));
+  const int32_t hit = -static_cast<int32_t>(differ == 0 && length_ != 0);
+  return (index_ & hit) | (-1 & ~hit);
 }
 
 void CredentialMemo::remember(proxy::CredentialForm form, std::string_view presented,
@@ -41,6 +75,8 @@ void CredentialMemo::remember(proxy::CredentialForm form, std::string_view prese
     return;
   }
   memcpy(bytes_, presented.data(), presented.size());
+  // The rest of the room zero, for findInFixedTime.
+  memset(bytes_ + presented.size(), 0, kCapacity - presented.size());
   length_ = static_cast<uint8_t>(presented.size());
   form_ = form;
   index_ = index;
@@ -74,7 +110,14 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   // without decoding and hashing it again. Everything below still runs.
   int32_t index = memo_.find(request.credential_form, request.credential);
   const bool remembered = index >= 0;
-  if (remembered) {
+  // Otherwise, one that authenticated on another connection of this worker.
+  CredentialMemo* worker_memo = nullptr;
+  if (!remembered) {
+    worker_memo = &WorkerCredentials::slot(*config_, request.credential);
+    index = worker_memo->findInFixedTime(request.credential_form, request.credential);
+  }
+  const bool worker_remembered = !remembered && index >= 0;
+  if (index >= 0) {
     config_->memo_hits.inc();
   } else {
     http::CredentialScratch scratch;  // the decoded key lives only until it is hashed
@@ -93,11 +136,16 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   // connections run the new config, which does not know it).
   if (matched.grant != nullptr && matched.grant->revoked()) {
     if (remembered) memo_.forget();
+    if (worker_remembered) worker_memo->forget();
     config_->denied_revoked.inc();
     callbacks_->deny(proxy::Denial::Unauthorized, proxy::kRevokedReason);
     return proxy::RequestFilterStatus::StopIteration;
   }
-  if (!remembered) memo_.remember(request.credential_form, request.credential, index);
+  if (!remembered) {
+    memo_.remember(request.credential_form, request.credential, index);
+    if (!worker_remembered)
+      worker_memo->remember(request.credential_form, request.credential, index);
+  }
   request.principal = matched.name;
   request.grant = matched.grant.get();
   request.group = matched.group;

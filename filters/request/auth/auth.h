@@ -32,7 +32,11 @@ struct ApiKey {
   upstream::TunnelStats tunnel_stats;  // tunnel.key.<name>.*
 };
 
+// A number no other AuthConfig of the process has (a worker's credential memo is for one).
+uint64_t nextAuthConfigId();
+
 struct AuthConfig {
+  const uint64_t id = nextAuthConfigId();
   std::vector<ApiKey> keys;
   std::string realm;
   stats::Counter allowed;
@@ -41,7 +45,7 @@ struct AuthConfig {
   stats::Counter open_relay;      // requests let through because no key is configured
   stats::Counter denied_banned;   // refused because the client's address is banned
   stats::Counter denied_revoked;  // a key a reload took away (407)
-  stats::Counter memo_hits;       // credentials recognised by the memo, not decoded or hashed
+  stats::Counter memo_hits;       // credentials recognised by a memo, not decoded or hashed
   // The process's ban table (null when bans are disabled): wrong keys are recorded in it, and
   // requests from a banned address are refused even with a right key.
   std::shared_ptr<ban::BanTable> bans;
@@ -78,6 +82,9 @@ class CredentialMemo {
 
   // The key index remembered for exactly these bytes in this form, or -1.
   int32_t find(proxy::CredentialForm form, std::string_view presented) const;
+  // The same, in a time that does not depend on what is remembered either (its length): for a
+  // memo that holds other connections' credentials.
+  int32_t findInFixedTime(proxy::CredentialForm form, std::string_view presented) const;
   // Remembers `presented` for key `index`, replacing what was there; a credential longer than
   // kCapacity leaves the memo empty.
   void remember(proxy::CredentialForm form, std::string_view presented, int32_t index);
@@ -95,12 +102,34 @@ class CredentialMemo {
 static_assert(sizeof(CredentialMemo) <= 96, "the memo is per connection: keep it small");
 static_assert(CredentialMemo::kCapacity <= 255, "length_ is one byte");
 
+// The credentials that authenticated recently on one worker thread, for one AuthConfig: a new
+// connection presenting one of them skips the decoding and the SHA-256 too. kSlots memos, the
+// slot chosen by a hash of the presented bytes (absl's, seeded per process, so a client cannot
+// aim at a slot); a slot holds the last credential that authenticated in it.
+//
+// The same rules as one connection's memo (above), for every connection of the worker: a hit
+// is the very bytes and form that authenticated before, compared in constant time; the caller
+// runs every per-request check on it. A guess that is not one of them always takes the full
+// path. The memo of an earlier config (before a reload) is emptied when the next config's
+// first request on the worker looks: a key's index is only ever used with its own config.
+class WorkerCredentials {
+ public:
+  static constexpr size_t kSlots = 64;
+  // The memo for `presented` under `config`, on the calling thread.
+  static CredentialMemo& slot(const AuthConfig& config, std::string_view presented);
+
+ private:
+  uint64_t config_id_ = 0;
+  CredentialMemo slots_[kSlots];
+};
+
 // The "sluice.auth" request filter. An instance serves one connection (one HTTP/2 stream
 // object, reused by the connection's later streams; one SOCKS5 handshake), so its memo holds
 // what that connection last authenticated with. HTTP/2 keeps a memo per stream object rather
 // than one per connection: one stream after another reuses the same object, concurrent streams
-// warm one each (several users multiplexed on one connection keep theirs), and no filter
-// instance shares state with another.
+// warm one each (several users multiplexed on one connection keep theirs). A credential the
+// connection has not used yet is looked up in its worker's memo (WorkerCredentials) before it
+// is decoded and hashed.
 //
 // Once it knows the key (or, without keys, that the request is in the default group) it also
 // admits the request under the key's and its group's rate and concurrency limits, into the

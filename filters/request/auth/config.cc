@@ -156,8 +156,9 @@ class AuthFactory : public extensions::FactoryBase<extensions::RequestFilterFact
         "Requests refused with a key a reload removed, on connections opened before it (407).");
     config->memo_hits = store.counter(
         "auth.memo_hits",
-        "Requests whose credential was the one their connection last authenticated with, "
-        "recognised without decoding or hashing it again (still checked for bans and revocation).");
+        "Requests whose credential was the one their connection last authenticated with, or one "
+        "that authenticated on their worker before, recognised without decoding or hashing it "
+        "again (still checked for bans and revocation).");
     config->bans = context.bans;
     if (config->keys.empty()) {
       config->keyless_limiter = config->policy->defaultGroup().limiters->keyless();

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -431,6 +432,40 @@ TEST(CredentialMemoTest, OnlyTheSameBytesInTheSameFormHit) {
   EXPECT_EQ(-1, memo.find(CredentialForm::Key, "k2"));
 }
 
+// The fixed-time lookup (the worker's memo) gives what find() gives, whatever was remembered.
+TEST(CredentialMemoTest, TheFixedTimeLookupAgreesWithFind) {
+  using proxy::CredentialForm;
+  CredentialMemo memo;
+  const std::vector<std::pair<CredentialForm, std::string>> probes = {
+      {CredentialForm::ProxyAuthorization, ""},
+      {CredentialForm::ProxyAuthorization, "Basic dTprMQ=="},
+      {CredentialForm::ProxyAuthorization, "Basic dTprMg=="},
+      {CredentialForm::ProxyAuthorization, "Basic dTprMQ="},
+      {CredentialForm::ProxyAuthorization, "Basic dTprMQ=\0"},
+      {CredentialForm::ProxyAuthorization, std::string("Basic dTprMQ==\0", 15)},
+      {CredentialForm::Key, "Basic dTprMQ=="},
+      {CredentialForm::Key, "k2"},
+      {CredentialForm::Key, std::string(CredentialMemo::kCapacity, 'k')},
+      {CredentialForm::Key, std::string(CredentialMemo::kCapacity + 1, 'k')},
+  };
+  auto agree = [&] {
+    for (const auto& [form, value] : probes) {
+      EXPECT_EQ(memo.find(form, value), memo.findInFixedTime(form, value)) << value;
+    }
+  };
+  agree();
+  memo.remember(CredentialForm::ProxyAuthorization, "Basic dTprMQ==", 3);
+  EXPECT_EQ(3, memo.findInFixedTime(CredentialForm::ProxyAuthorization, "Basic dTprMQ=="));
+  agree();
+  memo.remember(CredentialForm::Key, "k2", 0);
+  EXPECT_EQ(0, memo.findInFixedTime(CredentialForm::Key, "k2"));
+  agree();
+  memo.remember(CredentialForm::Key, std::string(CredentialMemo::kCapacity, 'k'), 7);
+  agree();
+  memo.forget();
+  agree();
+}
+
 TEST(CredentialMemoTest, ACredentialLongerThanItsRoomIsNotRemembered) {
   using proxy::CredentialForm;
   CredentialMemo memo;
@@ -512,13 +547,18 @@ TEST_F(AuthMemoTest, ADifferentCredentialTakesTheFullPathAndReplacesTheMemo) {
   EXPECT_EQ(-1, remembered(kBasic1));
   changeDigest(0);
   changeDigest(1);
-  // k2 is remembered, k1 no longer is.
+  // k2 is the connection's, k1 no longer is: k1 gets in again only because the worker's memo
+  // (another connection's way in) has it, and then it is the connection's again.
   EXPECT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic2, &request));
   EXPECT_EQ("ops", request.principal);
-  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, present(kBasic1));
-  EXPECT_EQ(2u, counter("key.ops.allowed"));
-  EXPECT_EQ(1u, counter("key.ci.allowed"));
   EXPECT_EQ(1u, counter("memo_hits"));
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1, &request));
+  EXPECT_EQ("ci", request.principal);
+  EXPECT_EQ(0, remembered(kBasic1));
+  EXPECT_EQ(-1, remembered(kBasic2));
+  EXPECT_EQ(2u, counter("key.ops.allowed"));
+  EXPECT_EQ(2u, counter("key.ci.allowed"));
+  EXPECT_EQ(2u, counter("memo_hits"));
 }
 
 TEST_F(AuthMemoTest, AFailedCredentialIsNeverRemembered) {
@@ -594,17 +634,78 @@ TEST_F(AuthMemoTest, ACredentialTooLongForTheMemoIsCheckedInFullEveryTime) {
   EXPECT_EQ(0u, counter("memo_hits"));
 }
 
-TEST_F(AuthMemoTest, EachFilterInstanceHasItsOwnMemo) {
+// Another connection of the same worker: its own memo is empty, the worker's has the credential.
+TEST_F(AuthMemoTest, AnotherConnectionOfTheWorkerFindsTheCredentialInTheWorkersMemo) {
+  ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1));
+  changeDigest(0);  // from now on only a memo lets k1 in
+  auto present_on = [&](AuthFilter& filter, std::string_view value, proxy::ProxyRequest* out) {
+    out->client = client_;
+    out->credential_form = proxy::CredentialForm::ProxyAuthorization;
+    out->credential = value;
+    return filter.onRequest(*out);
+  };
+  AuthFilter other(config_);
+  other.setCallbacks(callbacks_);
+  proxy::ProxyRequest request;
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, present_on(other, kBasic1, &request));
+  EXPECT_EQ("ci", request.principal);
+  EXPECT_EQ(config_->keys[0].grant.get(), request.grant);
+  EXPECT_EQ(1u, counter("memo_hits"));
+  // ...and keeps it in its own from then on.
+  EXPECT_EQ(0, other.memo().find(proxy::CredentialForm::ProxyAuthorization, kBasic1));
+  // The same bytes in another form, or other bytes, take the full path.
+  proxy::ProxyRequest as_key;
+  as_key.credential_form = proxy::CredentialForm::Key;
+  as_key.credential = kBasic1;
+  AuthFilter third(config_);
+  third.setCallbacks(callbacks_);
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, third.onRequest(as_key));
+  proxy::ProxyRequest wrong;
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, present_on(third, "basic dTprMQ==", &wrong));
+  EXPECT_EQ(2u, counter("denied_invalid"));
+}
+
+TEST_F(AuthMemoTest, TheWorkersMemoIsPerThreadAndPerConfig) {
   ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1));
   changeDigest(0);
-  // Another connection's filter never saw the credential: the full path refuses it.
+  // Another worker thread never saw it.
+  proxy::RequestFilterStatus elsewhere = proxy::RequestFilterStatus::Continue;
+  std::thread([&] {
+    FakeCallbacks callbacks;
+    AuthFilter filter(config_);
+    filter.setCallbacks(callbacks);
+    proxy::ProxyRequest request;
+    request.credential_form = proxy::CredentialForm::ProxyAuthorization;
+    request.credential = kBasic1;
+    elsewhere = filter.onRequest(request);
+  }).join();
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, elsewhere);
+  // The next config (a reload) with the same key at another place starts with an empty memo:
+  // the index remembered under the old config never reaches the new one's keys.
+  auto next = makeConfig({{"other", "k9"}, {"ci", "k1"}});
+  for (ApiKey& k : next->keys) k.grant = std::make_shared<proxy::KeyGrant>(k.name, k.digest);
+  next->keys[1].digest = sha256("something else");
+  AuthFilter after_reload(next);
+  after_reload.setCallbacks(callbacks_);
+  proxy::ProxyRequest request;
+  request.credential_form = proxy::CredentialForm::ProxyAuthorization;
+  request.credential = kBasic1;
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, after_reload.onRequest(request));
+  EXPECT_TRUE(request.principal.empty());
+}
+
+TEST_F(AuthMemoTest, AKeyRevokedIsRefusedThroughTheWorkersMemoToo) {
+  ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1));
+  config_->keys[0].grant->revoke();
   AuthFilter other(config_);
   other.setCallbacks(callbacks_);
   proxy::ProxyRequest request;
   request.credential_form = proxy::CredentialForm::ProxyAuthorization;
   request.credential = kBasic1;
   EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, other.onRequest(request));
-  EXPECT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1));
+  EXPECT_EQ(proxy::kRevokedReason, callbacks_.last_reason);
+  EXPECT_EQ(1u, counter("denied_revoked"));
+  EXPECT_EQ(-1, other.memo().find(proxy::CredentialForm::ProxyAuthorization, kBasic1));
 }
 
 }  // namespace
