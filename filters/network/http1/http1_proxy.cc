@@ -100,8 +100,8 @@ void Http1ProxyFilter::initializeReadFilterCallbacks(network::ReadFilterCallback
 }
 
 network::FilterStatus Http1ProxyFilter::onNewConnection() {
-  chain_ = std::make_unique<proxy::RequestFilterChain>(callbacks_->worker(), *this);
-  for (const auto& factory : config_->request_filters) factory(*chain_);
+  chain_ = std::make_unique<proxy::RequestFilterChain>(callbacks_->worker(), *this,
+                                                       config_->request_filters);
   timer_.emplace(downstream().dispatcher(), [this] { onTimer(); });
   // The first head must arrive within the head deadline, counted from the accept.
   timer_->enable(config_->request_head_timeout);

@@ -30,8 +30,8 @@ Http2ProxyFilter::Stream::Stream(Http2ProxyFilter& parent)
 }
 
 void Http2ProxyFilter::Stream::buildChain() {
-  chain_ = std::make_unique<proxy::RequestFilterChain>(parent_.callbacks_->worker(), *this);
-  for (const auto& factory : parent_.config_->request_filters) factory(*chain_);
+  chain_ = std::make_unique<proxy::RequestFilterChain>(parent_.callbacks_->worker(), *this,
+                                                       parent_.config_->request_filters);
 }
 
 void Http2ProxyFilter::Stream::begin(int32_t id) {

@@ -125,6 +125,7 @@ Reply replyForDenial(proxy::Denial denial, const proxy::ProxyRequest& request) {
 Stage::Stage(Owner& owner, proxy::WorkerContext& worker, const Socks5ProxyConfig& config,
              proxy::RequestPhase first, proxy::RequestPhase last)
     : owner_(owner), chain_(worker, *this) {
+  chain_.reserve(config.request_filters.size() + 1);  // and the checkpoint, perhaps
   for (const proxy::RequestFilterSpec& spec : config.request_filters) {
     if (spec.phase >= first && spec.phase <= last) spec(chain_);
   }

@@ -22,6 +22,13 @@ void RequestFilterChain::release(std::unique_ptr<RequestFilterChain>& chain) {
   dispatcher.deferredDelete(std::move(chain));
 }
 
+RequestFilterChain::RequestFilterChain(WorkerContext& worker, RequestSink& sink,
+                                       const std::vector<RequestFilterSpec>& specs)
+    : RequestFilterChain(worker, sink) {
+  filters_.reserve(specs.size());
+  for (const RequestFilterSpec& spec : specs) spec(*this);
+}
+
 void RequestFilterChain::addFilter(RequestFilterPtr filter) {
   filter->setCallbacks(*this);
   filters_.push_back(std::move(filter));

@@ -66,6 +66,8 @@ class RequestFilter : public memory::SlabAllocatedPassing {
 };
 using RequestFilterPtr = std::unique_ptr<RequestFilter>;
 
+struct RequestFilterSpec;
+
 // Runs the request filters of one connection (or stream) over its requests, one at a time.
 // Held by pointer (from the worker's slab) so that a connection or stream that becomes a
 // tunnel lets the chain and its filters go: a tunnel holds none of them.
@@ -74,8 +76,13 @@ class RequestFilterChain : public RequestFilterCallbacks,
                            public event::DeferredDeletable {
  public:
   RequestFilterChain(WorkerContext& worker, RequestSink& sink) : worker_(worker), sink_(sink) {}
+  // A chain of every configured filter, in order (room for them all made once).
+  RequestFilterChain(WorkerContext& worker, RequestSink& sink,
+                     const std::vector<RequestFilterSpec>& specs);
 
   void addFilter(RequestFilterPtr filter);
+  // Room for `n` filters, before they are added one by one.
+  void reserve(size_t n) { filters_.reserve(n); }
   // Runs the chain from the first filter for this request (the request outlives the run).
   void start(ProxyRequest& request);
   // Ends the current request (if any): filters that saw it drop pending work.
