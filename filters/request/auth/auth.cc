@@ -65,7 +65,7 @@ int32_t CredentialMemo::findInFixedTime(proxy::CredentialForm form,
                      static_cast<int>(presented.size() ^ length_) |
                      static_cast<int>(static_cast<uint8_t>(form) ^ static_cast<uint8_t>(form_));
   const int32_t hit = -static_cast<int32_t>(differ == 0 && length_ != 0);
-  return (index_ & hit) | (-1 & ~hit);
+  return (index_ & hit) | ~hit;
 }
 
 void CredentialMemo::remember(proxy::CredentialForm form, std::string_view presented,
@@ -110,9 +110,10 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   // without decoding and hashing it again. Everything below still runs.
   int32_t index = memo_.find(request.credential_form, request.credential);
   const bool remembered = index >= 0;
-  // Otherwise, one that authenticated on another connection of this worker.
+  // Otherwise, one that authenticated on another connection of this worker (a credential too
+  // long to remember leaves the worker's memo alone, as it never is in it).
   CredentialMemo* worker_memo = nullptr;
-  if (!remembered) {
+  if (!remembered && request.credential.size() <= CredentialMemo::kCapacity) {
     worker_memo = &WorkerCredentials::slot(*config_, request.credential);
     index = worker_memo->findInFixedTime(request.credential_form, request.credential);
   }
@@ -143,8 +144,9 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   }
   if (!remembered) {
     memo_.remember(request.credential_form, request.credential, index);
-    if (!worker_remembered)
+    if (worker_memo != nullptr && !worker_remembered) {
       worker_memo->remember(request.credential_form, request.credential, index);
+    }
   }
   request.principal = matched.name;
   request.grant = matched.grant.get();

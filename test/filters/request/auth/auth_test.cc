@@ -489,11 +489,16 @@ class AuthMemoTest : public AuthFilterTest {
     filter_->setCallbacks(callbacks_);
   }
   proxy::RequestFilterStatus present(std::string_view value, proxy::ProxyRequest* out = nullptr) {
+    return presentOn(*filter_, value, out);
+  }
+  // The same through another filter instance (another connection's).
+  proxy::RequestFilterStatus presentOn(AuthFilter& filter, std::string_view value,
+                                       proxy::ProxyRequest* out = nullptr) const {
     proxy::ProxyRequest request;
     request.client = client_;
     request.credential_form = proxy::CredentialForm::ProxyAuthorization;
     request.credential = value;
-    proxy::RequestFilterStatus status = filter_->onRequest(request);
+    proxy::RequestFilterStatus status = filter.onRequest(request);
     if (out != nullptr) *out = request;
     return status;
   }
@@ -634,20 +639,32 @@ TEST_F(AuthMemoTest, ACredentialTooLongForTheMemoIsCheckedInFullEveryTime) {
   EXPECT_EQ(0u, counter("memo_hits"));
 }
 
+// Long credentials that authenticate (never remembered) leave the worker's memo as it was: a
+// thousand of them would otherwise land on k1's slot all but surely (1 in 64 each).
+TEST_F(AuthMemoTest, CredentialsTooLongForTheMemoLeaveTheWorkersMemoAlone) {
+  ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1));
+  for (int i = 0; i < 1000; ++i) {
+    const std::string value =
+        "Basic " + absl::Base64Escape(std::string(70, 'u') + std::to_string(i) + ":k2");
+    ASSERT_GT(value.size(), CredentialMemo::kCapacity);
+    AuthFilter other(config_);
+    other.setCallbacks(callbacks_);
+    ASSERT_EQ(proxy::RequestFilterStatus::Continue, presentOn(other, value));
+  }
+  changeDigest(0);
+  AuthFilter later(config_);
+  later.setCallbacks(callbacks_);
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, presentOn(later, kBasic1));
+}
+
 // Another connection of the same worker: its own memo is empty, the worker's has the credential.
 TEST_F(AuthMemoTest, AnotherConnectionOfTheWorkerFindsTheCredentialInTheWorkersMemo) {
   ASSERT_EQ(proxy::RequestFilterStatus::Continue, present(kBasic1));
   changeDigest(0);  // from now on only a memo lets k1 in
-  auto present_on = [&](AuthFilter& filter, std::string_view value, proxy::ProxyRequest* out) {
-    out->client = client_;
-    out->credential_form = proxy::CredentialForm::ProxyAuthorization;
-    out->credential = value;
-    return filter.onRequest(*out);
-  };
   AuthFilter other(config_);
   other.setCallbacks(callbacks_);
   proxy::ProxyRequest request;
-  EXPECT_EQ(proxy::RequestFilterStatus::Continue, present_on(other, kBasic1, &request));
+  EXPECT_EQ(proxy::RequestFilterStatus::Continue, presentOn(other, kBasic1, &request));
   EXPECT_EQ("ci", request.principal);
   EXPECT_EQ(config_->keys[0].grant.get(), request.grant);
   EXPECT_EQ(1u, counter("memo_hits"));
@@ -661,7 +678,7 @@ TEST_F(AuthMemoTest, AnotherConnectionOfTheWorkerFindsTheCredentialInTheWorkersM
   third.setCallbacks(callbacks_);
   EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, third.onRequest(as_key));
   proxy::ProxyRequest wrong;
-  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, present_on(third, "basic dTprMQ==", &wrong));
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, presentOn(third, "basic dTprMQ==", &wrong));
   EXPECT_EQ(2u, counter("denied_invalid"));
 }
 
@@ -674,10 +691,7 @@ TEST_F(AuthMemoTest, TheWorkersMemoIsPerThreadAndPerConfig) {
     FakeCallbacks callbacks;
     AuthFilter filter(config_);
     filter.setCallbacks(callbacks);
-    proxy::ProxyRequest request;
-    request.credential_form = proxy::CredentialForm::ProxyAuthorization;
-    request.credential = kBasic1;
-    elsewhere = filter.onRequest(request);
+    elsewhere = presentOn(filter, kBasic1);
   }).join();
   EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, elsewhere);
   // The next config (a reload) with the same key at another place starts with an empty memo:
@@ -688,9 +702,7 @@ TEST_F(AuthMemoTest, TheWorkersMemoIsPerThreadAndPerConfig) {
   AuthFilter after_reload(next);
   after_reload.setCallbacks(callbacks_);
   proxy::ProxyRequest request;
-  request.credential_form = proxy::CredentialForm::ProxyAuthorization;
-  request.credential = kBasic1;
-  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, after_reload.onRequest(request));
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, presentOn(after_reload, kBasic1, &request));
   EXPECT_TRUE(request.principal.empty());
 }
 
@@ -699,10 +711,7 @@ TEST_F(AuthMemoTest, AKeyRevokedIsRefusedThroughTheWorkersMemoToo) {
   config_->keys[0].grant->revoke();
   AuthFilter other(config_);
   other.setCallbacks(callbacks_);
-  proxy::ProxyRequest request;
-  request.credential_form = proxy::CredentialForm::ProxyAuthorization;
-  request.credential = kBasic1;
-  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, other.onRequest(request));
+  EXPECT_EQ(proxy::RequestFilterStatus::StopIteration, presentOn(other, kBasic1));
   EXPECT_EQ(proxy::kRevokedReason, callbacks_.last_reason);
   EXPECT_EQ(1u, counter("denied_revoked"));
   EXPECT_EQ(-1, other.memo().find(proxy::CredentialForm::ProxyAuthorization, kBasic1));
