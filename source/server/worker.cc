@@ -432,9 +432,9 @@ ActiveConnection* ActiveListener::newConnection(int fd, const network::Address& 
   ActiveConnection* raw = active.get();
   worker_.addConnection(std::move(active));
   raw->initialize(*chain);
-  // Read at once: the request has usually arrived with the connection, and the receive goes in
-  // the loop's batch with the socket's registration (a TLS transport reads the socket itself).
-  if (chain->transport_socket == nullptr) raw->connection().readSocketAgain();
+  // Read at once when the worker's clients usually send with their connection (a TLS transport
+  // reads the socket itself).
+  if (chain->transport_socket == nullptr) raw->connection().readAtAccept();
   return raw;
 }
 

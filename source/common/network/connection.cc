@@ -1,5 +1,6 @@
 #include "source/common/network/connection.h"
 
+#include <algorithm>
 #include <cerrno>
 
 #include <fcntl.h>
@@ -22,6 +23,21 @@ static_assert(event::IoBatch::kStandingReceiveLimit == kReadPerEvent,
 constexpr std::chrono::milliseconds kFlushCloseTimeout{10000};
 // Writes up to this many bytes wait for the loop's batch of sends (event::IoBatch).
 constexpr size_t kBatchedWriteMax = buffer::kBlockSize;
+
+// Whether a worker's accepted sockets have their first bytes when they are read at accept
+// (readAtAccept). A read that found bytes (or the end) adds kAcceptReadGain to the credit, one
+// that found nothing takes one away: reads at accept go on while more than one in
+// kAcceptReadGain + 1 finds something. Without credit, one accepted socket in kAcceptReadProbe
+// is read at once all the same, so clients that start sending sooner are noticed.
+constexpr uint8_t kAcceptReadGain = 4;
+constexpr uint8_t kAcceptReadCreditMax = 64;
+constexpr uint8_t kAcceptReadProbe = 16;
+struct AcceptReads {
+  uint8_t credit = kAcceptReadCreditMax / 4;
+  uint8_t skipped = 0;
+};
+// Per worker (a worker is a thread, and its accepted sockets come from its own listeners).
+thread_local AcceptReads t_accept_reads;
 }  // namespace
 
 bool setNonBlocking(int fd) {
@@ -71,8 +87,8 @@ Connection::Connection(event::Dispatcher& dispatcher, int fd, const Address& pee
       standing_(false),
       standing_stop_(false),
       // Reads by completion are a worker's choice, made before its first connection.
-      readiness_only_(dispatcher.ioBatch() == nullptr || !dispatcher.ioBatch()->standingAllowed()) {
-}
+      readiness_only_(dispatcher.ioBatch() == nullptr || !dispatcher.ioBatch()->standingAllowed()),
+      accept_read_(false) {}
 
 std::unique_ptr<Connection> Connection::connectTo(event::Dispatcher& dispatcher, const Address& to,
                                                   int max_fd, const Address* source,
@@ -317,6 +333,16 @@ void Connection::readSocket(size_t total, bool saw_end) {
     counters_.rx.add(total);
     small_reads_ = total < (inbound_ ? buffer::kSmallBlockSize : buffer::kBlockSize);
   }
+  if (accept_read_) {
+    accept_read_ = false;
+    AcceptReads& reads = t_accept_reads;
+    if (total > 0 || saw_end) {
+      reads.credit =
+          static_cast<uint8_t>(std::min<int>(reads.credit + kAcceptReadGain, kAcceptReadCreditMax));
+    } else if (reads.credit > 0) {
+      --reads.credit;
+    }
+  }
   bool force = force_deliver_;
   force_deliver_ = false;
   if (total > 0 || saw_end || (force && (!read_buffer_.empty() || read_end_))) {
@@ -438,6 +464,14 @@ void Connection::readSocketAgain() {
   if (state_ != State::Open) return;
   read_pending_ = true;
   if (read_disable_count_ == 0) file_event_.activate(event::FileEvent::kRead);
+}
+
+void Connection::readAtAccept() {
+  AcceptReads& reads = t_accept_reads;
+  if (reads.credit == 0 && ++reads.skipped < kAcceptReadProbe) return;
+  reads.skipped = 0;
+  accept_read_ = true;
+  readSocketAgain();
 }
 
 void Connection::write(buffer::Buffer& data, bool end_stream) {

@@ -176,6 +176,12 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   // The transport left bytes unread on purpose (a handshake waiting its turn) and can take them
   // now: the socket is read on the next loop iteration, as after a readiness edge.
   void readSocketAgain();
+  // A plain connection just accepted: read at once (the receive goes in the loop's batch with
+  // the socket's registration, and a request that came with its connection costs no turn of its
+  // own) while the worker's accepted sockets have had their first bytes by then often enough;
+  // otherwise it waits for readiness like any socket. Each read at once that found nothing (the
+  // client sends only once its connect completed, after the accept) was a receive for nothing.
+  void readAtAccept();
 
  private:
   enum class State : uint8_t { Connecting, Open, Closed };
@@ -289,6 +295,7 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   bool standing_ : 1;        // a receive stands in the loop's batch (reads by completion)
   bool standing_stop_ : 1;   // it was asked to stop
   bool readiness_only_ : 1;  // never by completion (off in the worker, or readByReadinessOnly)
+  bool accept_read_ : 1;     // read at accept (readAtAccept): what it finds counts for the next
   ConnectionEvent deferred_event_ = ConnectionEvent::RemoteClose;
 };
 

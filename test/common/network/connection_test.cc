@@ -564,6 +564,58 @@ TEST_P(ConnectionTest, ManyConnectionsShareOneEntryIntoTheKernel) {
   runFor(dispatcher_, milliseconds(1));
 }
 
+// A worker reads its accepted sockets at once only while that finds bytes often enough: reads
+// that find nothing stop them (the socket waits for its readiness, one receive less), one socket
+// in 16 is still read at once, and a read that finds bytes brings them back.
+TEST_P(ConnectionTest, ReadsAtAcceptStopWhileTheyFindNothingAndComeBackWhenTheyDo) {
+  if (!batched()) GTEST_SKIP() << "counted in the batch";
+  event::IoBatch& batch = *dispatcher_.ioBatch();
+  // Accepts one client (which wrote `first` before the accept, if anything) as a listener
+  // does; returns the operations its connection cost over a few turns (its registration, and a
+  // receive when it was read at once or bytes came), and what it received.
+  const auto accept_one = [&](const std::string& first, std::string* received) -> uint64_t {
+    int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    EXPECT_EQ(0,
+              ::connect(client, listener_.address().sockaddr_ptr(), listener_.address().length()));
+    if (!first.empty()) {
+      EXPECT_EQ(ssize_t(first.size()), ::send(client, first.data(), first.size(), 0));
+    }
+    const int fd = listener_.accept();
+    EXPECT_GE(fd, 0);
+    RecordingCallbacks cb;
+    const uint64_t ops0 = batch.operations();
+    auto conn = std::make_unique<Connection>(dispatcher_, fd, listener_.address());
+    conn->setCallbacks(&cb);
+    conn->readAtAccept();
+    if (first.empty()) {
+      runFor(dispatcher_, milliseconds(3));
+    } else {
+      EXPECT_TRUE(runUntil(dispatcher_, [&] { return cb.received == first; }));
+    }
+    const uint64_t ops = batch.operations() - ops0;
+    *received = cb.received;
+    conn->close(CloseType::NoFlush);
+    ::close(client);
+    runFor(dispatcher_, milliseconds(1));  // the close leaves with the batch, not counted
+    return ops;
+  };
+  std::string got;
+  // Clients that send nothing by the accept: each read at once costs a receive (2 operations
+  // with the registration), until the worker stops reading at accept (1).
+  int misses = 0;
+  while (accept_one("", &got) == 2) {
+    ASSERT_LT(++misses, 80) << "reads at accept never stopped";
+  }
+  // One socket in 16 is still read at once; the one that finds its request brings reads at
+  // accept back. Every request arrives, read at once or not.
+  for (int i = 0; i < 16; ++i) {
+    accept_one("GET / HTTP/1.1\r\n\r\n", &got);
+    EXPECT_EQ("GET / HTTP/1.1\r\n\r\n", got);
+  }
+  EXPECT_EQ(2u, accept_one("", &got)) << "reads at accept did not come back";
+  EXPECT_EQ("", got);
+}
+
 TEST_P(ConnectionTest, AWriteRightBeforeACloseWithoutFlushStillLeaves) {
   stats::Store& store = stats::Store::get();
   const std::string tx = "test.last_words.tx." + std::to_string(GetParam());
