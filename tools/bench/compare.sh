@@ -4,7 +4,7 @@
 # "CPU" is the proxy's own user+system time (from /proc/<pid>/stat) divided by requests served.
 #
 #   tools/bench/compare.sh [--size 1k|10k|1m] [--duration 10] [--connections 64] [--close]
-#                          [--only sluice|nginx|squid] [--access-log json|squid]
+#                          [--only sluice|nginx|squid|floor] [--access-log json|squid]
 #
 # --close sends "Connection: close": every request on a new client connection (origin
 # connections stay pooled where the proxy pools them).
@@ -17,6 +17,10 @@
 # measured run, into DIR/<proxy>.nstat, with the requests served in DIR/<proxy>.requests: the
 # segments, pure ACKs and delayed ACKs per request each proxy's way of reading and writing costs
 # every side of the exchange.
+#
+# --only floor: tools/bench/floor_relay.c (built here with gcc), the least an HTTP/1.1 proxy with
+# a pool of origin connections can do for these requests: the part of a request's cost that no
+# proxy can take away (the kernel's, mostly). Never part of the default run.
 #
 # BENCH_SERVER_OPTIONS="disable_io_uring: true": one more line under sluice's `server:`.
 #
@@ -62,7 +66,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ORIGIN_PORT=18201 SLUICE_PORT=18202 ADMIN_PORT=18203 RP_PORT=18204 SQUID_PORT=18205
+ORIGIN_PORT=18201 SLUICE_PORT=18202 ADMIN_PORT=18203 RP_PORT=18204 SQUID_PORT=18205 FLOOR_PORT=18206
 KEY=$(head -c 24 /dev/urandom | base64 | tr '+/' '-_')
 AUTH=$(printf 'bench:%s' "$KEY" | base64 -w0)
 
@@ -184,6 +188,16 @@ if [ -z "$ONLY" ] || [ "$ONLY" = squid ]; then
   done
   SQUID_PIDS=$(pgrep -f "squid -f $WORK/squid/squid.conf" | tr '\n' ' ')
   measure "Squid 5.7 forward proxy (basic auth)" "http://127.0.0.1:$SQUID_PORT" "$WORK/proxy.lua" $SQUID_PIDS
+fi
+
+if [ "$ONLY" = floor ]; then
+  gcc -O2 tools/bench/floor_relay.c -o "$WORK/floor_relay"
+  taskset -c 0 "$WORK/floor_relay" "$FLOOR_PORT" "$ORIGIN_PORT" &
+  PIDS+=($!)
+  FPID=$!
+  sleep 0.2
+  measure "floor: the least a proxy does" "http://127.0.0.1:$FLOOR_PORT/obj" \
+    "$WORK/direct.lua" "$FPID"
 fi
 
 mode="keep-alive"
