@@ -121,5 +121,72 @@ size_t ConnectionLimiter::trackedClients() const {
   return n;
 }
 
+ConnectionLimiter::Admission LimiterLeases::tryAcquire(const ClientKey& client,
+                                                       ConnectionSlot& slot) {
+  if (orphaned_) {
+    const ConnectionLimiter::Admission admission = limiter_.tryAcquire(client);
+    if (admission == ConnectionLimiter::Admission::Admitted)
+      slot = ConnectionSlot(limiter_, client);
+    return admission;
+  }
+  Lease& lease = leases_[client];
+  if (lease.spares > 0) {
+    --lease.spares;
+  } else {
+    const ConnectionLimiter::Admission admission = limiter_.tryAcquire(client);
+    if (admission != ConnectionLimiter::Admission::Admitted) {
+      if (lease.in_use == 0) leases_.erase(client);
+      return admission;
+    }
+  }
+  ++lease.in_use;
+  slot = ConnectionSlot(*this, client);
+  return ConnectionLimiter::Admission::Admitted;
+}
+
+void LimiterLeases::release(const ClientKey& client) {
+  auto it = orphaned_ ? leases_.end() : leases_.find(client);
+  if (it == leases_.end()) {
+    limiter_.release(client);
+    return;
+  }
+  Lease& lease = it->second;
+  --lease.in_use;
+  if (lease.spares < kMaxSpares) {
+    ++lease.spares;
+  } else {
+    limiter_.release(client);
+  }
+  if (++releases_ >= kSweepEvery) sweep();
+}
+
+void LimiterLeases::sweep() {
+  releases_ = 0;
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (it->second.in_use == 0) {
+      for (uint32_t i = 0; i < it->second.spares; ++i) limiter_.release(it->first);
+      leases_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void LimiterLeases::orphan() {
+  if (orphaned_) return;
+  for (const auto& [client, lease] : leases_) {
+    for (uint32_t i = 0; i < lease.spares; ++i) limiter_.release(client);
+  }
+  // Places still in use go back straight to the limiter from now on.
+  leases_.clear();
+  orphaned_ = true;
+}
+
+size_t LimiterLeases::spares() const {
+  size_t n = 0;
+  for (const auto& [client, lease] : leases_) n += lease.spares;
+  return n;
+}
+
 }  // namespace network
 }  // namespace sluice

@@ -81,6 +81,52 @@ class ConnectionLimiter {
   std::array<Shard, kShards> shards_;
 };
 
+class ConnectionSlot;
+
+// One thread's front for a limiter's per-client places, for places taken and given back at a
+// high rate by the same clients (the upstream budget: a place for each request a keep-alive
+// connection sends through a pooled origin connection). A place given back stays with the
+// thread as one of its client's spares (kMaxSpares at most): the client's next place on the
+// thread takes it without the limiter's lock. A spare counts in the limiter as held, so a
+// client may be refused up to kMaxSpares places per other thread early; spares of clients with
+// no place in use go back every kSweepEvery releases, and all of them when the thread ends
+// (orphan()).
+//
+// Not thread-safe: one thread takes and gives back its places. After orphan() a place is given
+// back straight to the limiter, from whichever thread destroys its slot.
+class LimiterLeases {
+ public:
+  static constexpr uint32_t kMaxSpares = 8;
+  static constexpr uint32_t kSweepEvery = 1024;
+
+  explicit LimiterLeases(ConnectionLimiter& limiter) : limiter_(limiter) {}
+  ~LimiterLeases() { orphan(); }
+  LimiterLeases(const LimiterLeases&) = delete;
+  LimiterLeases& operator=(const LimiterLeases&) = delete;
+
+  // A place for `client` in `slot` (empty before): its spare, or one from the limiter.
+  ConnectionLimiter::Admission tryAcquire(const ClientKey& client, ConnectionSlot& slot);
+  // A slot of this thread's gives its place back.
+  void release(const ClientKey& client);
+  // The thread ends: every spare goes back, and places from now on go straight back.
+  void orphan();
+  // Spares held (for tests).
+  size_t spares() const;
+
+ private:
+  struct Lease {
+    uint32_t in_use = 0;
+    uint32_t spares = 0;
+  };
+  // Gives back the spares of clients with no place in use.
+  void sweep();
+
+  ConnectionLimiter& limiter_;
+  absl::flat_hash_map<ClientKey, Lease> leases_;
+  uint32_t releases_ = 0;
+  bool orphaned_ = false;
+};
+
 // One admitted connection's place in its listener's limits, given back when it is destroyed.
 // Move-only; an empty slot (default or moved-from) releases nothing.
 class ConnectionSlot {
@@ -88,6 +134,9 @@ class ConnectionSlot {
   ConnectionSlot() = default;
   ConnectionSlot(ConnectionLimiter& limiter, const ClientKey& client)
       : limiter_(reinterpret_cast<uintptr_t>(&limiter) | kHasClient), client_(client) {}
+  // A place taken through a thread's leases (LimiterLeases::tryAcquire), given back to them.
+  ConnectionSlot(LimiterLeases& leases, const ClientKey& client)
+      : limiter_(reinterpret_cast<uintptr_t>(&leases) | kHasClient | kLeased), client_(client) {}
   // A place in the listener's count only (tryAcquireGlobal succeeded); attachClient adds the
   // client's.
   explicit ConnectionSlot(ConnectionLimiter& limiter)
@@ -118,7 +167,9 @@ class ConnectionSlot {
   bool held() const { return limiter_ != 0; }
   void reset() {
     if (limiter_ != 0) {
-      if (hasClient()) {
+      if ((limiter_ & kLeased) != 0) {
+        reinterpret_cast<LimiterLeases*>(limiter_ & ~kTags)->release(client_);
+      } else if (hasClient()) {
         limiter()->release(client_);
       } else {
         limiter()->releaseGlobal();
@@ -128,13 +179,15 @@ class ConnectionSlot {
   }
 
  private:
-  // The limiter's address, and in its lowest bit (free: a limiter is aligned) whether the slot
-  // counts for client_ too. Every connection and every tunnel's upstream holds a slot, so it
-  // is kept to 24 bytes.
+  // The limiter's (or the leases') address, and in its lowest bits (free: both are aligned)
+  // whether the slot counts for client_ too and whether it came through leases. Every
+  // connection and every tunnel's upstream holds a slot, so it is kept to 24 bytes.
   static constexpr uintptr_t kHasClient = 1;
-  static_assert(alignof(ConnectionLimiter) > 1);
+  static constexpr uintptr_t kLeased = 2;
+  static constexpr uintptr_t kTags = kHasClient | kLeased;
+  static_assert(alignof(ConnectionLimiter) > kTags && alignof(LimiterLeases) > kTags);
   ConnectionLimiter* limiter() const {
-    return reinterpret_cast<ConnectionLimiter*>(limiter_ & ~kHasClient);
+    return reinterpret_cast<ConnectionLimiter*>(limiter_ & ~kTags);
   }
   bool hasClient() const { return (limiter_ & kHasClient) != 0; }
 

@@ -14,6 +14,19 @@ uint64_t openFilesLimit() {
   return static_cast<uint64_t>(limit.rlim_cur);
 }
 
+std::atomic<uint64_t> g_next_budget_id{1};
+
+// The leases this thread takes places through, of the budget `budget_id`. Their spares go back
+// when the thread ends (or when it turns to another budget: tests).
+struct ThreadLeases {
+  uint64_t budget_id = 0;
+  std::shared_ptr<network::LimiterLeases> leases;
+  ~ThreadLeases() {
+    if (leases != nullptr) leases->orphan();
+  }
+};
+thread_local ThreadLeases t_leases;
+
 }  // namespace
 
 UpstreamBudget& UpstreamBudget::get() {
@@ -21,8 +34,29 @@ UpstreamBudget& UpstreamBudget::get() {
   return *budget;
 }
 
-UpstreamBudget::UpstreamBudget() {
+UpstreamBudget::UpstreamBudget() : id_(g_next_budget_id.fetch_add(1)) {
   limiter_ = std::make_unique<network::ConnectionLimiter>(1u << 30, per_client_);
+}
+
+UpstreamBudget::~UpstreamBudget() {
+  // A thread still holding leases of this budget finds them orphaned (they touch the limiter no
+  // more); every slot is gone by now.
+  std::lock_guard<std::mutex> lock(leases_mutex_);
+  for (const auto& leases : leases_) leases->orphan();
+}
+
+network::LimiterLeases& UpstreamBudget::threadLeases() {
+  ThreadLeases& mine = t_leases;
+  if (mine.budget_id == id_) return *mine.leases;
+  if (mine.leases != nullptr) mine.leases->orphan();
+  auto leases = std::make_shared<network::LimiterLeases>(*limiter_);
+  {
+    std::lock_guard<std::mutex> lock(leases_mutex_);
+    leases_.push_back(leases);
+  }
+  mine.budget_id = id_;
+  mine.leases = std::move(leases);
+  return *mine.leases;
 }
 
 void UpstreamBudget::configure(uint32_t per_client, uint32_t reserve) {
@@ -58,11 +92,10 @@ void UpstreamBudget::refreshDescriptorLimit() {
 
 bool UpstreamBudget::admit(const network::Address& client, network::ConnectionSlot& slot) {
   const network::ClientKey key = network::ClientKey::of(client);
-  if (limiter_->tryAcquire(key) != network::ConnectionLimiter::Admission::Admitted) {
+  if (threadLeases().tryAcquire(key, slot) != network::ConnectionLimiter::Admission::Admitted) {
     stats_.client_refused.inc();
     return false;
   }
-  slot = network::ConnectionSlot(*limiter_, key);
   return true;
 }
 

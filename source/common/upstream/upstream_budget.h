@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "source/common/network/address.h"
 #include "source/common/network/connection_limiter.h"
@@ -26,6 +28,7 @@ class UpstreamBudget {
   static UpstreamBudget& get();
 
   UpstreamBudget();
+  ~UpstreamBudget();
   UpstreamBudget(const UpstreamBudget&) = delete;
   UpstreamBudget& operator=(const UpstreamBudget&) = delete;
 
@@ -37,7 +40,12 @@ class UpstreamBudget {
   void refreshDescriptorLimit();
 
   // A place for one upstream socket of `client`, held by `slot` until it is reset. False (and
-  // counted) when the client holds perClient() already.
+  // counted) when the client holds perClient() already. Taken through the calling thread's
+  // leases (network::LimiterLeases): a place given back stays with the thread as the client's
+  // spare (LimiterLeases::kMaxSpares at most), so a keep-alive client's request after request
+  // through pooled connections takes no lock shared with the other workers. A client may so be
+  // refused up to kMaxSpares places per other worker early; the spares of clients with nothing
+  // in use go back as the thread gives places back, and all of them when it ends.
   bool admit(const network::Address& client, network::ConnectionSlot& slot);
   // An upstream socket numbered at or above this is closed and refused: the kernel hands out
   // the lowest free descriptor, so every number below it is in use.
@@ -47,6 +55,7 @@ class UpstreamBudget {
 
   uint32_t perClient() const { return per_client_; }
   uint32_t reserve() const { return reserve_; }
+  // Places held, the threads' spares among them.
   uint32_t held() const { return limiter_ ? limiter_->active() : 0; }
 
  private:
@@ -60,6 +69,14 @@ class UpstreamBudget {
   uint32_t reserve_ = kDefaultReserve;
   std::atomic<int> ceiling_{1 << 30};
   std::unique_ptr<network::ConnectionLimiter> limiter_;
+  // The calling thread's leases of limiter_'s places (made on its first admission).
+  network::LimiterLeases& threadLeases();
+  // Tells a thread's leases of this budget from those of one destroyed before it.
+  const uint64_t id_;
+  std::mutex leases_mutex_;
+  // Every thread's, kept for the budget's life (a thread holds its own too, to give its spares
+  // back when it ends).
+  std::vector<std::shared_ptr<network::LimiterLeases>> leases_;
   Stats stats_;
 };
 

@@ -1,6 +1,7 @@
 #include "source/common/network/connection_limiter.h"
 
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -229,6 +230,98 @@ TEST(ConnectionLimiterTest, NewLimitsHoldForTheNextAdmissions) {
   limiter.setLimits(1, 5);
   EXPECT_EQ(ConnectionLimiter::Admission::ListenerFull,
             limiter.tryAcquire(ClientKey::of(*Address::parseIp("192.0.2.2", 1))));
+}
+
+TEST(LimiterLeasesTest, APlaceGivenBackIsTheClientsSpareOnThisThread) {
+  ConnectionLimiter limiter(100, 20);
+  LimiterLeases leases(limiter);
+  const ClientKey a = key("192.0.2.1:1");
+  ConnectionSlot first;
+  ASSERT_EQ(Admission::Admitted, leases.tryAcquire(a, first));
+  EXPECT_EQ(1u, limiter.activeFor(a));
+  first.reset();
+  // Still counted: the thread keeps it for the client's next request.
+  EXPECT_EQ(1u, limiter.activeFor(a));
+  EXPECT_EQ(1u, leases.spares());
+  ConnectionSlot again;
+  ASSERT_EQ(Admission::Admitted, leases.tryAcquire(a, again));
+  EXPECT_EQ(1u, limiter.activeFor(a));
+  EXPECT_EQ(0u, leases.spares());
+  again.reset();
+  // At most kMaxSpares: of more places given back, the others go to the limiter.
+  std::vector<ConnectionSlot> many(LimiterLeases::kMaxSpares + 3);
+  for (auto& slot : many) ASSERT_EQ(Admission::Admitted, leases.tryAcquire(a, slot));
+  EXPECT_EQ(many.size(), limiter.activeFor(a));
+  many.clear();
+  EXPECT_EQ(LimiterLeases::kMaxSpares, limiter.activeFor(a));
+  EXPECT_EQ(LimiterLeases::kMaxSpares, leases.spares());
+}
+
+TEST(LimiterLeasesTest, TheClientsLimitHoldsAndSparesCountForIt) {
+  ConnectionLimiter limiter(100, 2);
+  LimiterLeases mine(limiter);
+  LimiterLeases other(limiter);  // another worker's
+  const ClientKey a = key("192.0.2.1:1");
+  std::vector<ConnectionSlot> held(3);
+  ASSERT_EQ(Admission::Admitted, mine.tryAcquire(a, held[0]));
+  ASSERT_EQ(Admission::Admitted, mine.tryAcquire(a, held[1]));
+  EXPECT_EQ(Admission::ClientFull, mine.tryAcquire(a, held[2]));
+  EXPECT_FALSE(held[2].held());
+  // Both given back, both this worker's spares: places held, so the other worker is refused.
+  held[0].reset();
+  held[1].reset();
+  EXPECT_EQ(2u, limiter.activeFor(a));
+  EXPECT_EQ(Admission::ClientFull, other.tryAcquire(a, held[2]));
+  // This worker takes them again without asking the limiter.
+  ASSERT_EQ(Admission::Admitted, mine.tryAcquire(a, held[0]));
+  ASSERT_EQ(Admission::Admitted, mine.tryAcquire(a, held[1]));
+  EXPECT_EQ(0u, mine.spares());
+  EXPECT_EQ(2u, limiter.activeFor(a));
+  // Another client is not touched.
+  ConnectionSlot b;
+  EXPECT_EQ(Admission::Admitted, other.tryAcquire(key("192.0.2.2:1"), b));
+}
+
+TEST(LimiterLeasesTest, SparesOfClientsWithNothingInUseGoBackAsPlacesAre) {
+  ConnectionLimiter limiter(100, 5);
+  LimiterLeases leases(limiter);
+  const ClientKey gone = key("192.0.2.1:1");
+  const ClientKey busy = key("192.0.2.2:1");
+  ConnectionSlot slot;
+  ASSERT_EQ(Admission::Admitted, leases.tryAcquire(gone, slot));
+  slot.reset();
+  EXPECT_EQ(1u, limiter.activeFor(gone));
+  ConnectionSlot kept;
+  ASSERT_EQ(Admission::Admitted, leases.tryAcquire(busy, kept));
+  for (uint32_t i = 0; i < LimiterLeases::kSweepEvery; ++i) {
+    ASSERT_EQ(Admission::Admitted, leases.tryAcquire(busy, slot));
+    slot.reset();
+  }
+  // The client that left has nothing counted any more; the busy one keeps its place and spare.
+  EXPECT_EQ(0u, limiter.activeFor(gone));
+  EXPECT_EQ(2u, limiter.activeFor(busy));
+  EXPECT_EQ(1u, leases.spares());
+}
+
+TEST(LimiterLeasesTest, AnOrphanGivesItsSparesBackAndItsPlacesStraightBack) {
+  ConnectionLimiter limiter(100, 5);
+  auto leases = std::make_unique<LimiterLeases>(limiter);
+  const ClientKey a = key("192.0.2.1:1");
+  ConnectionSlot spare, in_use;
+  ASSERT_EQ(Admission::Admitted, leases->tryAcquire(a, spare));
+  ASSERT_EQ(Admission::Admitted, leases->tryAcquire(a, in_use));
+  spare.reset();
+  EXPECT_EQ(2u, limiter.activeFor(a));
+  leases->orphan();  // the thread ended
+  EXPECT_EQ(1u, limiter.activeFor(a));
+  in_use.reset();
+  EXPECT_EQ(0u, limiter.activeFor(a));
+  ConnectionSlot late;
+  ASSERT_EQ(Admission::Admitted, leases->tryAcquire(a, late));
+  leases.reset();  // a slot taken after orphan() belongs to the limiter itself
+  late.reset();
+  EXPECT_EQ(0u, limiter.activeFor(a));
+  EXPECT_EQ(0u, limiter.active());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "source/common/upstream/upstream_budget.h"
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 
 #include <sys/resource.h>
@@ -29,6 +30,36 @@ TEST(UpstreamBudgetTest, EachClientHoldsAtMostItsShare) {
   // A place given back can be taken again.
   held[0].reset();
   EXPECT_TRUE(budget.admit(ip(0x7f000001), over));
+}
+
+// A place given back stays with its thread as the client's spare: the client's next place on
+// that thread takes it (no lock shared with other threads), and the thread's end gives it back.
+TEST(UpstreamBudgetTest, AThreadKeepsAClientsSpareUntilItEnds) {
+  UpstreamBudget budget;
+  budget.configure(2, 0);
+  std::thread worker([&] {
+    network::ConnectionSlot slot;
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_TRUE(budget.admit(ip(0x7f000001), slot));
+      slot.reset();
+    }
+    EXPECT_EQ(budget.held(), 1u);  // the spare
+  });
+  worker.join();
+  EXPECT_EQ(budget.held(), 0u);
+  // Here: the spare of this thread counts; a place in use on another thread and this spare fill
+  // the client's share.
+  network::ConnectionSlot mine;
+  ASSERT_TRUE(budget.admit(ip(0x7f000001), mine));
+  mine.reset();
+  std::thread other([&] {
+    network::ConnectionSlot a;
+    network::ConnectionSlot b;
+    EXPECT_TRUE(budget.admit(ip(0x7f000001), a));
+    EXPECT_FALSE(budget.admit(ip(0x7f000001), b));
+  });
+  other.join();
+  EXPECT_TRUE(budget.admit(ip(0x7f000001), mine));
 }
 
 TEST(UpstreamBudgetTest, AutomaticLimitsFollowTheOpenFilesLimit) {
