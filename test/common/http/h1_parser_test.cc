@@ -758,6 +758,36 @@ TEST(H1HelpersTest, EqualsIgnoreCase) {
   EXPECT_FALSE(equalsIgnoreCase("\xc0", "\xe0"));
 }
 
+// Only ASCII letters fold, at any place of a name: every pair of bytes at every place of names
+// from 1 to 20 bytes (the rest equal letters in mixed case).
+TEST(H1HelpersTest, EqualsIgnoreCaseAgreesWithTheByteRule) {
+  const auto fold = [](unsigned char c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; };
+  for (size_t n : {1, 7, 8, 9, 14, 16, 19, 20}) {
+    std::string a(n, 'x');
+    std::string b(n, 'x');
+    for (size_t k = 0; k < n; ++k) {
+      a[k] = static_cast<char>(k % 2 == 0 ? 'A' + k : 'a' + k);
+      b[k] = static_cast<char>('a' + k);
+    }
+    ASSERT_TRUE(equalsIgnoreCase(a, b)) << n;
+    for (size_t at = 0; at < n; ++at) {
+      std::string x = a;
+      std::string y = b;
+      for (int c = 0; c < 256; ++c) {
+        for (int d = 0; d < 256; ++d) {
+          x[at] = static_cast<char>(c);
+          y[at] = static_cast<char>(d);
+          const bool want =
+              fold(static_cast<unsigned char>(c)) == fold(static_cast<unsigned char>(d));
+          if (equalsIgnoreCase(x, y) != want) {
+            FAIL() << "length " << n << " at " << at << ": " << c << " vs " << d;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(H1HelpersTest, FindHeader) {
   HeaderField h[3];
   h[0] = {"Host", "a"};
