@@ -5,6 +5,7 @@
 #
 #   tools/bench/compare.sh [--size 1k|10k|1m] [--duration 10] [--connections 64] [--close]
 #                          [--only sluice|nginx|squid|floor] [--access-log json|squid]
+#                          [--rounds N [--only LIST]]
 #
 # --close sends "Connection: close": every request on a new client connection (origin
 # connections stay pooled where the proxy pools them).
@@ -22,6 +23,12 @@
 # a pool of origin connections can do for these requests: the part of a request's cost that no
 # proxy can take away (the kernel's, mostly). Never part of the default run.
 #
+# --rounds N: N rounds, the proxies taking turns within each (sluice, nginx and floor, or the
+# comma-separated --only list), each run as its own `--only` run: this machine's load moves
+# every proxy's cost from minute to minute, so only runs close in time compare. Prints every
+# round, then each proxy's medians and the median ÷ nginx's, and the median of the per-round
+# ratios (the two disagree when the rounds do).
+#
 # BENCH_SERVER_OPTIONS="disable_io_uring: true": one more line under sluice's `server:`.
 #
 # Needs: wrk, nginx-light, squid (tools/deps.sh --bench installs them) and a built sluice
@@ -36,17 +43,69 @@ CONNS=64
 CLOSE=0
 ONLY=""
 ACCESS_LOG=""
+ROUNDS=1
+PASS=()  # the options each round's runs get
 while [ $# -gt 0 ]; do
   case "$1" in
-    --size) SIZE=$2; shift 2 ;;
-    --duration) DURATION=$2; shift 2 ;;
-    --connections) CONNS=$2; shift 2 ;;
+    --size) SIZE=$2; PASS+=("$1" "$2"); shift 2 ;;
+    --duration) DURATION=$2; PASS+=("$1" "$2"); shift 2 ;;
+    --connections) CONNS=$2; PASS+=("$1" "$2"); shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
-    --close) CLOSE=1; shift ;;
-    --access-log) ACCESS_LOG=$2; shift 2 ;;
+    --close) CLOSE=1; PASS+=("$1"); shift ;;
+    --access-log) ACCESS_LOG=$2; PASS+=("$1" "$2"); shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+
+if [ "$ROUNDS" -gt 1 ]; then
+  IFS=, read -ra LIST <<<"${ONLY:-sluice,nginx,floor}"
+  RESULTS=$(mktemp /tmp/sluice-rounds.XXXXXX)
+  for r in $(seq "$ROUNDS"); do
+    line="round $r:"
+    for p in "${LIST[@]}"; do
+      row=$("$0" --only "$p" "${PASS[@]}" | grep '^| ' | tail -1)
+      cpu=$(echo "$row" | awk -F'|' '{gsub(/ /, "", $3); print $3}')
+      user=$(echo "$row" | awk -F'|' '{gsub(/ /, "", $4); print $4}')
+      echo "$r $p $cpu $user" >>"$RESULTS"
+      line="$line $p $cpu ($user)"
+    done
+    echo "$line"
+  done
+  # Medians per proxy, each against nginx's, and the median of the rounds' own ratios.
+  awk -v list="${LIST[*]}" '
+    function median(a, n,   i, j, t) {
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
+        t = a[j]; a[j] = a[j - 1]; a[j - 1] = t
+      }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    { c[$2, ++n[$2]] = $3; u[$2, n[$2]] = $4; at[$2, $1] = $3 }
+    END {
+      k = split(list, names, " ")
+      print "| proxy | CPU µs/req, median | of it in user space | ÷ nginx (medians) | ÷ nginx (median of rounds) |"
+      print "| --- | --- | --- | --- | --- |"
+      if ("nginx" in n) {
+        for (j = 1; j <= n["nginx"]; j++) x[j] = c["nginx", j]
+        nginx = median(x, n["nginx"])
+      }
+      for (i = 1; i <= k; i++) {
+        p = names[i]
+        for (j = 1; j <= n[p]; j++) { x[j] = c[p, j]; y[j] = u[p, j] }
+        ratio = "-"; per = "-"
+        if (nginx > 0) {
+          ratio = sprintf("%.2f", median(x, n[p]) / nginx)
+          m = 0
+          for (j = 1; j <= n[p]; j++) if (at["nginx", j] > 0) z[++m] = at[p, j] / at["nginx", j]
+          if (m > 0) per = sprintf("%.2f", median(z, m))
+        }
+        for (j = 1; j <= n[p]; j++) x[j] = c[p, j]
+        printf "| %s | %.2f | %.2f | %s | %s |\n", p, median(x, n[p]), median(y, n[p]), ratio, per
+      }
+    }' "$RESULTS"
+  rm -f "$RESULTS"
+  exit 0
+fi
 
 SLUICE=${SLUICE_BIN:-bazel-bin/source/exe/sluice}
 [ -x "$SLUICE" ] || { echo "build sluice first: bazel build //:sluice" >&2; exit 1; }
