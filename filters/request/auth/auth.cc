@@ -36,15 +36,43 @@ uint64_t nextAuthConfigId() {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
-CredentialMemo& WorkerCredentials::slot(const AuthConfig& config, std::string_view presented) {
+WorkerCredentials::Set& WorkerCredentials::set(const AuthConfig& config,
+                                               std::string_view presented) {
   // Made on a worker's first new credential, gone with the thread.
   thread_local std::unique_ptr<WorkerCredentials> memo;
   if (memo == nullptr) memo = std::make_unique<WorkerCredentials>();
   if (memo->config_id_ != config.id) {
-    for (CredentialMemo& m : memo->slots_) m.forget();
+    for (Set& s : memo->sets_) s.forgetAll();
     memo->config_id_ = config.id;
   }
-  return memo->slots_[absl::Hash<std::string_view>{}(presented) % kSlots];
+  return memo->sets_[absl::Hash<std::string_view>{}(presented) % kSets];
+}
+
+int32_t WorkerCredentials::Set::find(proxy::CredentialForm form, std::string_view presented) {
+  if (presented.empty() || presented.size() > CredentialMemo::kCapacity) return -1;
+  char padded[CredentialMemo::kCapacity] = {};
+  memcpy(padded, presented.data(), presented.size());
+  const int32_t first = ways_[0].findPadded(form, padded, presented.size());
+  const int32_t second = ways_[1].findPadded(form, padded, presented.size());
+  // Both were compared; which one matched is what a hit already tells.
+  if (first >= 0) {
+    recent_ = 0;
+    return first;
+  }
+  if (second >= 0) recent_ = 1;
+  return second;
+}
+
+void WorkerCredentials::Set::remember(proxy::CredentialForm form, std::string_view presented,
+                                      int32_t index) {
+  uint8_t way = static_cast<uint8_t>(1 - recent_);
+  if (ways_[0].empty()) {
+    way = 0;
+  } else if (ways_[1].empty()) {
+    way = 1;
+  }
+  ways_[way].remember(form, presented, index);
+  recent_ = way;
 }
 
 int32_t CredentialMemo::find(proxy::CredentialForm form, std::string_view presented) const {
@@ -57,12 +85,16 @@ int32_t CredentialMemo::find(proxy::CredentialForm form, std::string_view presen
 int32_t CredentialMemo::findInFixedTime(proxy::CredentialForm form,
                                         std::string_view presented) const {
   if (presented.empty() || presented.size() > kCapacity) return -1;  // never remembered
-  // Every byte of the room compared, the unused ones zero on both sides; the length and the
-  // form folded in without a branch.
   char padded[kCapacity] = {};
   memcpy(padded, presented.data(), presented.size());
-  const int differ = CRYPTO_memcmp(bytes_, padded, kCapacity) |
-                     static_cast<int>(presented.size() ^ length_) |
+  return findPadded(form, padded, presented.size());
+}
+
+int32_t CredentialMemo::findPadded(proxy::CredentialForm form, const char* padded,
+                                   size_t size) const {
+  // Every byte of the room compared, the unused ones zero on both sides; the length and the
+  // form folded in without a branch.
+  const int differ = CRYPTO_memcmp(bytes_, padded, kCapacity) | static_cast<int>(size ^ length_) |
                      static_cast<int>(static_cast<uint8_t>(form) ^ static_cast<uint8_t>(form_));
   const int32_t hit = -static_cast<int32_t>(differ == 0 && length_ != 0);
   return (index_ & hit) | ~hit;
@@ -112,10 +144,10 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   const bool remembered = index >= 0;
   // Otherwise, one that authenticated on another connection of this worker (a credential too
   // long to remember leaves the worker's memo alone, as it never is in it).
-  CredentialMemo* worker_memo = nullptr;
+  WorkerCredentials::Set* worker_memo = nullptr;
   if (!remembered && request.credential.size() <= CredentialMemo::kCapacity) {
-    worker_memo = &WorkerCredentials::slot(*config_, request.credential);
-    index = worker_memo->findInFixedTime(request.credential_form, request.credential);
+    worker_memo = &WorkerCredentials::set(*config_, request.credential);
+    index = worker_memo->find(request.credential_form, request.credential);
   }
   const bool worker_remembered = !remembered && index >= 0;
   if (index >= 0) {
@@ -137,7 +169,7 @@ proxy::RequestFilterStatus AuthFilter::onRequest(proxy::ProxyRequest& request) {
   // connections run the new config, which does not know it).
   if (matched.grant != nullptr && matched.grant->revoked()) {
     if (remembered) memo_.forget();
-    if (worker_remembered) worker_memo->forget();
+    if (worker_remembered) worker_memo->forgetFound();
     config_->denied_revoked.inc();
     callbacks_->deny(proxy::Denial::Unauthorized, proxy::kRevokedReason);
     return proxy::RequestFilterStatus::StopIteration;

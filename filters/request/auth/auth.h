@@ -85,6 +85,9 @@ class CredentialMemo {
   // The same, in a time that does not depend on what is remembered either (its length): for a
   // memo that holds other connections' credentials.
   int32_t findInFixedTime(proxy::CredentialForm form, std::string_view presented) const;
+  // findInFixedTime() of `size` bytes already copied into a zeroed room of kCapacity (one copy
+  // for several memos).
+  int32_t findPadded(proxy::CredentialForm form, const char* padded, size_t size) const;
   // Remembers `presented` for key `index`, replacing what was there; a credential longer than
   // kCapacity leaves the memo empty.
   void remember(proxy::CredentialForm form, std::string_view presented, int32_t index);
@@ -92,6 +95,7 @@ class CredentialMemo {
     length_ = 0;
     index_ = -1;
   }
+  bool empty() const { return length_ == 0; }
 
  private:
   int32_t index_ = -1;
@@ -103,9 +107,10 @@ static_assert(sizeof(CredentialMemo) <= 96, "the memo is per connection: keep it
 static_assert(CredentialMemo::kCapacity <= 255, "length_ is one byte");
 
 // The credentials that authenticated recently on one worker thread, for one AuthConfig: a new
-// connection presenting one of them skips the decoding and the SHA-256 too. kSlots memos, the
-// slot chosen by a hash of the presented bytes (absl's, seeded per process, so a client cannot
-// aim at a slot); a slot holds the last credential that authenticated in it.
+// connection presenting one of them skips the decoding and the SHA-256 too. kSets sets of two
+// memos, the set chosen by a hash of the presented bytes (absl's, seeded per process, so a
+// client cannot aim at a set). Two credentials whose hashes meet both stay; a third takes the
+// place of the one used least recently.
 //
 // The same rules as one connection's memo (above), for every connection of the worker: a hit
 // is the very bytes and form that authenticated before, compared in constant time; the caller
@@ -114,13 +119,32 @@ static_assert(CredentialMemo::kCapacity <= 255, "length_ is one byte");
 // first request on the worker looks: a key's index is only ever used with its own config.
 class WorkerCredentials {
  public:
-  static constexpr size_t kSlots = 64;
-  // The memo for `presented` under `config`, on the calling thread.
-  static CredentialMemo& slot(const AuthConfig& config, std::string_view presented);
+  static constexpr size_t kSets = 32;
+  // Two memos whose credentials' hashes meet.
+  class Set {
+   public:
+    // The key index remembered for exactly these bytes in this form, or -1; both memos are
+    // compared in full, whatever they hold. A hit makes its memo the one used last.
+    int32_t find(proxy::CredentialForm form, std::string_view presented);
+    // Remembers `presented` in an empty memo, else in place of the one used least recently.
+    void remember(proxy::CredentialForm form, std::string_view presented, int32_t index);
+    // Forgets what the last find() hit.
+    void forgetFound() { ways_[recent_].forget(); }
+    void forgetAll() {
+      ways_[0].forget();
+      ways_[1].forget();
+    }
+
+   private:
+    CredentialMemo ways_[2];
+    uint8_t recent_ = 0;  // the memo hit or filled last
+  };
+  // The set for `presented` under `config`, on the calling thread.
+  static Set& set(const AuthConfig& config, std::string_view presented);
 
  private:
   uint64_t config_id_ = 0;
-  CredentialMemo slots_[kSlots];
+  Set sets_[kSets];
 };
 
 // The "sluice.auth" request filter. An instance serves one connection (one HTTP/2 stream

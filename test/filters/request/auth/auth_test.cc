@@ -466,6 +466,34 @@ TEST(CredentialMemoTest, TheFixedTimeLookupAgreesWithFind) {
   agree();
 }
 
+// A set of the worker's memo keeps two credentials whose hashes meet; a third takes the place of
+// the one used least recently, a hit counting as a use.
+TEST(CredentialMemoTest, AWorkerSetKeepsTwoAndReplacesTheOneUsedLeastRecently) {
+  using proxy::CredentialForm;
+  WorkerCredentials::Set set;
+  constexpr auto kForm = CredentialForm::ProxyAuthorization;
+  EXPECT_EQ(-1, set.find(kForm, "Basic YQ=="));
+  set.remember(kForm, "Basic YQ==", 0);
+  set.remember(kForm, "Basic Yg==", 1);
+  EXPECT_EQ(0, set.find(kForm, "Basic YQ=="));  // both kept; a is now the one used last
+  EXPECT_EQ(1, set.find(kForm, "Basic Yg=="));  // b now
+  EXPECT_EQ(0, set.find(kForm, "Basic YQ=="));  // a now
+  set.remember(kForm, "Basic Yw==", 2);         // c replaces b
+  EXPECT_EQ(0, set.find(kForm, "Basic YQ=="));
+  EXPECT_EQ(2, set.find(kForm, "Basic Yw=="));
+  EXPECT_EQ(-1, set.find(kForm, "Basic Yg=="));
+  EXPECT_EQ(-1, set.find(CredentialForm::Key, "Basic Yw=="));  // the form counts
+  // A revoked key's credential goes: the one the last find() hit.
+  EXPECT_EQ(2, set.find(kForm, "Basic Yw=="));
+  set.forgetFound();
+  EXPECT_EQ(-1, set.find(kForm, "Basic Yw=="));
+  EXPECT_EQ(0, set.find(kForm, "Basic YQ=="));
+  // The emptied memo is filled first, whichever was used last.
+  set.remember(kForm, "Basic ZA==", 3);
+  EXPECT_EQ(0, set.find(kForm, "Basic YQ=="));
+  EXPECT_EQ(3, set.find(kForm, "Basic ZA=="));
+}
+
 TEST(CredentialMemoTest, ACredentialLongerThanItsRoomIsNotRemembered) {
   using proxy::CredentialForm;
   CredentialMemo memo;
