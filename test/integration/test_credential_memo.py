@@ -25,6 +25,14 @@ def two_named_keys(keys, then=None):
     return patch
 
 
+def assert_auth_stats(s, **expected):
+    """sluice.auth's counters: memo_hits=7, a=5 (auth.key.a.allowed), denied_invalid=3..."""
+    for name, value in expected.items():
+        stat = f"auth.{name}" if name in ("memo_hits", "allowed", "denied_invalid") \
+            else f"auth.key.{name}.allowed"
+        assert s.stat(stat) == value, f"{stat}: {s.stat(stat)} != {value}"
+
+
 def get(conn, authority, credential):
     conn.send(f"GET http://{authority}/hello HTTP/1.1\r\nHost: {authority}\r\n"
               f"Proxy-Authorization: {credential}\r\n\r\n".encode())
@@ -61,21 +69,15 @@ def test_one_keep_alive_connection_switching_keys(start_sluice, py_origin):
             else:
                 assert r.header("Proxy-Authenticate") == 'Basic realm="sluice"', f"step {i}: {r}"
     assert s.stat("http1.http.rq_total") == len(steps), "the requests did not share a connection"
-    assert s.stat("auth.key.a.allowed") == 4
-    assert s.stat("auth.key.b.allowed") == 3
-    assert s.stat("auth.allowed") == 7
-    assert s.stat("auth.denied_invalid") == 2
-    assert s.stat("auth.memo_hits") == sum(1 for _, _, hit in steps if hit) == 5
+    assert sum(1 for _, _, hit in steps if hit) == 5
+    assert_auth_stats(s, a=4, b=3, allowed=7, denied_invalid=2, memo_hits=5)
     # New connections of the same worker: a and b are known, a wrong key takes the full path.
     with RawConnection(s.proxy_addr) as c:
         assert get(c, authority, a).status == 200
         assert get(c, authority, wrong).status == 407
     with RawConnection(s.proxy_addr) as c:
         assert get(c, authority, b).status == 200
-    assert s.stat("auth.memo_hits") == 7
-    assert s.stat("auth.key.a.allowed") == 5
-    assert s.stat("auth.key.b.allowed") == 4
-    assert s.stat("auth.denied_invalid") == 3
+    assert_auth_stats(s, memo_hits=7, a=5, b=4, denied_invalid=3)
 
 
 def test_the_same_key_in_other_bytes_takes_the_full_path(start_sluice, py_origin):
@@ -91,10 +93,7 @@ def test_the_same_key_in_other_bytes_takes_the_full_path(start_sluice, py_origin
     # A form never presented before, on a new connection: the full path.
     with RawConnection(s.proxy_addr) as c:
         assert get(c, authority, f"Bearer {keys['b']}").status == 200
-    assert s.stat("auth.memo_hits") == 1
-    assert s.stat("auth.key.a.allowed") == 4
-    assert s.stat("auth.key.b.allowed") == 1
-    assert s.stat("auth.denied_invalid") == 0
+    assert_auth_stats(s, memo_hits=1, a=4, b=1, denied_invalid=0)
 
 
 def test_http2_streams_of_one_connection(start_sluice, py_origin):
@@ -109,8 +108,5 @@ def test_http2_streams_of_one_connection(start_sluice, py_origin):
         r = c.response(c.open("GET", authority, "/hello", key=key))
         assert r.status == status, f"step {i}: {vars(r)}"
     c.close()
-    assert s.stat("auth.key.a.allowed") == 4
-    assert s.stat("auth.key.b.allowed") == 2
-    assert s.stat("auth.denied_invalid") == 1
     # a, a (hit), b, wrong, b (hit), a (hit: the worker's memo), a (hit)
-    assert s.stat("auth.memo_hits") == 4
+    assert_auth_stats(s, a=4, b=2, denied_invalid=1, memo_hits=4)

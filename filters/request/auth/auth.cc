@@ -48,12 +48,27 @@ WorkerCredentials::Set& WorkerCredentials::set(const AuthConfig& config,
   return memo->sets_[absl::Hash<std::string_view>{}(presented) % kSets];
 }
 
+CredentialMemo::Padded::Padded(std::string_view presented) {
+  if (presented.empty() || presented.size() > kCapacity) return;  // never remembered
+  memcpy(bytes, presented.data(), presented.size());
+  size = presented.size();
+}
+
+int32_t CredentialMemo::findInFixedTime(proxy::CredentialForm form, const Padded& presented) const {
+  if (presented.size == 0) return -1;
+  // Every byte of the room compared, the unused ones zero on both sides; the length and the
+  // form folded in without a branch.
+  const int differ = CRYPTO_memcmp(bytes_, presented.bytes, kCapacity) |
+                     static_cast<int>(presented.size ^ length_) |
+                     static_cast<int>(static_cast<uint8_t>(form) ^ static_cast<uint8_t>(form_));
+  const int32_t hit = -static_cast<int32_t>(differ == 0 && length_ != 0);
+  return (index_ & hit) | ~hit;
+}
+
 int32_t WorkerCredentials::Set::find(proxy::CredentialForm form, std::string_view presented) {
-  if (presented.empty() || presented.size() > CredentialMemo::kCapacity) return -1;
-  char padded[CredentialMemo::kCapacity] = {};
-  memcpy(padded, presented.data(), presented.size());
-  const int32_t first = ways_[0].findPadded(form, padded, presented.size());
-  const int32_t second = ways_[1].findPadded(form, padded, presented.size());
+  const CredentialMemo::Padded padded(presented);
+  const int32_t first = ways_[0].findInFixedTime(form, padded);
+  const int32_t second = ways_[1].findInFixedTime(form, padded);
   // Both were compared; which one matched is what a hit already tells.
   if (first >= 0) {
     recent_ = 0;
@@ -82,24 +97,6 @@ int32_t CredentialMemo::find(proxy::CredentialForm form, std::string_view presen
   return CRYPTO_memcmp(bytes_, presented.data(), length_) == 0 ? index_ : -1;
 }
 
-int32_t CredentialMemo::findInFixedTime(proxy::CredentialForm form,
-                                        std::string_view presented) const {
-  if (presented.empty() || presented.size() > kCapacity) return -1;  // never remembered
-  char padded[kCapacity] = {};
-  memcpy(padded, presented.data(), presented.size());
-  return findPadded(form, padded, presented.size());
-}
-
-int32_t CredentialMemo::findPadded(proxy::CredentialForm form, const char* padded,
-                                   size_t size) const {
-  // Every byte of the room compared, the unused ones zero on both sides; the length and the
-  // form folded in without a branch.
-  const int differ = CRYPTO_memcmp(bytes_, padded, kCapacity) | static_cast<int>(size ^ length_) |
-                     static_cast<int>(static_cast<uint8_t>(form) ^ static_cast<uint8_t>(form_));
-  const int32_t hit = -static_cast<int32_t>(differ == 0 && length_ != 0);
-  return (index_ & hit) | ~hit;
-}
-
 void CredentialMemo::remember(proxy::CredentialForm form, std::string_view presented,
                               int32_t index) {
   if (presented.empty() || presented.size() > kCapacity || index < 0) {
@@ -107,7 +104,7 @@ void CredentialMemo::remember(proxy::CredentialForm form, std::string_view prese
     return;
   }
   memcpy(bytes_, presented.data(), presented.size());
-  // The rest of the room zero, for findInFixedTime.
+  // The rest of the room zero, for findInFixedTime (Padded is zeroed the same way).
   memset(bytes_ + presented.size(), 0, kCapacity - presented.size());
   length_ = static_cast<uint8_t>(presented.size());
   form_ = form;

@@ -82,12 +82,16 @@ class CredentialMemo {
 
   // The key index remembered for exactly these bytes in this form, or -1.
   int32_t find(proxy::CredentialForm form, std::string_view presented) const;
-  // The same, in a time that does not depend on what is remembered either (its length): for a
-  // memo that holds other connections' credentials.
-  int32_t findInFixedTime(proxy::CredentialForm form, std::string_view presented) const;
-  // findInFixedTime() of `size` bytes already copied into a zeroed room of kCapacity (one copy
-  // for several memos).
-  int32_t findPadded(proxy::CredentialForm form, const char* padded, size_t size) const;
+  // A presented credential copied into a zeroed room of kCapacity, for findInFixedTime (made
+  // once for several memos); size 0 when it could never be remembered (empty, or too long).
+  struct Padded {
+    explicit Padded(std::string_view presented);
+    char bytes[kCapacity] = {};
+    size_t size = 0;
+  };
+  // The same as find(), in a time that does not depend on what is remembered either (its
+  // length): for a memo that holds other connections' credentials.
+  int32_t findInFixedTime(proxy::CredentialForm form, const Padded& presented) const;
   // Remembers `presented` for key `index`, replacing what was there; a credential longer than
   // kCapacity leaves the memo empty.
   void remember(proxy::CredentialForm form, std::string_view presented, int32_t index);

@@ -75,7 +75,8 @@ class UpstreamBudget {
   const uint64_t id_;
   std::mutex leases_mutex_;
   // Every thread's, kept for the budget's life (a thread holds its own too, to give its spares
-  // back when it ends).
+  // back when it ends): a slot that outlives its thread still gives its place back through
+  // them. One small table per thread that ever took a place.
   std::vector<std::shared_ptr<network::LimiterLeases>> leases_;
   Stats stats_;
 };

@@ -450,15 +450,17 @@ TEST(CredentialMemoTest, TheFixedTimeLookupAgreesWithFind) {
   };
   auto agree = [&] {
     for (const auto& [form, value] : probes) {
-      EXPECT_EQ(memo.find(form, value), memo.findInFixedTime(form, value)) << value;
+      EXPECT_EQ(memo.find(form, value), memo.findInFixedTime(form, CredentialMemo::Padded(value)))
+          << value;
     }
   };
   agree();
   memo.remember(CredentialForm::ProxyAuthorization, "Basic dTprMQ==", 3);
-  EXPECT_EQ(3, memo.findInFixedTime(CredentialForm::ProxyAuthorization, "Basic dTprMQ=="));
+  EXPECT_EQ(3, memo.findInFixedTime(CredentialForm::ProxyAuthorization,
+                                    CredentialMemo::Padded("Basic dTprMQ==")));
   agree();
   memo.remember(CredentialForm::Key, "k2", 0);
-  EXPECT_EQ(0, memo.findInFixedTime(CredentialForm::Key, "k2"));
+  EXPECT_EQ(0, memo.findInFixedTime(CredentialForm::Key, CredentialMemo::Padded("k2")));
   agree();
   memo.remember(CredentialForm::Key, std::string(CredentialMemo::kCapacity, 'k'), 7);
   agree();
