@@ -163,7 +163,8 @@ void Http1ProxyFilter::processHead(buffer::Buffer& data) {
   }
   if (status == http1::ParseStatus::Error) {
     config_->stats.rq_rejected.inc();
-    trace_.begin(proxy::Protocol::Http1, "-", {}, 0, &downstream().peer());
+    trace_.begin(downstream().dispatcher().now(), proxy::Protocol::Http1, "-", {}, 0,
+                 &downstream().peer());
     sendLocalReply(err.status, http::ProxyError::HttpRequestError, err.reason, true);
     return;
   }
@@ -188,7 +189,8 @@ void Http1ProxyFilter::startRequest() {
   retried_ = false;
   upgrade_ = false;
   downstream_ended_ = false;
-  trace_.begin(proxy::Protocol::Http1, head.method_text, head.host, head.port, &downstream().peer(),
+  trace_.begin(downstream().dispatcher().now(), proxy::Protocol::Http1, head.method_text, head.host,
+               head.port, &downstream().peer(),
                head.form == http1::TargetForm::Authority ? std::string_view() : head.path);
 
   if (head.form == http1::TargetForm::Authority) {
@@ -687,7 +689,8 @@ void Http1ProxyFilter::closeAll() {
 }
 
 void Http1ProxyFilter::endRecord() {
-  trace_.end(config_->listener_name, config_->request_duration);
+  if (!trace_.open()) return;  // nothing began (and perhaps no connection was ever given)
+  trace_.end(downstream().dispatcher().now(), config_->listener_name, config_->request_duration);
 }
 
 void Http1ProxyFilter::releaseHead() {

@@ -86,7 +86,8 @@ void Http2ProxyFilter::Stream::addHeader(std::string_view name, std::string_view
 void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
   timer_.disable();
   request_ended_ = end_stream;
-  trace_.begin(proxy::Protocol::Http2, "-", {}, 0, &parent_.downstream().peer());
+  trace_.begin(timer_.dispatcher().now(), proxy::Protocol::Http2, "-", {}, 0,
+               &parent_.downstream().peer());
   if (header_error_ != nullptr) {
     config().stats.rq_header_list_too_large.inc();
     localReply(431, http::ProxyError::HttpRequestError, header_error_);
@@ -113,8 +114,8 @@ void Http2ProxyFilter::Stream::onHeadersComplete(bool end_stream) {
                "request body larger than the proxy allows");
     return;
   }
-  trace_.begin(proxy::Protocol::Http2, info_.method_text, info_.host, info_.port,
-               &parent_.downstream().peer(),
+  trace_.begin(timer_.dispatcher().now(), proxy::Protocol::Http2, info_.method_text, info_.host,
+               info_.port, &parent_.downstream().peer(),
                info_.kind == proxy::RequestKind::Tunnel ? std::string_view() : info_.path);
   request_ = proxy::ProxyRequest();
   request_.protocol = proxy::Protocol::Http2;
@@ -279,7 +280,8 @@ void Http2ProxyFilter::Stream::abort() {
   if (chain_ != nullptr) chain_->end();
   timer_.disable();
   releaseUpstream();
-  trace_.end(parent_.config_->listener_name, parent_.config_->request_duration);
+  trace_.end(timer_.dispatcher().now(), parent_.config_->listener_name,
+             parent_.config_->request_duration);
   pending_body_.clear();
   dropOutput();
   upstream_paused_ = false;

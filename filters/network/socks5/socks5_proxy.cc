@@ -967,7 +967,8 @@ void Socks5Filter::onStageDenied(Stage& stage, proxy::Denial denial, std::string
   if (auth_stage_ && &stage == &*auth_stage_) {
     config_->stats.auth_failed.inc();
     // No command came yet: the record is of the refused authentication.
-    trace_.begin(proxy::Protocol::Socks5, "auth", {}, 0, &downstream().peer());
+    trace_.begin(downstream().dispatcher().now(), proxy::Protocol::Socks5, "auth", {}, 0,
+                 &downstream().peer());
     trace_.fail(reason);
     if (method_user_pass_) {
       // RFC 1929: any non-zero status, then the server closes the connection.
@@ -991,7 +992,8 @@ bool Socks5Filter::processRequest(buffer::Buffer& data) {
   if (st == ParseStatus::Incomplete) return false;
   if (st == ParseStatus::Error) {
     if (error != Reply::AddressTypeNotSupported) config_->stats.handshake_malformed.inc();
-    trace_.begin(proxy::Protocol::Socks5, "-", {}, 0, &downstream().peer());
+    trace_.begin(downstream().dispatcher().now(), proxy::Protocol::Socks5, "-", {}, 0,
+                 &downstream().peer());
     trace_.fail("malformed request");
     sendReply(error, network::Address());
     return false;
@@ -1005,8 +1007,8 @@ bool Socks5Filter::processRequest(buffer::Buffer& data) {
     char text[64];
     const std::string_view host =
         target_.type == AddressType::Domain ? target_.domain : target_.hostText(text, sizeof(text));
-    trace_.begin(proxy::Protocol::Socks5, commandName(request.command), host, target_.port,
-                 &downstream().peer());
+    trace_.begin(downstream().dispatcher().now(), proxy::Protocol::Socks5,
+                 commandName(request.command), host, target_.port, &downstream().peer());
   }
   data.drain(request.size);
   timer_->disable();
@@ -1424,7 +1426,10 @@ void Socks5Filter::releaseAll() {
   releaseHandshake();
 }
 
-void Socks5Filter::endRecord() { trace_.end(config_->listener_name, config_->request_duration); }
+void Socks5Filter::endRecord() {
+  if (!trace_.open()) return;  // nothing began (and perhaps no connection was ever given)
+  trace_.end(downstream().dispatcher().now(), config_->listener_name, config_->request_duration);
+}
 
 void Socks5Filter::closeAll() {
   if (state_ == State::Closed) return;

@@ -73,6 +73,53 @@ class LineReader {
     return over_limit_ ? Result::TooLarge : Result::Incomplete;
   }
 
+  // The empty line that ends a head, CRLF, when it is next: true and past it. next() finds it
+  // too; this spares the search.
+  bool takeEndOfHead() {
+    if (pos_ + 1 < limit_ && data_[pos_] == '\r' && data_[pos_ + 1] == '\n') {
+      pos_ += 2;
+      return true;
+    }
+    return false;
+  }
+
+  // The next line when it is a well-formed field line ending in CRLF within max_head_bytes,
+  // scanned once: its name, its OWS-trimmed value, and true, past the line. Anything else (a bad
+  // byte, a bare LF or CR, the line not all here) is false with nothing consumed, for next() and
+  // the checks that name the error: the result is what they would give, only sooner.
+  bool takeFieldLine(std::string_view& name, std::string_view& value) {
+    const char* d = data_.data();
+    size_t i = pos_;
+    while (i < limit_ && is(d[i], kTchar)) {
+      ++i;
+    }
+    if (i == pos_ || i == limit_ || d[i] != ':') {
+      return false;
+    }
+    size_t j = i + 1;
+    while (j < limit_ && isOws(d[j])) {
+      ++j;
+    }
+    const size_t start = j;
+    while (j + 8 <= limit_ && !hasCtl(d + j)) {
+      j += 8;
+    }
+    while (j < limit_ && is(d[j], kValue)) {
+      ++j;
+    }
+    if (j + 1 >= limit_ || d[j] != '\r' || d[j + 1] != '\n') {
+      return false;
+    }
+    size_t end = j;
+    while (end > start && isOws(d[end - 1])) {
+      --end;
+    }
+    name = std::string_view(d + pos_, i - pos_);
+    value = std::string_view(d + start, end - start);
+    pos_ = j + 2;
+    return true;
+  }
+
   size_t pos() const { return pos_; }
   // The unterminated tail, up to max_head_bytes.
   std::string_view rest() const { return data_.substr(pos_, limit_ - pos_); }
@@ -166,40 +213,47 @@ enum class HeaderId : uint8_t {
   Expect,
 };
 
+// Is name (not empty) the lowercase header name `lower`, in any case? The first letter is checked
+// inline before the full comparison: OR-ing in 0x20 folds only a letter's case ('X' and 'x' alone
+// give 'x'), so this rejects most other names in two instructions.
+inline bool named(std::string_view name, std::string_view lower) {
+  return static_cast<char>(name[0] | 0x20) == lower[0] && equalsIgnoreCase(name, lower);
+}
+
 // Dispatch on length first: almost every header is rejected by one integer compare.
 HeaderId classifyHeader(std::string_view name) {
   switch (name.size()) {
     case 2:
-      if (equalsIgnoreCase(name, "te")) return HeaderId::Te;
+      if (named(name, "te")) return HeaderId::Te;
       break;
     case 4:
-      if (equalsIgnoreCase(name, "host")) return HeaderId::Host;
+      if (named(name, "host")) return HeaderId::Host;
       break;
     case 6:
-      if (equalsIgnoreCase(name, "expect")) return HeaderId::Expect;
+      if (named(name, "expect")) return HeaderId::Expect;
       break;
     case 7:
-      if (equalsIgnoreCase(name, "upgrade")) return HeaderId::Upgrade;
-      if (equalsIgnoreCase(name, "trailer")) return HeaderId::Trailer;
+      if (named(name, "upgrade")) return HeaderId::Upgrade;
+      if (named(name, "trailer")) return HeaderId::Trailer;
       break;
     case 10:
-      if (equalsIgnoreCase(name, "connection")) return HeaderId::Connection;
-      if (equalsIgnoreCase(name, "keep-alive")) return HeaderId::KeepAlive;
+      if (named(name, "connection")) return HeaderId::Connection;
+      if (named(name, "keep-alive")) return HeaderId::KeepAlive;
       break;
     case 14:
-      if (equalsIgnoreCase(name, "content-length")) return HeaderId::ContentLength;
+      if (named(name, "content-length")) return HeaderId::ContentLength;
       break;
     case 16:
-      if (equalsIgnoreCase(name, "proxy-connection")) return HeaderId::ProxyConnection;
+      if (named(name, "proxy-connection")) return HeaderId::ProxyConnection;
       break;
     case 17:
-      if (equalsIgnoreCase(name, "transfer-encoding")) return HeaderId::TransferEncoding;
+      if (named(name, "transfer-encoding")) return HeaderId::TransferEncoding;
       break;
     case 18:
-      if (equalsIgnoreCase(name, "proxy-authenticate")) return HeaderId::ProxyAuthenticate;
+      if (named(name, "proxy-authenticate")) return HeaderId::ProxyAuthenticate;
       break;
     case 19:
-      if (equalsIgnoreCase(name, "proxy-authorization")) return HeaderId::ProxyAuthorization;
+      if (named(name, "proxy-authorization")) return HeaderId::ProxyAuthorization;
       break;
     default:
       break;
@@ -756,30 +810,40 @@ ParseStatus parseFieldLines(LineReader& reader, uint32_t max_headers, uint16_t t
   if (headers.capacity() == 0) headers.reserve(std::min<uint32_t>(cap, kInitialHeaderCapacity));
   std::string_view raw;
   std::string_view line;
+  std::string_view name;
+  std::string_view value;
   for (;;) {
-    const LineReader::Result r = reader.next(raw);
-    if (r == LineReader::Result::TooLarge) {
-      return fail(err, too_large, "head too large");
+    if (reader.takeEndOfHead()) {
+      return ParseStatus::Complete;
     }
-    if (r == LineReader::Result::Incomplete) {
-      return ParseStatus::Incomplete;
-    }
-    const bool crlf = stripCr(raw, line);
-    if (line.empty()) {
-      return crlf ? ParseStatus::Complete : fail(err, bad, "bare lf");
-    }
-    if (headers.size() >= cap) {
-      return fail(err, too_large, "too many headers");
+    if (headers.size() >= cap || !reader.takeFieldLine(name, value)) {
+      // The line by its LF, and the checks that say what is wrong with it, if anything.
+      const LineReader::Result r = reader.next(raw);
+      if (r == LineReader::Result::TooLarge) {
+        return fail(err, too_large, "head too large");
+      }
+      if (r == LineReader::Result::Incomplete) {
+        return ParseStatus::Incomplete;
+      }
+      const bool crlf = stripCr(raw, line);
+      if (line.empty()) {
+        return crlf ? ParseStatus::Complete : fail(err, bad, "bare lf");
+      }
+      if (headers.size() >= cap) {
+        return fail(err, too_large, "too many headers");
+      }
+      const char* reason = parseFieldLine(line, name, value);
+      if (reason != nullptr) {
+        return fail(err, bad, reason);
+      }
+      if (!crlf) {
+        return fail(err, bad, "bare lf");
+      }
     }
     const auto index = static_cast<int32_t>(headers.size());
     HeaderField& h = headers.emplace_back();
-    const char* reason = parseFieldLine(line, h.name, h.value);
-    if (reason != nullptr) {
-      return fail(err, bad, reason);
-    }
-    if (!crlf) {
-      return fail(err, bad, "bare lf");
-    }
+    h.name = name;
+    h.value = value;
     const ParseStatus s = on_header(classifyHeader(h.name), h, index);
     if (s != ParseStatus::Complete) {
       return s;

@@ -99,7 +99,7 @@ void ConnectionTunnel::finish() {
   if (finished_) return;
   finished_ = true;
   relay_.abort();
-  trace_.end(config_.listener_name, config_.request_duration);
+  trace_.end(timer_.dispatcher().now(), config_.listener_name, config_.request_duration);
   config_.tunnels_active.dec();
   if (upgrade_) config_.upgrades_active.dec();
 }

@@ -129,8 +129,9 @@ void emitRecord(const RequestRecord& r) {
   logRecord(r);
 }
 
-void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
-                         uint16_t port, const network::Address* client, std::string_view path) {
+void RequestTrace::begin(event::MonotonicTime now, proxy::Protocol protocol,
+                         std::string_view method, std::string_view host, uint16_t port,
+                         const network::Address* client, std::string_view path) {
   limit_slot_.release();
   protocol_ = protocol;
   host = host.substr(0, 1024);
@@ -152,7 +153,7 @@ void RequestTrace::begin(proxy::Protocol protocol, std::string_view method, std:
   port_ = port;
   client_ = client;
   upstream_ = network::Address();
-  start_ = std::chrono::steady_clock::now();
+  start_ = now;
   resolve_us_ = connect_us_ = -1;
   to_origin_ = from_origin_ = 0;
   status_ = 0;
@@ -185,11 +186,12 @@ void RequestTrace::firstByte(event::MonotonicTime at) {
   first_byte_ = at;
 }
 
-void RequestTrace::end(std::string_view listener, stats::Histogram duration) {
+void RequestTrace::end(event::MonotonicTime now, std::string_view listener,
+                       stats::Histogram duration) {
   limit_slot_.release();
   if (!open_.value) return;
   open_.value = false;
-  const RequestRecord r = record(listener, std::chrono::steady_clock::now());
+  const RequestRecord r = record(listener, now);
   duration.record(r.total);
   emitRecord(r);
 }

@@ -81,8 +81,11 @@ class RequestTrace {
 
   // `client` is the client connection's own address (or null): it is read when the record is
   // emitted, and every codec ends its requests' records before its connection goes away.
-  void begin(proxy::Protocol protocol, std::string_view method, std::string_view host,
-             uint16_t port, const network::Address* client, std::string_view path = {});
+  // `now` is the dispatcher's (the turn's reading of the clock): the request started when the
+  // wait that brought it returned, and ends when the one that brought its end did.
+  void begin(event::MonotonicTime now, proxy::Protocol protocol, std::string_view method,
+             std::string_view host, uint16_t port, const network::Address* client,
+             std::string_view path = {});
   bool open() const { return open_.value; }
   // What the request filters found: the key's name, the lookup and connect times, where the
   // router connected.
@@ -116,7 +119,7 @@ class RequestTrace {
   bool hasFirstByte() const { return has_first_byte_; }
   // Emits the record and adds its total time to `duration` (the codec's
   // requestDurationHistogram()).
-  void end(std::string_view listener, stats::Histogram duration = {});
+  void end(event::MonotonicTime now, std::string_view listener, stats::Histogram duration = {});
   // The record as it stands (its views point into this trace), ended at `now`.
   RequestRecord record(std::string_view listener, event::MonotonicTime now) const;
   // Where the request in flight holds its place under its limits (released by end(), and by a

@@ -88,8 +88,8 @@ class HandingCodec : public network::ReadFilter {
   network::FilterStatus onData(buffer::Buffer& data, bool) override {
     if (data.length() < 3) return network::FilterStatus::StopIteration;
     data.drain(3);
-    trace_.begin(proxy::Protocol::Http1, "CONNECT", "origin.test", 443,
-                 &callbacks_->connection().peer());
+    trace_.begin(std::chrono::steady_clock::now(), proxy::Protocol::Http1, "CONNECT", "origin.test",
+                 443, &callbacks_->connection().peer());
     proxy::ProxyRequest request;
     request.principal = "alice";
     request.grant = grant_;

@@ -10,22 +10,45 @@ namespace sluice {
 namespace upstream {
 namespace {
 
+event::MonotonicTime now() { return std::chrono::steady_clock::now(); }
 uint64_t total() { return stats::Store::get().counterValue("request_record.total"); }
 uint64_t denied() { return stats::Store::get().counterValue("request_record.denied"); }
+
+// A request's times are the readings its codec passes (the turn's), never a clock of the
+// trace's own: from begin's to end's, and the first byte's in between.
+TEST(RequestTrace, TimesAreTheReadingsItIsGiven) {
+  const auto hist = requestDurationHistogram("times", proxy::Protocol::Http1);
+  auto sum = [] {
+    return stats::Store::get()
+        .histogramValue("request.times.http1.duration_seconds")
+        .value_or(stats::Store::HistogramValue{})
+        .sum_micros;
+  };
+  const uint64_t before = sum();
+  const event::MonotonicTime start = now() - std::chrono::hours(1);
+  RequestTrace trace;
+  trace.begin(start, proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
+  trace.firstByte(start + std::chrono::microseconds(700));
+  const RequestRecord r = trace.record("l", start + std::chrono::microseconds(1500));
+  EXPECT_EQ(r.first_byte, std::chrono::microseconds(700));
+  EXPECT_EQ(r.total, std::chrono::microseconds(1500));
+  trace.end(start + std::chrono::microseconds(2500), "times", hist);
+  EXPECT_EQ(sum(), before + 2500);
+}
 
 TEST(RequestTrace, EmitsOnceAfterEachBegin) {
   RequestTrace trace;
   const uint64_t before = total();
-  trace.end("l");  // nothing began
+  trace.end(now(), "l");  // nothing began
   EXPECT_EQ(total(), before);
-  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
+  trace.begin(now(), proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
   EXPECT_TRUE(trace.open());
-  trace.end("l");
-  trace.end("l");
+  trace.end(now(), "l");
+  trace.end(now(), "l");
   EXPECT_EQ(total(), before + 1);
   EXPECT_FALSE(trace.open());
-  trace.begin(proxy::Protocol::Http2, "GET", "example.com", 80, nullptr);
-  trace.end("l");
+  trace.begin(now(), proxy::Protocol::Http2, "GET", "example.com", 80, nullptr);
+  trace.end(now(), "l");
   EXPECT_EQ(total(), before + 2);
 }
 
@@ -43,10 +66,10 @@ TEST(RequestTrace, EndAddsTheDurationToTheListenersHistogram) {
   };
   const uint64_t before = count("request.hist.http1.duration_seconds");
   RequestTrace trace;
-  trace.end("hist", h1);  // nothing began
-  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
-  trace.end("hist", h1);
-  trace.end("hist", h1);
+  trace.end(now(), "hist", h1);  // nothing began
+  trace.begin(now(), proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
+  trace.end(now(), "hist", h1);
+  trace.end(now(), "hist", h1);
   EXPECT_EQ(count("request.hist.http1.duration_seconds"), before + 1);
   EXPECT_EQ(count("request.hist.socks5.duration_seconds"), 0u);
   const std::string prometheus = stats::Store::get().renderPrometheus("request.hist.");
@@ -63,31 +86,31 @@ TEST(RequestTrace, EndAddsTheDurationToTheListenersHistogram) {
 TEST(RequestTrace, FirstFailureWinsAndCountsAsDenied) {
   RequestTrace trace;
   const uint64_t before = denied();
-  trace.begin(proxy::Protocol::Socks5, "connect", "h", 1, nullptr);
+  trace.begin(now(), proxy::Protocol::Socks5, "connect", "h", 1, nullptr);
   trace.fail("first reason", FailureKind::Refused);
   trace.fail("second reason", FailureKind::Timeout);
-  const RequestRecord r = trace.record("l", std::chrono::steady_clock::now());
+  const RequestRecord r = trace.record("l", now());
   EXPECT_EQ(r.denial, "first reason");
   EXPECT_EQ(r.failure, FailureKind::Refused);
   EXPECT_EQ(r.method, "connect");
   EXPECT_EQ(r.host, "h");
-  trace.end("l");
+  trace.end(now(), "l");
   EXPECT_EQ(denied(), before + 1);
 }
 
 TEST(RequestTrace, KeepsAMethodItDoesNotKnowAndResetsOnBegin) {
   RequestTrace trace;
-  trace.begin(proxy::Protocol::Http1, "PROPFIND", "example.com", 80, nullptr);
+  trace.begin(now(), proxy::Protocol::Http1, "PROPFIND", "example.com", 80, nullptr);
   trace.fail("refused");
-  RequestRecord r = trace.record("l", std::chrono::steady_clock::now());
+  RequestRecord r = trace.record("l", now());
   EXPECT_EQ(r.method, "PROPFIND");
   EXPECT_EQ(r.host, "example.com");
   EXPECT_EQ(r.denial, "refused");
-  trace.end("l");
-  trace.begin(proxy::Protocol::Http1, "GET", "b.example", 80, nullptr);
+  trace.end(now(), "l");
+  trace.begin(now(), proxy::Protocol::Http1, "GET", "b.example", 80, nullptr);
   trace.setStatus(200);
   trace.addBytes(10, 20);
-  r = trace.record("l", std::chrono::steady_clock::now());
+  r = trace.record("l", now());
   EXPECT_EQ(r.method, "GET");
   EXPECT_EQ(r.host, "b.example");
   EXPECT_EQ(r.denial, "");
@@ -99,40 +122,40 @@ TEST(RequestTrace, KeepsAMethodItDoesNotKnowAndResetsOnBegin) {
 
 TEST(RequestTrace, CarriesTheProxyStatusErrorOfItsOwnAnswerOnly) {
   RequestTrace trace;
-  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
+  trace.begin(now(), proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
   trace.setStatus(403);
   trace.setProxyStatusError("destination_ip_prohibited");
-  RequestRecord r = trace.record("l", std::chrono::steady_clock::now());
+  RequestRecord r = trace.record("l", now());
   EXPECT_EQ(r.proxy_status_error, "destination_ip_prohibited");
-  trace.end("l");
+  trace.end(now(), "l");
   // An origin's answer on the next request carries none.
-  trace.begin(proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
+  trace.begin(now(), proxy::Protocol::Http1, "GET", "example.com", 80, nullptr);
   trace.setStatus(403);
-  r = trace.record("l", std::chrono::steady_clock::now());
+  r = trace.record("l", now());
   EXPECT_EQ(r.proxy_status_error, "");
-  trace.end("l");
+  trace.end(now(), "l");
 }
 
 TEST(RequestTrace, RecordsTheClientConnectionsAddress) {
   // The trace points at the client connection's address (the connection outlives the record).
   network::Address client = *network::Address::parseHostPort("192.0.2.7:40000");
   RequestTrace trace;
-  trace.begin(proxy::Protocol::Socks5, "connect", "h", 1, &client);
-  RequestRecord r = trace.record("l", std::chrono::steady_clock::now());
+  trace.begin(now(), proxy::Protocol::Socks5, "connect", "h", 1, &client);
+  RequestRecord r = trace.record("l", now());
   EXPECT_EQ(r.client, client);
   EXPECT_NE(formatRecord(r).find(" client=192.0.2.7:40000 "), std::string::npos) << formatRecord(r);
-  trace.end("l");
+  trace.end(now(), "l");
   // A request begun without one has none.
-  trace.begin(proxy::Protocol::Socks5, "connect", "h", 1, nullptr);
-  r = trace.record("l", std::chrono::steady_clock::now());
+  trace.begin(now(), proxy::Protocol::Socks5, "connect", "h", 1, nullptr);
+  r = trace.record("l", now());
   EXPECT_EQ(r.client, network::Address());
-  trace.end("l");
+  trace.end(now(), "l");
 }
 
 TEST(RequestTrace, MovesTheRequestInFlightAndLeavesItsSourceClosed) {
   // A connection that becomes a tunnel hands its request over: one record, from the new trace.
   RequestTrace trace;
-  trace.begin(proxy::Protocol::Http1, "CONNECT", "a-host-name-longer-than-sso.example", 443,
+  trace.begin(now(), proxy::Protocol::Http1, "CONNECT", "a-host-name-longer-than-sso.example", 443,
               nullptr);
   trace.setStatus(200);
   trace.addBytes(5, 7);
@@ -140,15 +163,15 @@ TEST(RequestTrace, MovesTheRequestInFlightAndLeavesItsSourceClosed) {
   RequestTrace moved(std::move(trace));
   EXPECT_FALSE(trace.open());  // NOLINT(bugprone-use-after-move): the moved-from state is defined
   EXPECT_TRUE(moved.open());
-  trace.end("l");
+  trace.end(now(), "l");
   EXPECT_EQ(total(), before) << "the trace moved from emits nothing";
-  const RequestRecord r = moved.record("l", std::chrono::steady_clock::now());
+  const RequestRecord r = moved.record("l", now());
   EXPECT_EQ(r.host, "a-host-name-longer-than-sso.example");
   EXPECT_EQ(r.method, "CONNECT");
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.bytes_to_origin, 5u);
   EXPECT_EQ(r.bytes_from_origin, 7u);
-  moved.end("l");
+  moved.end(now(), "l");
   EXPECT_EQ(total(), before + 1);
 }
 

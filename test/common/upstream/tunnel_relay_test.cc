@@ -121,7 +121,8 @@ class TunnelRelayTest : public testing::Test {
     ASSERT_TRUE(runUntil(dispatcher_, [raw] { return !raw->connecting(); }));
 
     UpstreamInfo info;
-    trace_.begin(proxy::Protocol::Http1, "CONNECT", "origin.test", 443, nullptr);
+    trace_.begin(std::chrono::steady_clock::now(), proxy::Protocol::Http1, "CONNECT", "origin.test",
+                 443, nullptr);
     client_side_.on_end = [this](TunnelEnd end) {
       ends_.push_back(end);
       // What a codec does: let the relay go, close the client.
