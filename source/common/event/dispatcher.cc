@@ -61,7 +61,7 @@ Dispatcher::~Dispatcher() {
   evtimer_del(&timer_event_);
   event_del(&sockets_event_);
   // Timers that outlive the dispatcher (destroyed after it) must not reach back into it.
-  for (Timer* timer : timers_) timer->slot_ = Timer::kUnarmed;
+  for (const ArmedTimer& armed : timers_) armed.timer->slot_ = Timer::kUnarmed;
   event_base_free(base_);
   close(wake_fd_);
   close(sockets_fd_);
@@ -110,7 +110,7 @@ bool Dispatcher::workDue() const {
 
 int Dispatcher::timerWaitMs(MonotonicTime now) const {
   if (timers_.empty()) return -1;
-  const MonotonicTime due = timers_.front()->deadline_;
+  const MonotonicTime due = timers_.front().deadline;
   if (due <= now) return 0;
   const auto wait = std::chrono::ceil<std::chrono::milliseconds>(due - now).count();
   return static_cast<int>(std::min<int64_t>(wait, 24 * 3600 * 1000));
@@ -144,7 +144,7 @@ void Dispatcher::runOnce(bool may_wait) {
       beginTurnTime();
       if (n > 0) deliverReady(n);
     }
-    if (!timers_.empty() && timers_.front()->deadline_ <= now() + kTimerSlack) {
+    if (!timers_.empty() && timers_.front().deadline <= now() + kTimerSlack) {
       runTimers(armed_before);
     }
   } else {
@@ -220,11 +220,11 @@ void Dispatcher::deferredDelete(DeferredDeletablePtr object) {
 }
 
 void Dispatcher::clearDeferred() {
-  // Destructors may defer more objects; loop until none are left.
+  // Destructors may defer more objects; loop until none are left. Both lists keep their
+  // capacity: a turn that closes connections allocates nothing for it.
   while (!deferred_.empty()) {
-    std::vector<DeferredDeletablePtr> batch;
-    batch.swap(deferred_);
-    batch.clear();
+    deleting_.swap(deferred_);
+    deleting_.clear();
   }
 }
 
@@ -234,39 +234,39 @@ MonotonicTime Dispatcher::now() {
   return turn_now_valid_ ? turn_now_ : std::chrono::steady_clock::now();
 }
 
-bool Dispatcher::before(const Timer* a, const Timer* b) {
-  if (a->deadline_ != b->deadline_) return a->deadline_ < b->deadline_;
-  return static_cast<int32_t>(a->order_ - b->order_) < 0;  // wraps safely
+bool Dispatcher::before(const ArmedTimer& a, const ArmedTimer& b) {
+  if (a.deadline != b.deadline) return a.deadline < b.deadline;
+  return static_cast<int32_t>(a.order - b.order) < 0;  // wraps safely
 }
 
-void Dispatcher::placeTimer(uint32_t slot, Timer* timer) {
-  timers_[slot] = timer;
-  timer->slot_ = slot;
+void Dispatcher::placeTimer(uint32_t slot, const ArmedTimer& armed) {
+  timers_[slot] = armed;
+  armed.timer->slot_ = slot;
 }
 
 void Dispatcher::siftUp(uint32_t slot) {
-  Timer* timer = timers_[slot];
+  const ArmedTimer armed = timers_[slot];
   while (slot > 0) {
     const uint32_t parent = (slot - 1) / 2;
-    if (!before(timer, timers_[parent])) break;
+    if (!before(armed, timers_[parent])) break;
     placeTimer(slot, timers_[parent]);
     slot = parent;
   }
-  placeTimer(slot, timer);
+  placeTimer(slot, armed);
 }
 
 void Dispatcher::siftDown(uint32_t slot) {
-  Timer* timer = timers_[slot];
+  const ArmedTimer armed = timers_[slot];
   const uint32_t size = static_cast<uint32_t>(timers_.size());
   for (;;) {
     uint32_t child = 2 * slot + 1;
     if (child >= size) break;
     if (child + 1 < size && before(timers_[child + 1], timers_[child])) ++child;
-    if (!before(timers_[child], timer)) break;
+    if (!before(timers_[child], armed)) break;
     placeTimer(slot, timers_[child]);
     slot = child;
   }
-  placeTimer(slot, timer);
+  placeTimer(slot, armed);
 }
 
 void Dispatcher::resift(uint32_t slot) {
@@ -278,23 +278,24 @@ void Dispatcher::resift(uint32_t slot) {
 }
 
 void Dispatcher::armTimer(Timer& timer, MonotonicTime deadline, MonotonicTime now) {
-  timer.deadline_ = deadline;
-  timer.order_ = next_timer_order_++;
+  const ArmedTimer armed{deadline, next_timer_order_++, &timer};
   if (timer.slot_ == Timer::kUnarmed) {
-    timers_.push_back(&timer);
+    timers_.push_back(armed);
     timer.slot_ = static_cast<uint32_t>(timers_.size() - 1);
+  } else {
+    timers_[timer.slot_] = armed;
   }
   // Re-arming an armed timer moves it in place (a keep-alive request re-arms its codec's).
   resift(timer.slot_);
-  if (timers_.front() == &timer) scheduleTimers(now);
+  if (timers_.front().timer == &timer) scheduleTimers(now);
 }
 
 void Dispatcher::disarmTimer(Timer& timer) {
   const uint32_t slot = timer.slot_;
   timer.slot_ = Timer::kUnarmed;
-  Timer* last = timers_.back();
+  const ArmedTimer last = timers_.back();
   timers_.pop_back();
-  if (last != &timer) {
+  if (last.timer != &timer) {
     placeTimer(slot, last);
     resift(slot);
   }
@@ -308,7 +309,7 @@ void Dispatcher::disarmTimer(Timer& timer) {
 
 void Dispatcher::scheduleTimers(MonotonicTime now) {
   if (timers_.empty()) return;
-  const MonotonicTime due = timers_.front()->deadline_;
+  const MonotonicTime due = timers_.front().deadline;
   if (timer_event_armed_ && timer_event_at_ <= due) return;
   const auto wait = std::max(std::chrono::duration_cast<std::chrono::microseconds>(due - now),
                              std::chrono::microseconds(0));
@@ -332,9 +333,10 @@ void Dispatcher::runTimers(uint32_t pass_end) {
   // Timers armed during the pass (order from pass_end on) wait for the next one too.
   const MonotonicTime now = this->now();
   while (!timers_.empty()) {
-    Timer& timer = *timers_.front();
-    if (timer.deadline_ > now + kTimerSlack) break;
-    if (static_cast<int32_t>(timer.order_ - pass_end) >= 0) break;
+    const ArmedTimer& first = timers_.front();
+    if (first.deadline > now + kTimerSlack) break;
+    if (static_cast<int32_t>(first.order - pass_end) >= 0) break;
+    Timer& timer = *first.timer;
     disarmTimer(timer);
     timer.fire();  // may arm, disarm or destroy any timer, itself included
   }

@@ -107,11 +107,18 @@ class Dispatcher {
   // A socket event went away: nothing still queued for it (ready or activated) reaches it.
   void forget(FileEvent* event);
   void clearDeferred();
-  // The heap of armed timers, earliest deadline first.
-  static bool before(const Timer* a, const Timer* b);
+  // The heap of armed timers, earliest deadline first. Each entry holds its timer's deadline and
+  // order, so keeping the heap in order reads the heap alone, not the timers (one or two per
+  // connection, wherever their connections are).
+  struct ArmedTimer {
+    MonotonicTime deadline;
+    uint32_t order;  // among equal deadlines, the one armed first fires first
+    Timer* timer;
+  };
+  static bool before(const ArmedTimer& a, const ArmedTimer& b);
   void armTimer(Timer& timer, MonotonicTime deadline, MonotonicTime now);
   void disarmTimer(Timer& timer);
-  void placeTimer(uint32_t slot, Timer* timer);
+  void placeTimer(uint32_t slot, const ArmedTimer& armed);
   void siftUp(uint32_t slot);
   void siftDown(uint32_t slot);
   // Moves the timer at `slot` up or down to where its deadline belongs.
@@ -131,7 +138,8 @@ class Dispatcher {
   std::mutex post_lock_;
   std::vector<std::function<void()>> posted_;
   std::vector<DeferredDeletablePtr> deferred_;
-  std::vector<Timer*> timers_;
+  std::vector<DeferredDeletablePtr> deleting_;  // the ones clearDeferred() is deleting
+  std::vector<ArmedTimer> timers_;
   struct event timer_event_;
   MonotonicTime timer_event_at_{};  // when timer_event_ fires, while timer_event_armed_
   bool timer_event_armed_ = false;
@@ -214,9 +222,7 @@ class Timer {
   // lets it go (destroy true).
   alignas(void*) unsigned char callback_[sizeof(void*)];
   void (*thunk_)(void* callback, bool destroy);
-  MonotonicTime deadline_{};
   uint32_t slot_ = kUnarmed;  // its index in the dispatcher's heap while armed
-  uint32_t order_ = 0;        // among equal deadlines, the one armed first fires first
 };
 
 // Readiness of one socket, edge-triggered: the owner reads or writes until EAGAIN and is told

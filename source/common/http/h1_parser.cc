@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace sluice::http1 {
 namespace {
 
@@ -40,6 +44,75 @@ inline bool hasCtl(const char* p) {
   const uint64_t del = x ^ (kOnes * 0x7f);
   const uint64_t is_del = (del - kOnes) & ~del & kHigh;
   return (below_space | is_del) != 0;
+}
+
+// Where the run of field-value text (field-vchar, SP, obs-text: no CTL) that starts at `i`
+// ends: the first CTL at or after i, or `end`. HTAB is a CTL here; the caller decides about it.
+inline size_t skipValueText(const char* d, size_t i, size_t end) {
+#if defined(__SSE2__)
+  const __m128i last_ctl = _mm_set1_epi8(0x1f);
+  const __m128i del = _mm_set1_epi8(0x7f);
+  for (; i + 16 <= end; i += 16) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + i));
+    // Unsigned x <= 0x1f exactly when min(x, 0x1f) == x.
+    const __m128i ctl =
+        _mm_or_si128(_mm_cmpeq_epi8(_mm_min_epu8(x, last_ctl), x), _mm_cmpeq_epi8(x, del));
+    const unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(ctl));
+    if (mask != 0) return i + static_cast<size_t>(__builtin_ctz(mask));
+  }
+#endif
+  while (i + 8 <= end && !hasCtl(d + i)) {
+    i += 8;
+  }
+  while (i < end && is(d[i], kValue) && d[i] != '\t') {
+    ++i;
+  }
+  return i;
+}
+
+// Where the run of letters, digits and '-' that starts at `i` ends (or `end`): the bytes of
+// nearly every field name, 16 at a time. The caller goes on with the full tchar rule.
+inline size_t skipNameText(const char* d, size_t i, size_t end) {
+#if defined(__SSE2__)
+  const __m128i fold = _mm_set1_epi8(0x20);
+  const __m128i a = _mm_set1_epi8('a');
+  const __m128i zero = _mm_set1_epi8('0');
+  const __m128i dash = _mm_set1_epi8('-');
+  const __m128i letters = _mm_set1_epi8(25);
+  const __m128i digits = _mm_set1_epi8(9);
+  for (; i + 16 <= end; i += 16) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + i));
+    // Unsigned range checks: (x | 0x20) - 'a' <= 25 for a letter, x - '0' <= 9 for a digit.
+    const __m128i letter = _mm_sub_epi8(_mm_or_si128(x, fold), a);
+    const __m128i digit = _mm_sub_epi8(x, zero);
+    const __m128i ok =
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(_mm_min_epu8(letter, letters), letter),
+                                  _mm_cmpeq_epi8(_mm_min_epu8(digit, digits), digit)),
+                     _mm_cmpeq_epi8(x, dash));
+    const unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(ok)) ^ 0xffffu;
+    if (mask != 0) return i + static_cast<size_t>(__builtin_ctz(mask));
+  }
+#endif
+  return i;
+}
+
+// Where the run of request-target bytes (VCHAR but '#') that starts at `i` ends, 16 at a time
+// (or where fewer than 16 are left: the caller goes on byte by byte).
+inline size_t skipTargetText(const char* d, size_t i, size_t end) {
+#if defined(__SSE2__)
+  const __m128i space = _mm_set1_epi8(0x21);
+  const __m128i del = _mm_set1_epi8(0x7f);
+  const __m128i hash = _mm_set1_epi8('#');
+  for (; i + 16 <= end; i += 16) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + i));
+    // Signed: bytes from 0x80 are negative, so below 0x21 covers CTLs, SP and those.
+    const __m128i bad = _mm_or_si128(_mm_cmplt_epi8(x, space),
+                                     _mm_or_si128(_mm_cmpeq_epi8(x, del), _mm_cmpeq_epi8(x, hash)));
+    const unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(bad));
+    if (mask != 0) return i + static_cast<size_t>(__builtin_ctz(mask));
+  }
+#endif
+  return i;
 }
 
 ParseStatus fail(ParseError& err, uint16_t status, const char* reason) {
@@ -89,8 +162,8 @@ class LineReader {
   // the checks that name the error: the result is what they would give, only sooner.
   bool takeFieldLine(std::string_view& name, std::string_view& value) {
     const char* d = data_.data();
-    size_t i = pos_;
-    while (i < limit_ && is(d[i], kTchar)) {
+    size_t i = skipNameText(d, pos_, limit_);
+    while (i < limit_ && d[i] != ':' && is(d[i], kTchar)) {
       ++i;
     }
     if (i == pos_ || i == limit_ || d[i] != ':') {
@@ -101,11 +174,9 @@ class LineReader {
       ++j;
     }
     const size_t start = j;
-    while (j + 8 <= limit_ && !hasCtl(d + j)) {
-      j += 8;
-    }
-    while (j < limit_ && is(d[j], kValue)) {
-      ++j;
+    j = skipValueText(d, j, limit_);
+    while (j < limit_ && d[j] == '\t') {
+      j = skipValueText(d, j + 1, limit_);
     }
     if (j + 1 >= limit_ || d[j] != '\r' || d[j + 1] != '\n') {
       return false;
@@ -213,11 +284,42 @@ enum class HeaderId : uint8_t {
   Expect,
 };
 
-// Is name (not empty) the lowercase header name `lower`, in any case? The first letter is checked
-// inline before the full comparison: OR-ing in 0x20 folds only a letter's case ('X' and 'x' alone
-// give 'x'), so this rejects most other names in two instructions.
+// Up to eight bytes at p, little-endian, zero-filled above n.
+inline uint64_t loadWord(const char* p, size_t n) {
+  uint64_t x = 0;
+  std::memcpy(&x, p, n);
+  return x;
+}
+
+// 0x20 in each byte of w that is a lowercase letter, 0 elsewhere (w's bytes are below 0x80).
+constexpr uint64_t letterBits(uint64_t w) {
+  constexpr uint64_t kOnes = 0x0101010101010101ull;
+  const uint64_t from_a = w + kOnes * (0x80 - 'a');      // high bit: byte >= 'a'
+  const uint64_t past_z = w + kOnes * (0x80 - 'z' - 1);  // high bit: byte > 'z'
+  return ((from_a & ~past_z) & (kOnes * 0x80)) >> 2;
+}
+
+// Is `name` the header name `lower` (lowercase letters, digits, '-'), in any case? Eight bytes at
+// a time: OR-ing 0x20 into a byte where `lower` has a letter folds that letter's case and no
+// other byte onto it ('X' and 'x' alone give 'x'); every other byte must be equal. `lower` is a
+// literal, so its words and letter bits fold into constants.
 inline bool named(std::string_view name, std::string_view lower) {
-  return static_cast<char>(name[0] | 0x20) == lower[0] && equalsIgnoreCase(name, lower);
+  const size_t n = lower.size();
+  if (name.size() != n) {
+    return false;
+  }
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t want = loadWord(lower.data() + i, 8);
+    if ((loadWord(name.data() + i, 8) | letterBits(want)) != want) {
+      return false;
+    }
+  }
+  if (i == n) {
+    return true;
+  }
+  const uint64_t want = loadWord(lower.data() + i, n - i);
+  return (loadWord(name.data() + i, n - i) | letterBits(want)) == want;
 }
 
 // Dispatch on length first: almost every header is rejected by one integer compare.
@@ -629,7 +731,14 @@ ParseStatus classifyTarget(RequestHead& out, ParseError& err) {
   }
   out.scheme = t.substr(0, k);
   const std::string_view rest = t.substr(k + 3);
-  const size_t authority_end = rest.find_first_of("/?");
+  // By hand: find_first_of searches its set once per byte of the authority.
+  size_t authority_end = 0;
+  while (authority_end < rest.size() && rest[authority_end] != '/' && rest[authority_end] != '?') {
+    ++authority_end;
+  }
+  if (authority_end == rest.size()) {
+    authority_end = std::string_view::npos;
+  }
   const char* reason = splitAuthority(rest.substr(0, authority_end), out.host, out.port, has_port);
   if (reason != nullptr) {
     return fail(err, 400, reason);
@@ -665,7 +774,7 @@ ParseStatus parseRequestLine(std::string_view line, RequestHead& out, ParseError
     return fail(err, 400, "malformed request line");
   }
   const size_t target_start = i + 1;
-  size_t j = target_start;
+  size_t j = skipTargetText(p, target_start, n);
   while (j < n && is(p[j], kTarget)) {
     ++j;
   }
@@ -723,7 +832,25 @@ ParseStatus parseStatusLine(std::string_view line, ResponseHead& out, ParseError
   return ParseStatus::Complete;
 }
 
+// The target's authority as written: host[:port].
+std::string_view targetAuthority(const RequestHead& out) {
+  if (out.form == TargetForm::Authority) {
+    return out.target;
+  }
+  // The path is the target's tail, or a static "/" when the target has none.
+  const std::string_view after_scheme = out.target.substr(out.scheme.size() + 3);
+  const size_t authority_size =
+      after_scheme.size() - std::min(after_scheme.size(), out.path.size());
+  if (after_scheme.data() + authority_size == out.path.data()) {
+    return after_scheme.substr(0, authority_size);
+  }
+  return after_scheme;
+}
+
 bool hostMatchesTarget(const RequestHead& out, std::string_view host_value) {
+  if (host_value == targetAuthority(out)) {
+    return true;  // what clients send: the target's own bytes, already checked
+  }
   std::string_view host;
   uint16_t port = 0;
   bool has_port = false;
@@ -810,13 +937,21 @@ ParseStatus parseFieldLines(LineReader& reader, uint32_t max_headers, uint16_t t
   if (headers.capacity() == 0) headers.reserve(std::min<uint32_t>(cap, kInitialHeaderCapacity));
   std::string_view raw;
   std::string_view line;
-  std::string_view name;
-  std::string_view value;
   for (;;) {
     if (reader.takeEndOfHead()) {
       return ParseStatus::Complete;
     }
-    if (headers.size() >= cap || !reader.takeFieldLine(name, value)) {
+    const auto index = static_cast<int32_t>(headers.size());
+    // Parsed straight into its place: the field's views are stored once, never copied.
+    HeaderField* h = nullptr;
+    if (headers.size() < cap) {
+      h = &headers.emplace_back();
+      if (!reader.takeFieldLine(h->name, h->value)) {
+        headers.pop_back();
+        h = nullptr;
+      }
+    }
+    if (h == nullptr) {
       // The line by its LF, and the checks that say what is wrong with it, if anything.
       const LineReader::Result r = reader.next(raw);
       if (r == LineReader::Result::TooLarge) {
@@ -832,7 +967,8 @@ ParseStatus parseFieldLines(LineReader& reader, uint32_t max_headers, uint16_t t
       if (headers.size() >= cap) {
         return fail(err, too_large, "too many headers");
       }
-      const char* reason = parseFieldLine(line, name, value);
+      h = &headers.emplace_back();
+      const char* reason = parseFieldLine(line, h->name, h->value);
       if (reason != nullptr) {
         return fail(err, bad, reason);
       }
@@ -840,11 +976,7 @@ ParseStatus parseFieldLines(LineReader& reader, uint32_t max_headers, uint16_t t
         return fail(err, bad, "bare lf");
       }
     }
-    const auto index = static_cast<int32_t>(headers.size());
-    HeaderField& h = headers.emplace_back();
-    h.name = name;
-    h.value = value;
-    const ParseStatus s = on_header(classifyHeader(h.name), h, index);
+    const ParseStatus s = on_header(classifyHeader(h->name), *h, index);
     if (s != ParseStatus::Complete) {
       return s;
     }

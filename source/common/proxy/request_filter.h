@@ -105,7 +105,8 @@ class RequestFilterChain : public RequestFilterCallbacks,
 
   WorkerContext& worker_;
   RequestSink& sink_;
-  std::vector<RequestFilterPtr> filters_;
+  // From the passing slabs, as the chain and its filters are.
+  std::vector<RequestFilterPtr, memory::SlabAllocator<RequestFilterPtr>> filters_;
   ProxyRequest* request_ = nullptr;
   size_t next_ = 0;     // the filter to run next
   size_t reached_ = 0;  // filters that have seen this request

@@ -214,7 +214,7 @@ TEST(TimerTest, ATimerMayOutliveItsDispatcher) {
 }
 
 TEST(TimerTest, KeepsASmallCallbackInlineAndALargeOneOnTheHeap) {
-  EXPECT_EQ(40u, sizeof(Timer));
+  EXPECT_EQ(32u, sizeof(Timer));
   Dispatcher d;
   // One captured pointer: kept in the timer.
   int small_fired = 0;

@@ -760,6 +760,91 @@ TEST(H1HelpersTest, EqualsIgnoreCase) {
 
 // Only ASCII letters fold, at any place of a name: every pair of bytes at every place of names
 // from 1 to 20 bytes (the rest equal letters in mixed case).
+// The names the parser acts on are recognised in any case, and a name that differs from one in
+// any other byte is just another header: each hop-by-hop name, every position, every tchar.
+TEST_F(H1RequestTest, KnownNamesInAnyCaseAndNoOtherByte) {
+  const auto fold = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
+  for (const std::string lower :
+       {"te", "trailer", "upgrade", "connection", "keep-alive", "proxy-connection",
+        "proxy-authenticate", "proxy-authorization"}) {
+    for (size_t at = 0; at < lower.size(); ++at) {
+      for (int c = 0; c < 256; ++c) {
+        if (!detail::is(static_cast<char>(c), detail::kTchar)) continue;
+        std::string name = lower;
+        name[at] = static_cast<char>(c);
+        // Every other letter in upper case too: the case of the rest must not matter.
+        for (size_t k = 0; k < name.size(); k += 2) {
+          if (k != at && name[k] >= 'a' && name[k] <= 'z')
+            name[k] = static_cast<char>(name[k] - 32);
+        }
+        const bool same = fold(static_cast<char>(c)) == lower[at];
+        buffer_ = req("GET / HTTP/1.1", "Host: a\r\n" + name + ": x\r\n");
+        ASSERT_EQ(parse(buffer_), ParseStatus::Complete) << name;
+        ASSERT_EQ(head_.headers.size(), 2u);
+        const bool flagged = (head_.headers[1].flags & HeaderField::kHopByHop) != 0;
+        if (flagged != same) FAIL() << lower << " written " << name;
+      }
+    }
+  }
+  // And the ones that decide framing, the host and the expectation.
+  expectComplete(
+      req("POST / HTTP/1.1", "hOST: a\r\ncONTENT-lENGTH: 5\r\nExPeCt: 100-continue\r\n"));
+  EXPECT_EQ(head_.host_header, 0);
+  EXPECT_EQ(head_.framing, BodyFraming::ContentLength);
+  EXPECT_TRUE(head_.expect_continue);
+  expectComplete(
+      req("POST / HTTP/1.1", "Host: a\r\nContent-Lengti: 5\r\nExpecu: 100-continue\r\n"));
+  EXPECT_EQ(head_.framing, BodyFraming::None);
+  EXPECT_FALSE(head_.expect_continue);
+  expectComplete(req("POST / HTTP/1.1", "Host: a\r\nTRANSFER-ENCODING: chunked\r\n"));
+  EXPECT_EQ(head_.framing, BodyFraming::Chunked);
+}
+
+// A field line is scanned in one pass when it is whole and well formed, and checked line by line
+// otherwise: the two agree. Names and values of every length around the 16- and 8-byte steps,
+// with a tab, trailing whitespace, obs-text or a bad byte at every place, each head also parsed
+// from every prefix (a prefix ends mid-line, so its last line takes the line-by-line way).
+TEST_F(H1RequestTest, OnePassAndLineByLineAgree) {
+  const std::string bad_bytes = std::string("\t \x7f\x01\r\n\x80\"", 8);
+  for (size_t name_len = 1; name_len <= 34; name_len += 3) {
+    for (size_t value_len = 0; value_len <= 40; value_len += 1) {
+      for (size_t at = 0; at <= name_len + value_len; at += 5) {
+        for (char b : bad_bytes) {
+          std::string line = std::string(name_len, 'n') + ": " + std::string(value_len, 'v');
+          if (at < line.size()) line[at] = b;
+          const std::string data = req("GET / HTTP/1.1", "Host: a\r\n" + line + "\r\nX: y\r\n");
+          RequestHead whole;
+          ParseError whole_err;
+          const ParseStatus want = parseRequestHead(data, ParseLimits{}, whole, whole_err);
+          for (size_t cut = 0; cut < data.size(); ++cut) {
+            RequestHead part;
+            ParseError part_err;
+            const ParseStatus got = parseRequestHead(std::string_view(data).substr(0, cut),
+                                                     ParseLimits{}, part, part_err);
+            if (got == ParseStatus::Incomplete) continue;
+            ASSERT_EQ(got, want) << testing::PrintToString(data) << " cut at " << cut;
+            ASSERT_EQ(std::string_view(part_err.reason), std::string_view(whole_err.reason))
+                << testing::PrintToString(data) << " cut at " << cut;
+          }
+          if (want != ParseStatus::Complete) continue;
+          ASSERT_EQ(whole.headers.size(), 3u) << testing::PrintToString(data);
+          // What the byte rule says the value is: OWS-trimmed.
+          const size_t colon = line.find(':');
+          std::string_view value = std::string_view(line).substr(colon + 1);
+          while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
+            value.remove_prefix(1);
+          }
+          while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) {
+            value.remove_suffix(1);
+          }
+          EXPECT_EQ(whole.headers[1].name, std::string_view(line).substr(0, colon));
+          EXPECT_EQ(whole.headers[1].value, value) << testing::PrintToString(data);
+        }
+      }
+    }
+  }
+}
+
 TEST(H1HelpersTest, EqualsIgnoreCaseAgreesWithTheByteRule) {
   const auto fold = [](unsigned char c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; };
   for (size_t n : {1, 7, 8, 9, 14, 16, 19, 20}) {
