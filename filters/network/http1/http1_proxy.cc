@@ -68,11 +68,10 @@ void addForwardedHeaders(buffer::Buffer& out, const http1::HeaderField* headers,
   for (uint32_t i = 0; i < count; ++i) {
     const http1::HeaderField& h = headers[i];
     if ((h.flags & kSkip) != 0) continue;
-    if (without_framing && h.name.size() == 17 &&
-        http1::equalsIgnoreCase(h.name, "transfer-encoding")) {
+    if (without_framing && h.name.size() == 17 && http1::isFieldName(h.name, "transfer-encoding")) {
       continue;
     }
-    if (h.name.size() == 14 && http1::equalsIgnoreCase(h.name, "content-length")) {
+    if (h.name.size() == 14 && http1::isFieldName(h.name, "content-length")) {
       if (length_sent) continue;
       length_sent = true;
       char digits[20];
@@ -203,8 +202,8 @@ void Http1ProxyFilter::startRequest() {
     config_->stats.rq_connect.inc();
   } else if (head.form == http1::TargetForm::Absolute) {
     // ws:// is http:// asking for a WebSocket (RFC 6455 §3; the parser defaults its port to 80).
-    const bool ws = http1::equalsIgnoreCase(head.scheme, "ws");
-    if (http1::equalsIgnoreCase(head.scheme, "wss")) {
+    const bool ws = http1::isFieldName(head.scheme, "ws");
+    if (http1::isFieldName(head.scheme, "wss")) {
       // TLS to the origin is the client's: it sends CONNECT and runs TLS through the tunnel.
       config_->stats.rq_rejected.inc();
       config_->stats.upgrade_rejected.inc();
@@ -212,7 +211,7 @@ void Http1ProxyFilter::startRequest() {
                      "wss:// URLs are not relayed; use CONNECT", true);
       return;
     }
-    if (!ws && !http1::equalsIgnoreCase(head.scheme, "http")) {
+    if (!ws && !http1::isFieldName(head.scheme, "http")) {
       config_->stats.rq_rejected.inc();
       sendLocalReply(400, http::ProxyError::HttpRequestError,
                      "only http:// URLs are relayed; use CONNECT for others", true);

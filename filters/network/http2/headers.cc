@@ -205,12 +205,12 @@ bool dropResponseField(const http1::HeaderField& field) {
   if ((field.flags & (http1::HeaderField::kHopByHop | http1::HeaderField::kRemoved)) != 0) {
     return true;
   }
-  return http1::equalsIgnoreCase(field.name, "transfer-encoding") ||
-         http1::equalsIgnoreCase(field.name, "content-length") ||
-         http1::equalsIgnoreCase(field.name, "connection") ||
-         http1::equalsIgnoreCase(field.name, "keep-alive") ||
-         http1::equalsIgnoreCase(field.name, "proxy-connection") ||
-         http1::equalsIgnoreCase(field.name, "upgrade");
+  return http1::isFieldName(field.name, "transfer-encoding") ||
+         http1::isFieldName(field.name, "content-length") ||
+         http1::isFieldName(field.name, "connection") ||
+         http1::isFieldName(field.name, "keep-alive") ||
+         http1::isFieldName(field.name, "proxy-connection") ||
+         http1::isFieldName(field.name, "upgrade");
 }
 
 }  // namespace http2

@@ -326,7 +326,7 @@ std::string_view Http2ProxyFilter::Stream::get(std::string_view name) const {
   for (uint32_t i = 0; i < added_count_; ++i) {
     if (http1::equalsIgnoreCase(added_[i].name, name)) return added_[i].value;
   }
-  if (http1::equalsIgnoreCase(name, "host")) return info_.authority;
+  if (http1::isFieldName(name, "host")) return info_.authority;
   return {};
 }
 
@@ -536,9 +536,9 @@ void Http2ProxyFilter::Stream::onUpgraded(const http1::ResponseHead& rh,
   for (uint32_t i = 0; i < rh.headers.size(); ++i) {
     const http1::HeaderField& f = rh.headers[i];
     // Only the negotiated subprotocol and extensions mean anything to the HTTP/2 client.
-    if (http1::equalsIgnoreCase(f.name, "sec-websocket-protocol")) {
+    if (http1::isFieldName(f.name, "sec-websocket-protocol")) {
       t_headers.push_back({"sec-websocket-protocol", f.value});
-    } else if (http1::equalsIgnoreCase(f.name, "sec-websocket-extensions")) {
+    } else if (http1::isFieldName(f.name, "sec-websocket-extensions")) {
       t_headers.push_back({"sec-websocket-extensions", f.value});
     }
   }

@@ -284,78 +284,40 @@ enum class HeaderId : uint8_t {
   Expect,
 };
 
-// Up to eight bytes at p, little-endian, zero-filled above n.
-inline uint64_t loadWord(const char* p, size_t n) {
-  uint64_t x = 0;
-  std::memcpy(&x, p, n);
-  return x;
-}
-
-// 0x20 in each byte of w that is a lowercase letter, 0 elsewhere (w's bytes are below 0x80).
-constexpr uint64_t letterBits(uint64_t w) {
-  constexpr uint64_t kOnes = 0x0101010101010101ull;
-  const uint64_t from_a = w + kOnes * (0x80 - 'a');      // high bit: byte >= 'a'
-  const uint64_t past_z = w + kOnes * (0x80 - 'z' - 1);  // high bit: byte > 'z'
-  return ((from_a & ~past_z) & (kOnes * 0x80)) >> 2;
-}
-
-// Is `name` the header name `lower` (lowercase letters, digits, '-'), in any case? Eight bytes at
-// a time: OR-ing 0x20 into a byte where `lower` has a letter folds that letter's case and no
-// other byte onto it ('X' and 'x' alone give 'x'); every other byte must be equal. `lower` is a
-// literal, so its words and letter bits fold into constants.
-inline bool named(std::string_view name, std::string_view lower) {
-  const size_t n = lower.size();
-  if (name.size() != n) {
-    return false;
-  }
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const uint64_t want = loadWord(lower.data() + i, 8);
-    if ((loadWord(name.data() + i, 8) | letterBits(want)) != want) {
-      return false;
-    }
-  }
-  if (i == n) {
-    return true;
-  }
-  const uint64_t want = loadWord(lower.data() + i, n - i);
-  return (loadWord(name.data() + i, n - i) | letterBits(want)) == want;
-}
-
 // Dispatch on length first: almost every header is rejected by one integer compare.
 HeaderId classifyHeader(std::string_view name) {
   switch (name.size()) {
     case 2:
-      if (named(name, "te")) return HeaderId::Te;
+      if (isFieldName(name, "te")) return HeaderId::Te;
       break;
     case 4:
-      if (named(name, "host")) return HeaderId::Host;
+      if (isFieldName(name, "host")) return HeaderId::Host;
       break;
     case 6:
-      if (named(name, "expect")) return HeaderId::Expect;
+      if (isFieldName(name, "expect")) return HeaderId::Expect;
       break;
     case 7:
-      if (named(name, "upgrade")) return HeaderId::Upgrade;
-      if (named(name, "trailer")) return HeaderId::Trailer;
+      if (isFieldName(name, "upgrade")) return HeaderId::Upgrade;
+      if (isFieldName(name, "trailer")) return HeaderId::Trailer;
       break;
     case 10:
-      if (named(name, "connection")) return HeaderId::Connection;
-      if (named(name, "keep-alive")) return HeaderId::KeepAlive;
+      if (isFieldName(name, "connection")) return HeaderId::Connection;
+      if (isFieldName(name, "keep-alive")) return HeaderId::KeepAlive;
       break;
     case 14:
-      if (named(name, "content-length")) return HeaderId::ContentLength;
+      if (isFieldName(name, "content-length")) return HeaderId::ContentLength;
       break;
     case 16:
-      if (named(name, "proxy-connection")) return HeaderId::ProxyConnection;
+      if (isFieldName(name, "proxy-connection")) return HeaderId::ProxyConnection;
       break;
     case 17:
-      if (named(name, "transfer-encoding")) return HeaderId::TransferEncoding;
+      if (isFieldName(name, "transfer-encoding")) return HeaderId::TransferEncoding;
       break;
     case 18:
-      if (named(name, "proxy-authenticate")) return HeaderId::ProxyAuthenticate;
+      if (isFieldName(name, "proxy-authenticate")) return HeaderId::ProxyAuthenticate;
       break;
     case 19:
-      if (named(name, "proxy-authorization")) return HeaderId::ProxyAuthorization;
+      if (isFieldName(name, "proxy-authorization")) return HeaderId::ProxyAuthorization;
       break;
     default:
       break;

@@ -14,7 +14,7 @@ UpgradeRequestKind upgradeRequestKind(const http1::RequestHead& head) {
   if (!head.upgrade || head.version_minor == 0) return UpgradeRequestKind::None;
   for (uint32_t i = 0; i < head.headers.size(); ++i) {
     const http1::HeaderField& h = head.headers[i];
-    if ((h.flags & kSkip) != 0 || !http1::equalsIgnoreCase(h.name, "upgrade")) continue;
+    if ((h.flags & kSkip) != 0 || !http1::isFieldName(h.name, "upgrade")) continue;
     if (http1::headerHasToken(h.value, kWebSocket)) return UpgradeRequestKind::WebSocket;
   }
   return UpgradeRequestKind::Other;
@@ -34,22 +34,21 @@ const char* checkWebSocketRequest(const http1::RequestHead& head) {
 bool isUpgradeControlledField(std::string_view name) {
   switch (name.size()) {
     case 2:
-      return http1::equalsIgnoreCase(name, "te");
+      return http1::isFieldName(name, "te");
     case 7:
-      return http1::equalsIgnoreCase(name, "upgrade") || http1::equalsIgnoreCase(name, "trailer");
+      return http1::isFieldName(name, "upgrade") || http1::isFieldName(name, "trailer");
     case 10:
-      return http1::equalsIgnoreCase(name, "connection") ||
-             http1::equalsIgnoreCase(name, "keep-alive");
+      return http1::isFieldName(name, "connection") || http1::isFieldName(name, "keep-alive");
     case 14:
-      return http1::equalsIgnoreCase(name, "content-length");
+      return http1::isFieldName(name, "content-length");
     case 16:
-      return http1::equalsIgnoreCase(name, "proxy-connection");
+      return http1::isFieldName(name, "proxy-connection");
     case 17:
-      return http1::equalsIgnoreCase(name, "transfer-encoding");
+      return http1::isFieldName(name, "transfer-encoding");
     case 18:
-      return http1::equalsIgnoreCase(name, "proxy-authenticate");
+      return http1::isFieldName(name, "proxy-authenticate");
     case 19:
-      return http1::equalsIgnoreCase(name, "proxy-authorization");
+      return http1::isFieldName(name, "proxy-authorization");
     default:
       return false;
   }
@@ -81,11 +80,11 @@ bool acceptsUpgrade(const http1::ResponseHead& head, std::string_view protocol) 
   for (uint32_t i = 0; i < head.headers.size(); ++i) {
     const http1::HeaderField& h = head.headers[i];
     if ((h.flags & kSkip) != 0) continue;
-    if (http1::equalsIgnoreCase(h.name, "upgrade")) {
+    if (http1::isFieldName(h.name, "upgrade")) {
       // One protocol only: the origin switches to exactly one (RFC 9110 §7.8).
       if (upgrade || !http1::equalsIgnoreCase(h.value, protocol)) return false;
       upgrade = true;
-    } else if (http1::equalsIgnoreCase(h.name, "connection")) {
+    } else if (http1::isFieldName(h.name, "connection")) {
       connection |= http1::headerHasToken(h.value, "upgrade");
     }
   }

@@ -31,7 +31,7 @@ thread_local http1::ResponseHead t_response_head;
 thread_local std::string t_cookie;
 
 bool isCookie(std::string_view name) {
-  return name.size() == 6 && http1::equalsIgnoreCase(name, "cookie");
+  return name.size() == 6 && http1::isFieldName(name, "cookie");
 }
 
 // Calls f(name, value) for each field of the request that goes to the origin: flagged ones
@@ -42,7 +42,7 @@ void forEachField(const OriginRequest& r, F f) {
   for (uint32_t i = 0; i < r.field_count; ++i) {
     const http1::HeaderField& h = r.fields[i];
     if ((h.flags & kSkip) != 0) continue;
-    if (h.name.size() == 14 && http1::equalsIgnoreCase(h.name, "content-length")) continue;
+    if (h.name.size() == 14 && http1::isFieldName(h.name, "content-length")) continue;
     if (isCookie(h.name)) {
       if (cookie_done) continue;
       cookie_done = true;
@@ -131,8 +131,8 @@ void OriginExchange::writeRequestHead(const OriginRequest& r, std::string_view w
     }
     const bool own_key = r.upgrade == Upgrade::WebSocketOwnKey;
     forEachField(r, [&](std::string_view name, std::string_view value) {
-      if (own_key && (http1::equalsIgnoreCase(name, "sec-websocket-key") ||
-                      http1::equalsIgnoreCase(name, "sec-websocket-accept"))) {
+      if (own_key && (http1::isFieldName(name, "sec-websocket-key") ||
+                      http1::isFieldName(name, "sec-websocket-accept"))) {
         return;
       }
       encoder.header(name, value);

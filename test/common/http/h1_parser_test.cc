@@ -845,6 +845,42 @@ TEST_F(H1RequestTest, OnePassAndLineByLineAgree) {
   }
 }
 
+// isFieldName is equalsIgnoreCase for a lowercase name, at every length around the eight-byte
+// words, every position and every byte value, in either case elsewhere.
+TEST(H1HelpersTest, IsFieldNameAgreesWithEqualsIgnoreCase) {
+  const std::string names[] = {"a",
+                               "te",
+                               "wss",
+                               "host",
+                               "expect",
+                               "upgrade",
+                               "trailer",
+                               "x-sluice",
+                               "keep-alive",
+                               "content-length",
+                               "proxy-connection",
+                               "transfer-encoding",
+                               "proxy-authorization",
+                               "sec-websocket-9-key"};
+  for (const std::string& lower : names) {
+    ASSERT_TRUE(isFieldName(lower, lower));
+    EXPECT_FALSE(isFieldName(lower + "s", lower));
+    EXPECT_FALSE(isFieldName(lower.substr(1), lower));
+    for (size_t at = 0; at < lower.size(); ++at) {
+      for (int c = 0; c < 256; ++c) {
+        std::string name = lower;
+        for (size_t k = 1; k < name.size(); k += 2) {
+          if (name[k] >= 'a' && name[k] <= 'z') name[k] = static_cast<char>(name[k] - 32);
+        }
+        name[at] = static_cast<char>(c);
+        if (isFieldName(name, lower) != equalsIgnoreCase(name, lower)) {
+          FAIL() << lower << " at " << at << ": byte " << c;
+        }
+      }
+    }
+  }
+}
+
 TEST(H1HelpersTest, EqualsIgnoreCaseAgreesWithTheByteRule) {
   const auto fold = [](unsigned char c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; };
   for (size_t n : {1, 7, 8, 9, 14, 16, 19, 20}) {
