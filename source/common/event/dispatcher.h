@@ -171,7 +171,7 @@ class Dispatcher {
 inline constexpr std::chrono::milliseconds kTimerSlack{1};
 
 // A one-shot timer; embedded in its owner, no allocation when armed. A timer is a slot in its
-// dispatcher's heap of deadlines (40 bytes, not a libevent event of 128 plus its callback): the
+// dispatcher's heap of deadlines (32 bytes, not a libevent event of 128 plus its callback): the
 // dispatcher keeps one libevent timer for the earliest of them. Its timeout runs from the
 // dispatcher's now() (in a turn, when the turn's wait returned); it fires at most kTimerSlack
 // early, never late by more than the loop's own latency.
