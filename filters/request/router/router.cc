@@ -309,8 +309,9 @@ bool RouterFilter::nextParent() {
   }
   parent_->stats.requests.inc();
   if (parent_->literal.valid()) {
-    parent_addresses_[0] = parent_->literal;
-    dial_ = parent_addresses_;
+    ParentAddresses& addresses = parentAddresses();
+    addresses[0] = parent_->literal;
+    dial_ = addresses.data();
     dial_count_ = 1;
     dialParent();
     return true;
@@ -325,16 +326,17 @@ bool RouterFilter::nextParent() {
 
 void RouterFilter::onParentResolved(const absl::Status& status,
                                     const std::vector<network::Address>& addresses) {
+  ParentAddresses& parent_addresses = parentAddresses();
   uint32_t n = 0;
   for (const network::Address& a : addresses) {
     if (n == proxy::ProxyRequest::kMaxPinned) break;
-    parent_addresses_[n] = a;
-    parent_addresses_[n++].setPort(parent_->port);
+    parent_addresses[n] = a;
+    parent_addresses[n++].setPort(parent_->port);
   }
-  n = orderAddresses(parent_addresses_, n, config_->prefer, config_->only_family);
+  n = orderAddresses(parent_addresses.data(), n, config_->prefer, config_->only_family);
   const uint32_t of_family = n;
   const network::Egress& egress = policy::egressOf(request_->group);
-  n = keepReachable(parent_addresses_, n, egress);
+  n = keepReachable(parent_addresses.data(), n, egress);
   if (status.ok() && of_family > 0 && n == 0) {
     request_->failure = upstream::dnsFailure(false);
     error_ = absl::StrFormat(
@@ -352,7 +354,7 @@ void RouterFilter::onParentResolved(const absl::Status& status,
     parentFailed();
     return;
   }
-  dial_ = parent_addresses_;
+  dial_ = parent_addresses.data();
   dial_count_ = n;
   dialParent();
 }

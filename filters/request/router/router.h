@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -142,13 +143,19 @@ class RouterFilter : public proxy::RequestFilter, public upstream::ParentHandsha
   uint32_t dial_count_ = 0;
   uint32_t next_address_ = 0;  // into dial_
   // Through parents: the route, the parent being tried and how many were, the destination
-  // address asked for, and the parent's own addresses when it is a name.
+  // address asked for, and the parent's own addresses (made for the first request through a
+  // parent: a connection that never uses one does not carry them).
   const upstream::Route* route_ = nullptr;
   const upstream::Parent* parent_ = nullptr;
   uint32_t parents_tried_ = 0;
   uint32_t first_parent_ = 0;
   network::Address target_;
-  network::Address parent_addresses_[proxy::ProxyRequest::kMaxPinned];
+  using ParentAddresses = std::array<network::Address, proxy::ProxyRequest::kMaxPinned>;
+  std::unique_ptr<ParentAddresses> parent_addresses_;
+  ParentAddresses& parentAddresses() {
+    if (parent_addresses_ == nullptr) parent_addresses_ = std::make_unique<ParentAddresses>();
+    return *parent_addresses_;
+  }
   // The connection to the parent while it answers, and its place in the budget.
   std::unique_ptr<upstream::ParentHandshake> handshake_;
   network::ConnectionPtr handshaking_;

@@ -236,7 +236,9 @@ MonotonicTime Dispatcher::now() {
 
 bool Dispatcher::before(const ArmedTimer& a, const ArmedTimer& b) {
   if (a.deadline != b.deadline) return a.deadline < b.deadline;
-  return static_cast<int32_t>(a.order - b.order) < 0;  // wraps safely
+  // Equal deadlines (timers armed in one turn with one timeout): the only case that reads the
+  // timers, which that turn just touched.
+  return static_cast<int32_t>(a.timer->order_ - b.timer->order_) < 0;  // wraps safely
 }
 
 void Dispatcher::placeTimer(uint32_t slot, const ArmedTimer& armed) {
@@ -278,7 +280,8 @@ void Dispatcher::resift(uint32_t slot) {
 }
 
 void Dispatcher::armTimer(Timer& timer, MonotonicTime deadline, MonotonicTime now) {
-  const ArmedTimer armed{deadline, next_timer_order_++, &timer};
+  timer.order_ = next_timer_order_++;
+  const ArmedTimer armed{deadline, &timer};
   if (timer.slot_ == Timer::kUnarmed) {
     timers_.push_back(armed);
     timer.slot_ = static_cast<uint32_t>(timers_.size() - 1);
@@ -335,7 +338,7 @@ void Dispatcher::runTimers(uint32_t pass_end) {
   while (!timers_.empty()) {
     const ArmedTimer& first = timers_.front();
     if (first.deadline > now + kTimerSlack) break;
-    if (static_cast<int32_t>(first.order - pass_end) >= 0) break;
+    if (static_cast<int32_t>(first.timer->order_ - pass_end) >= 0) break;
     Timer& timer = *first.timer;
     disarmTimer(timer);
     timer.fire();  // may arm, disarm or destroy any timer, itself included

@@ -107,12 +107,12 @@ class Dispatcher {
   // A socket event went away: nothing still queued for it (ready or activated) reaches it.
   void forget(FileEvent* event);
   void clearDeferred();
-  // The heap of armed timers, earliest deadline first. Each entry holds its timer's deadline and
-  // order, so keeping the heap in order reads the heap alone, not the timers (one or two per
-  // connection, wherever their connections are).
+  // The heap of armed timers, earliest deadline first. Each entry holds its timer's deadline, so
+  // keeping the heap in order reads the heap alone, not the timers (one or two per connection,
+  // wherever their connections are), but for equal deadlines. An armed timer costs what it did
+  // when the heap held pointers: 32 + 16 bytes, against 40 + 8.
   struct ArmedTimer {
     MonotonicTime deadline;
-    uint32_t order;  // among equal deadlines, the one armed first fires first
     Timer* timer;
   };
   static bool before(const ArmedTimer& a, const ArmedTimer& b);
@@ -223,6 +223,7 @@ class Timer {
   alignas(void*) unsigned char callback_[sizeof(void*)];
   void (*thunk_)(void* callback, bool destroy);
   uint32_t slot_ = kUnarmed;  // its index in the dispatcher's heap while armed
+  uint32_t order_ = 0;        // among equal deadlines, the one armed first fires first
 };
 
 // Readiness of one socket, edge-triggered: the owner reads or writes until EAGAIN and is told
