@@ -139,6 +139,33 @@ TEST(TimerTest, ManyTimersFireInDeadlineOrderAndEqualDeadlinesInArmingOrder) {
   for (auto& t : timers) EXPECT_FALSE(t->enabled());
 }
 
+// Armed in one turn with one timeout, timers share the turn's reading of the clock, so their
+// deadlines are equal to the nanosecond: the heap orders them by when they were armed, and a
+// timer armed again goes behind the others.
+TEST(TimerTest, EqualDeadlinesFromOneTurnFireInArmingOrder) {
+  Dispatcher d;
+  std::vector<int> order;
+  std::vector<std::unique_ptr<Timer>> timers;
+  for (int id = 0; id < 40; ++id) {
+    timers.push_back(std::make_unique<Timer>(d, [&order, id] { order.push_back(id); }));
+  }
+  // 0..39 in a shuffled order, then 5, 17 and 0 armed again.
+  std::vector<int> armed;
+  for (int i = 0; i < 40; ++i) armed.push_back((i * 17) % 40);
+  Timer start(d, [&] {
+    for (int id : armed) timers[id]->enable(milliseconds(5));
+    for (int id : {5, 17, 0}) timers[id]->enable(milliseconds(5));
+  });
+  start.enable(milliseconds(0));
+  ASSERT_TRUE(runUntil(d, [&] { return order.size() == timers.size(); }));
+  std::vector<int> want;
+  for (int id : armed) {
+    if (id != 5 && id != 17 && id != 0) want.push_back(id);
+  }
+  for (int id : {5, 17, 0}) want.push_back(id);
+  EXPECT_EQ(order, want);
+}
+
 TEST(TimerTest, DisarmingTheEarliestLetsTheNextFireOnTime) {
   Dispatcher d;
   bool early_fired = false;
