@@ -221,11 +221,15 @@ void Dispatcher::deferredDelete(DeferredDeletablePtr object) {
 
 void Dispatcher::clearDeferred() {
   // Destructors may defer more objects; loop until none are left. Both lists keep their
-  // capacity: a turn that closes connections allocates nothing for it.
+  // capacity: a turn that closes connections allocates nothing for it. A call from inside a
+  // destructor leaves the rest to the loop it is in (deleting_ is being cleared).
+  if (clearing_deferred_) return;
+  clearing_deferred_ = true;
   while (!deferred_.empty()) {
     deleting_.swap(deferred_);
     deleting_.clear();
   }
+  clearing_deferred_ = false;
 }
 
 MonotonicTime Dispatcher::now() {

@@ -139,6 +139,7 @@ class Dispatcher {
   std::vector<std::function<void()>> posted_;
   std::vector<DeferredDeletablePtr> deferred_;
   std::vector<DeferredDeletablePtr> deleting_;  // the ones clearDeferred() is deleting
+  bool clearing_deferred_ = false;
   std::vector<ArmedTimer> timers_;
   struct event timer_event_;
   MonotonicTime timer_event_at_{};  // when timer_event_ fires, while timer_event_armed_

@@ -70,6 +70,16 @@ inline size_t skipValueText(const char* d, size_t i, size_t end) {
   return i;
 }
 
+// Where the field value that starts at `i` ends: at its first byte that is neither value text
+// nor HTAB (the line's CR when the line is well formed), or `end`.
+inline size_t skipFieldValue(const char* d, size_t i, size_t end) {
+  i = skipValueText(d, i, end);
+  while (i < end && d[i] == '\t') {
+    i = skipValueText(d, i + 1, end);
+  }
+  return i;
+}
+
 // Where the run of letters, digits and '-' that starts at `i` ends (or `end`): the bytes of
 // nearly every field name, 16 at a time. The caller goes on with the full tchar rule.
 inline size_t skipNameText(const char* d, size_t i, size_t end) {
@@ -163,7 +173,7 @@ class LineReader {
   bool takeFieldLine(std::string_view& name, std::string_view& value) {
     const char* d = data_.data();
     size_t i = skipNameText(d, pos_, limit_);
-    while (i < limit_ && d[i] != ':' && is(d[i], kTchar)) {
+    while (i < limit_ && is(d[i], kTchar)) {
       ++i;
     }
     if (i == pos_ || i == limit_ || d[i] != ':') {
@@ -174,10 +184,7 @@ class LineReader {
       ++j;
     }
     const size_t start = j;
-    j = skipValueText(d, j, limit_);
-    while (j < limit_ && d[j] == '\t') {
-      j = skipValueText(d, j + 1, limit_);
-    }
+    j = skipFieldValue(d, j, limit_);
     if (j + 1 >= limit_ || d[j] != '\r' || d[j + 1] != '\n') {
       return false;
     }
@@ -355,14 +362,9 @@ const char* parseFieldLine(std::string_view line, std::string_view& name, std::s
     ++j;
   }
   const size_t start = j;
-  // Eight bytes at a time while none is a CTL; the byte loop below pins down HTAB or the culprit.
-  while (j + 8 <= n && !hasCtl(p + j)) {
-    j += 8;
-  }
-  for (; j < n; ++j) {
-    if (!is(p[j], kValue)) {
-      return p[j] == '\r' ? "bare cr" : "invalid header value";
-    }
+  j = skipFieldValue(p, j, n);
+  if (j < n) {
+    return p[j] == '\r' ? "bare cr" : "invalid header value";
   }
   size_t end = n;
   while (end > start && isOws(p[end - 1])) {
@@ -474,7 +476,7 @@ bool scanTransferEncoding(std::string_view v, TransferCodings& tc) {
       return false;
     }
     // chunked takes no parameters, so "chunked;x=y" is some other coding.
-    const bool chunked = !has_params && equalsIgnoreCase(coding, "chunked");
+    const bool chunked = !has_params && isFieldName(coding, "chunked");
     tc.present = true;
     tc.final_chunked = chunked;
     tc.chunked_count += chunked ? 1 : 0;
@@ -499,12 +501,12 @@ void scanConnection(std::string_view v, ConnectionTokens& ct) {
     if (element.empty()) {
       continue;
     }
-    if (equalsIgnoreCase(element, "close")) {
+    if (isFieldName(element, "close")) {
       ct.close = true;
-    } else if (equalsIgnoreCase(element, "keep-alive")) {
+    } else if (isFieldName(element, "keep-alive")) {
       ct.keep_alive = true;
     } else {
-      ct.upgrade |= equalsIgnoreCase(element, "upgrade");
+      ct.upgrade |= isFieldName(element, "upgrade");
       ct.names_other = true;
     }
   }
@@ -541,8 +543,8 @@ void markConnectionNamed(HeaderField* headers, uint32_t count) {
 }
 
 uint16_t defaultPort(std::string_view scheme) {
-  if (equalsIgnoreCase(scheme, "http") || equalsIgnoreCase(scheme, "ws")) return 80;
-  if (equalsIgnoreCase(scheme, "https") || equalsIgnoreCase(scheme, "wss")) return 443;
+  if (isFieldName(scheme, "http") || isFieldName(scheme, "ws")) return 80;
+  if (isFieldName(scheme, "https") || isFieldName(scheme, "wss")) return 443;
   return 0;
 }
 
