@@ -61,6 +61,8 @@ class Dispatcher {
   void stop();
   // Turns begun so far (the current one included).
   uint64_t turns() const { return turns_; }
+  // Timers armed now (each one armed once, however often it was re-armed).
+  size_t armedTimers() const { return timers_.size(); }
   // True while libevent watches nothing but the sockets' set and the timers' deadline: a turn
   // waits in one epoll_wait on the set itself.
   bool libeventIdle() const;

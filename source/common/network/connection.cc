@@ -543,6 +543,14 @@ void Connection::flushWrite() {
 void Connection::waitWritable() {
   write_blocked_ = true;
   file_event_.watchWrites();
+  if (close_after_flush_) armFlushTimer();
+}
+
+void Connection::armFlushTimer() {
+  std::optional<event::Timer>& timer = extras().flush_timer;
+  if (timer) return;  // armed once, when the close began to wait
+  timer.emplace(dispatcher(), [this] { closeNow(ConnectionEvent::LocalClose); });
+  timer->enable(kFlushCloseTimeout);
 }
 
 void Connection::afterWrite() {
@@ -714,9 +722,12 @@ void Connection::close(CloseType type) {
     if (close_after_flush_) return;
     close_after_flush_ = true;
     ++read_disable_count_;
-    std::optional<event::Timer>& timer = extras().flush_timer;
-    timer.emplace(dispatcher(), [this] { closeNow(ConnectionEvent::LocalClose); });
-    timer->enable(kFlushCloseTimeout);
+    // Bytes queued in this turn's batch leave before the loop waits again: a socket that takes
+    // them all closes then, with no timer armed (a new connection per request closes so). One
+    // that takes only part waits for writability, and that arms the timer (waitWritable).
+    if (!send_queued_ || write_blocked_ || raw_ != nullptr || transport() != nullptr) {
+      armFlushTimer();
+    }
     return;
   }
   closeNow(ConnectionEvent::LocalClose);

@@ -217,6 +217,8 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   // A write found the socket full: wait for writability (watched from now on).
   void waitWritable();
   void afterWrite();
+  // A flushed close's limit: what the peer does not take in kFlushCloseTimeout is dropped.
+  void armFlushTimer();
   void closeNow(ConnectionEvent event);
   // Reads by completion (event::IoBatch's standing receives): armed once a plain socket that
   // reads messages has read one before and is empty; stopped when bytes come while reads are

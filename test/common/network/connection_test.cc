@@ -399,6 +399,47 @@ TEST_P(ConnectionTest, CloseFlushWriteDeliversBufferedDataFirst) {
   EXPECT_EQ(1, client_cb_.count(ConnectionEvent::LocalClose));
 }
 
+// A flushed close whose bytes the socket takes at once needs no timer (a new connection per
+// request closes so); one whose peer does not read arms it: the limit on how long unsent bytes
+// keep a connection open.
+TEST_P(ConnectionTest, FlushedCloseArmsNoTimerWhenTheSocketTakesItAll) {
+  connectPair();
+  const size_t timers = dispatcher_.armedTimers();
+  send(*client_, "the last response");
+  client_->close(CloseType::FlushWrite);
+  EXPECT_EQ(timers, dispatcher_.armedTimers());
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return server_cb_.end_stream_calls == 1; }));
+  EXPECT_EQ("the last response", server_cb_.received);
+  EXPECT_EQ(1, client_cb_.count(ConnectionEvent::LocalClose));
+  EXPECT_EQ(timers, dispatcher_.armedTimers());
+}
+
+TEST_P(ConnectionTest, FlushedCloseArmsItsTimerWhenThePeerDoesNotRead) {
+  connectPair();
+  const size_t timers = dispatcher_.armedTimers();
+  fixSendBuffer(*client_);
+  server_->readDisable(true);
+  // The socket filled behind the connection's back: its last message finds no room.
+  const std::string junk(64 * 1024, 'j');
+  while (::send(client_->fd(), junk.data(), junk.size(), MSG_DONTWAIT) > 0) {
+  }
+  ASSERT_EQ(EAGAIN, errno);
+  send(*client_, "the last response");
+  client_->close(CloseType::FlushWrite);
+  // With the batch, the message waits for the turn's send: no timer yet.
+  if (batched()) {
+    EXPECT_EQ(timers, dispatcher_.armedTimers());
+  }
+  // The send finds the socket full, and the close waits for writability with its timer.
+  ASSERT_TRUE(runUntil(dispatcher_, [&] { return dispatcher_.armedTimers() == timers + 1; }));
+  EXPECT_TRUE(client_->open());
+  runFor(dispatcher_, milliseconds(5));
+  EXPECT_EQ(timers + 1, dispatcher_.armedTimers());  // armed once
+  EXPECT_TRUE(client_->open());
+  client_->close(CloseType::NoFlush);
+  EXPECT_EQ(timers, dispatcher_.armedTimers());
+}
+
 TEST_P(ConnectionTest, CloseFlushWriteWithNothingBufferedClosesAtOnce) {
   connectPair();
   client_->close(CloseType::FlushWrite);
