@@ -202,6 +202,12 @@ absl::StatusOr<ServerConfigSharedPtr> buildServerConfig(const config::v1::Bootst
   }
   config->drain_timeout =
       durationOr(bootstrap.has_drain_timeout(), bootstrap.drain_timeout(), config->drain_timeout);
+  config->close_flush_timeout =
+      durationOr(bootstrap.has_close_flush_timeout(), bootstrap.close_flush_timeout(),
+                 config->close_flush_timeout);
+  if (config->close_flush_timeout > std::chrono::hours(1)) {
+    return absl::InvalidArgumentError("close_flush_timeout: at most 1h");
+  }
   // "0s" turns the releases off.
   config->memory_release_interval =
       durationOrOff(bootstrap.has_memory_release_interval(), bootstrap.memory_release_interval(),

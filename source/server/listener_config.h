@@ -87,6 +87,8 @@ struct ServerConfig {
   bool reads_by_completion = false;
   std::vector<ListenerConfigSharedPtr> listeners;
   std::chrono::milliseconds drain_timeout{10000};
+  // A flushed close's wait for the peer to take the last bytes (network::Connection).
+  std::chrono::milliseconds close_flush_timeout{10000};
   // 0: never hand free heap memory back to the system.
   std::chrono::milliseconds memory_release_interval{10000};
   // TLS handshakes each worker starts per turn of its loop (0: no bound).

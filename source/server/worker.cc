@@ -475,6 +475,10 @@ Worker::Worker(uint32_t index, ServerConfigSharedPtr config, std::vector<int> li
       "server.reads_out_of_buffers",
       "Standing receives the kernel ended because the worker's provided buffers were all in "
       "use (the connection reads by readiness until its socket is empty again).");
+  close_flush_timeouts_ = stats::Store::get().counter(
+      "server.close_flush_timeouts",
+      "Connections closed with bytes still unsent: the peer had not taken a flushed close's "
+      "last bytes within close_flush_timeout.");
   revoked_closed_ = stats::Store::get().counter(
       "reload.revoked_closed",
       "Connections, tunnels, HTTP/2 streams and SOCKS5 sessions closed after a reload took "
@@ -548,6 +552,7 @@ void Worker::run() {
     batch->setStandingCounters(reads_standing_, reads_completed_, reads_out_of_buffers_);
     batch->allowStanding(config_->reads_by_completion);
   }
+  network::Connection::setFlushCloseLimit(config_->close_flush_timeout, close_flush_timeouts_);
   stats::Store::bindThreadShard(stats::Store::get().createShard());
   for (size_t i = 0; i < listen_fds_.size(); ++i) {
     listeners_.push_back(
@@ -630,6 +635,7 @@ void Worker::swapConfig(ServerConfigSharedPtr next, std::vector<ListenerSocket> 
   pruneRetiredListeners();
   config_ = std::move(next);
   handshake_gate_.setPerTurn(config_->tls_handshakes_per_turn);
+  network::Connection::setFlushCloseLimit(config_->close_flush_timeout, close_flush_timeouts_);
   if (memory_release_timer_) armMemoryRelease();
   pruneEgressResolvers();
   if (upstream::AccessLog::get().enabled() && !access_log_) {

@@ -265,6 +265,7 @@ class Worker : public proxy::WorkerContext {
   stats::Gauge reads_standing_;
   stats::Counter reads_completed_;
   stats::Counter reads_out_of_buffers_;
+  stats::Counter close_flush_timeouts_;
   std::atomic<size_t> active_{0};
   bool draining_ = false;
   std::thread thread_;

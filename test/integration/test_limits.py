@@ -492,3 +492,38 @@ def test_accept_backs_off_when_out_of_descriptors_and_recovers(start_sluice, py_
         time.sleep(0.2)
     assert status == 200, "sluice does not accept again after running out of descriptors"
     assert "accepting again after" in s.log()
+
+
+def test_close_flush_timeout_cuts_a_client_that_stops_reading(start_sluice, sluice_origin):
+    """A response with Connection: close that its client never reads: once the whole response
+    is in sluice's buffer, the close waits close_flush_timeout for the client to take it, then
+    closes with the rest unsent, counted."""
+    s = start_sluice(extra_short=limits(close_flush_timeout="400ms"))
+    # More than the kernel holds for sluice's socket (its send buffer grows to tcp_wmem's
+    # largest on loopback), by less than the connection's 1 MiB high watermark: the whole
+    # response is read from the origin, and half a MiB of it waits in sluice.
+    with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+        size = int(f.read().split()[2]) + 512 * 1024
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # the client takes little
+    sock.settimeout(10)
+    sock.connect(s.proxy_addr)
+    assert s.stat("server.close_flush_timeouts") == 0
+    sock.sendall(f"GET {sluice_origin.url}/bytes/{size} HTTP/1.1\r\n"
+                 f"Host: 127.0.0.1:{sluice_origin.port}\r\n{auth_line(s)}"
+                 f"Connection: close\r\n\r\n".encode())
+    t0 = time.monotonic()
+    while s.stat("server.close_flush_timeouts") == 0 and time.monotonic() - t0 < 10:
+        time.sleep(0.05)
+    elapsed = time.monotonic() - t0
+    assert s.stat("server.close_flush_timeouts") == 1, "the close never gave up"
+    assert elapsed >= 0.35, f"the close gave up after {elapsed:.2f}s, before its 400ms"
+    got = b""
+    try:
+        while chunk := sock.recv(65536):
+            got += chunk
+    except ConnectionResetError:
+        pass
+    sock.close()
+    assert got.startswith(b"HTTP/1.1 200"), got[:100]
+    assert len(got) < size, "the whole response arrived: nothing was left unsent"

@@ -59,6 +59,21 @@ TEST(ServerConfigTest, MemoryReleaseIntervalDefaultsAndZeroTurnsItOff) {
   EXPECT_EQ((*config)->memory_release_interval, std::chrono::seconds(2));
 }
 
+TEST(ServerConfigTest, CloseFlushTimeoutDefaultsAndItsBound) {
+  config::v1::Bootstrap b = bootstrapWith(0, 0, config::v1::ConnectionLimits::CLOSE);
+  auto config = buildServerConfig(b);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ((*config)->close_flush_timeout, std::chrono::seconds(10));
+  b.mutable_close_flush_timeout()->set_nanos(250000000);
+  config = buildServerConfig(b);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ((*config)->close_flush_timeout, std::chrono::milliseconds(250));
+  b.mutable_close_flush_timeout()->set_seconds(3601);
+  config = buildServerConfig(b);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().message(), "close_flush_timeout: at most 1h");
+}
+
 TEST(ServerConfigTest, IoUringIsOnUnlessDisabled) {
   config::v1::Bootstrap b = bootstrapWith(0, 0, config::v1::ConnectionLimits::CLOSE);
   auto config = buildServerConfig(b);

@@ -127,6 +127,9 @@ limits:
   descriptor_reserve: 0
   # A CONNECT tunnel with no bytes either way is closed after this.
   tunnel_idle_timeout: 300s
+  # A connection closed after its last bytes (Connection: close) gives its peer this long to
+  # take them, then closes with the rest unsent.
+  close_flush_timeout: 10s
 
 # One line per request, tunnel and SOCKS5 command: off, errors (refused or failed) or all; as
 # json or squid (Squid's native format, for the tools that read Squid logs); to a file
@@ -601,6 +604,8 @@ absl::StatusOr<v1::Bootstrap> expandShortConfig(const v1::ShortConfig& config) {
   pool->set_max_idle_per_destination(256);
   pool->mutable_idle_timeout()->set_seconds(60);
   bootstrap.mutable_drain_timeout()->set_seconds(10);
+  setDuration(config.limits().has_close_flush_timeout(), config.limits().close_flush_timeout(), 10,
+              *bootstrap.mutable_close_flush_timeout());
   bootstrap.mutable_memory_release_interval()->set_seconds(10);
   bootstrap.set_log_level("info");
   return bootstrap;

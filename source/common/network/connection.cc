@@ -38,6 +38,13 @@ struct AcceptReads {
 };
 // Per worker (a worker is a thread, and its accepted sockets come from its own listeners).
 thread_local AcceptReads t_accept_reads;
+
+// A flushed close's limit, per worker (Connection::setFlushCloseLimit).
+struct FlushCloseLimit {
+  std::chrono::milliseconds limit = kFlushCloseTimeout;
+  stats::Counter timeouts;  // slot 0 (never reported) until a worker sets it
+};
+thread_local FlushCloseLimit t_flush_close;
 }  // namespace
 
 bool setNonBlocking(int fd) {
@@ -546,11 +553,18 @@ void Connection::waitWritable() {
   if (close_after_flush_) armFlushTimer();
 }
 
+void Connection::setFlushCloseLimit(std::chrono::milliseconds limit, stats::Counter timeouts) {
+  t_flush_close = FlushCloseLimit{limit, timeouts};
+}
+
 void Connection::armFlushTimer() {
   std::optional<event::Timer>& timer = extras().flush_timer;
   if (timer) return;  // armed once, when the close began to wait
-  timer.emplace(dispatcher(), [this] { closeNow(ConnectionEvent::LocalClose); });
-  timer->enable(kFlushCloseTimeout);
+  timer.emplace(dispatcher(), [this] {
+    t_flush_close.timeouts.inc();
+    closeNow(ConnectionEvent::LocalClose);
+  });
+  timer->enable(t_flush_close.limit);
 }
 
 void Connection::afterWrite() {

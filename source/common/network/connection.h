@@ -147,6 +147,11 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   bool aboveHighWatermark() const { return above_high_; }
   // Few connections set their own (the origin tool's); the others keep the default in no field.
   void setHighWatermark(uint32_t bytes) { extras().high_watermark = bytes; }
+  // How long a flushed close (CloseType::FlushWrite) waits for the peer to take the last bytes,
+  // for the connections of the calling thread: a worker sets it from close_flush_timeout at its
+  // start and at each reload (10 s elsewhere). A close that runs out drops what is left and
+  // counts in `timeouts`.
+  static void setFlushCloseLimit(std::chrono::milliseconds limit, stats::Counter timeouts);
   void setByteCounters(ConnectionByteCounters counters) { counters_ = counters; }
   // The whole-connection data delivered to the callbacks but not yet drained stays here.
   buffer::Buffer& readBuffer() { return read_buffer_; }

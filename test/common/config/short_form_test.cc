@@ -76,6 +76,7 @@ TEST(ShortFormTest, EmptyConfigGetsEveryDefault) {
   EXPECT_EQ(b.upstream_pool().max_idle_per_destination(), 256u);
   EXPECT_EQ(b.upstream_pool().idle_timeout().seconds(), 60);
   EXPECT_EQ(b.drain_timeout().seconds(), 10);
+  EXPECT_EQ(b.close_flush_timeout().seconds(), 10);
   EXPECT_EQ(b.log_level(), "info");
   EXPECT_EQ(e.http1.max_request_head_bytes(), 65536u);
   EXPECT_EQ(e.http1.max_request_headers(), 100u);
@@ -368,6 +369,8 @@ TEST(ShortFormTest, LimitsAreMapped) {
   EXPECT_EQ(v.listener.max_connections(), 20u);
   EXPECT_EQ(v.listener.max_connections_per_client(), 5u);
   EXPECT_EQ(v.router.tunnel_idle_timeout().seconds(), 60);
+  EXPECT_EQ(load("limits: {close_flush_timeout: 2s}\n").bootstrap.close_flush_timeout().seconds(),
+            2);
   // Zero is the default, as everywhere else.
   LimitsView zero = loadLimits("limits: {request_head_timeout: 0, max_connections: 0}\n");
   EXPECT_EQ(zero.http1.request_head_timeout().seconds(), 10);

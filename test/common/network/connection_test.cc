@@ -440,6 +440,27 @@ TEST_P(ConnectionTest, FlushedCloseArmsItsTimerWhenThePeerDoesNotRead) {
   EXPECT_EQ(timers, dispatcher_.armedTimers());
 }
 
+// A flushed close whose peer never reads gives up at its limit: the connection closes with its
+// bytes unsent, counted.
+TEST_P(ConnectionTest, FlushedCloseGivesUpAtItsLimit) {
+  stats::Counter timeouts = stats::Store::get().counter("test.close_flush_timeouts");
+  const uint64_t before = stats::Store::get().counterValue("test.close_flush_timeouts");
+  Connection::setFlushCloseLimit(milliseconds(50), timeouts);
+  connectPair();
+  fixSendBuffer(*client_);
+  server_->readDisable(true);
+  send(*client_, pattern(4 * 1024 * 1024));
+  client_->close(CloseType::FlushWrite);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(runUntil(
+      dispatcher_, [&] { return client_cb_.count(ConnectionEvent::LocalClose) == 1; },
+      std::chrono::seconds(5)));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(45));
+  EXPECT_FALSE(client_->open());
+  EXPECT_EQ(before + 1, stats::Store::get().counterValue("test.close_flush_timeouts"));
+  Connection::setFlushCloseLimit(std::chrono::seconds(10), stats::Counter{});
+}
+
 TEST_P(ConnectionTest, CloseFlushWriteWithNothingBufferedClosesAtOnce) {
   connectPair();
   client_->close(CloseType::FlushWrite);
