@@ -601,6 +601,22 @@ def test_clients_that_open_no_window_hold_a_bounded_amount(start_sluice, sluice_
     assert s.wait_stat("http2.http.streams_active", lambda v: v == 0) == 0
 
 
+def test_a_stream_the_client_stops_reading_is_reset_as_the_clients(start_sluice, sluice_origin):
+    """A stream whose client opens no window: its queue fills, the origin is held back, and at
+    response_timeout the stream is reset and counted as the client's (downstream_rs_timeout),
+    not as an origin that did not answer."""
+    s = start_sluice(router={"response_timeout": "1s"}, patch=use_http2())
+    authority = f"127.0.0.1:{sluice_origin.port}"
+    sock = open_zero_window_connection(s, authority, f"/bytes/{64 << 20}", 1)
+    try:
+        assert s.wait_stat("http2.http.downstream_rs_timeout", lambda v: v == 1,
+                           timeout=10) == 1
+        assert stat(s, "upstream_rs_timeout") == 0
+        assert s.wait_stat("http2.http.streams_active", lambda v: v == 0) == 0
+    finally:
+        sock.close()
+
+
 def test_one_stream_reads_on_while_the_connection_queue_is_full(start_sluice, sluice_origin):
     """The connection's queue is full of streams the client does not read; a stream it does
     read is paused with the rest, and flows again as soon as the client takes its bytes."""

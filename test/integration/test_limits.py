@@ -527,3 +527,30 @@ def test_close_flush_timeout_cuts_a_client_that_stops_reading(start_sluice, slui
     sock.close()
     assert got.startswith(b"HTTP/1.1 200"), got[:100]
     assert len(got) < size, "the whole response arrived: nothing was left unsent"
+
+
+def test_a_client_that_stops_reading_mid_response_is_cut_as_the_clients(start_sluice,
+                                                                        sluice_origin):
+    """A keep-alive client that stops reading a large response: sluice's buffer fills, the
+    origin is held back, and at response_timeout the response is cut and counted as the
+    client's (downstream_rs_timeout), not as an origin that did not answer."""
+    s = start_sluice(router={"response_timeout": "1s"})
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    sock.settimeout(10)
+    sock.connect(s.proxy_addr)
+    sock.sendall(f"GET {sluice_origin.url}/bytes/{64 << 20} HTTP/1.1\r\n"
+                 f"Host: 127.0.0.1:{sluice_origin.port}\r\n{auth_line(s)}\r\n".encode())
+    t0 = time.monotonic()
+    while s.stat("http1.http.downstream_rs_timeout") == 0 and time.monotonic() - t0 < 10:
+        time.sleep(0.05)
+    assert s.stat("http1.http.downstream_rs_timeout") == 1, "the stalled response was never cut"
+    assert s.stat("http1.http.upstream_rs_timeout") == 0, "the client's stall counted as the origin's"
+    got = 0
+    try:
+        while chunk := sock.recv(1 << 20):
+            got += len(chunk)
+    except ConnectionResetError:
+        pass
+    sock.close()
+    assert 0 < got < 64 << 20, f"{got} bytes: the response was not cut"

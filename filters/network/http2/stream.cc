@@ -576,8 +576,9 @@ void Http2ProxyFilter::Stream::onExchangeError(upstream::ExchangeError error,
   }
   if (response_started_) {
     // The client must see a truncated stream.
-    reset(error == upstream::ExchangeError::ResponseTimeout ? ErrorCode::Cancel
-                                                            : ErrorCode::InternalError);
+    const bool timeout = error == upstream::ExchangeError::ResponseTimeout ||
+                         error == upstream::ExchangeError::ClientStalled;
+    reset(timeout ? ErrorCode::Cancel : ErrorCode::InternalError);
     return;
   }
   localReply(http::exchangeErrorStatus(error), http::exchangeError(error, origin_answered), detail);

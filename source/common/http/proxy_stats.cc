@@ -30,6 +30,10 @@ void registerProxyStats(const stats::Scope& scope, ProxyStats& s) {
   s.upstream_rs_timeout =
       scope.counter("upstream_rs_timeout", "Origins that did not answer in time (504).");
   s.upstream_reset = scope.counter("upstream_reset", "Origins that closed mid-exchange.");
+  s.downstream_rs_timeout = scope.counter(
+      "downstream_rs_timeout",
+      "Responses cut because the client took none of them for response_timeout (it stopped "
+      "reading).");
   s.downstream_idle_timeout = scope.counter(
       "downstream_idle_timeout", "Client connections closed after idle_timeout without a request.");
   s.downstream_reset =

@@ -21,6 +21,9 @@ struct ProxyStats {
   stats::Counter upstream_rs_bad;      // malformed origin responses (502)
   stats::Counter upstream_rs_timeout;  // origins that did not answer in time (504)
   stats::Counter upstream_reset;       // origins that closed mid-exchange
+  // Responses cut because the client took none of them for response_timeout (it stopped
+  // reading, and the origin was held back for it).
+  stats::Counter downstream_rs_timeout;
   stats::Counter downstream_idle_timeout;
   stats::Counter downstream_reset;  // clients that left (or reset a stream) mid-exchange
   // Clients that left while their request waited for its lookup or connect (both cancelled).

@@ -122,6 +122,8 @@ ProxyError exchangeError(upstream::ExchangeError error, bool origin_answered) {
       return ProxyError::HttpResponseTimeout;
     case upstream::ExchangeError::BodyTimeout:
       return ProxyError::HttpRequestError;
+    case upstream::ExchangeError::ClientStalled:  // after the response started: never a reply
+      return ProxyError::ConnectionTerminated;
   }
   return ProxyError::ProxyInternalError;
 }

@@ -75,6 +75,7 @@ std::string localReplyBody(uint16_t status, std::string_view detail) {
 uint16_t exchangeErrorStatus(upstream::ExchangeError error) {
   switch (error) {
     case upstream::ExchangeError::BodyTimeout:
+    case upstream::ExchangeError::ClientStalled:  // after the response started: never a reply
       return 408;
     case upstream::ExchangeError::ResponseTimeout:
       return 504;

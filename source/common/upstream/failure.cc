@@ -66,6 +66,7 @@ FailureKind failureKind(ExchangeError error) {
     case ExchangeError::ResponseTimeout:
       return FailureKind::Timeout;
     case ExchangeError::BodyTimeout:
+    case ExchangeError::ClientStalled:
       return FailureKind::None;
   }
   return FailureKind::None;

@@ -362,6 +362,13 @@ void OriginExchange::onTimer() {
     fail(ExchangeError::BodyTimeout, "request body not received in time");
     return;
   }
+  // The origin is held back because the client is not taking the response: the silence is the
+  // client's.
+  if (response_paused_) {
+    if (options_->stats != nullptr) options_->stats->downstream_rs_timeout.inc();
+    fail(ExchangeError::ClientStalled, "client did not take the response in time");
+    return;
+  }
   if (options_->stats != nullptr) options_->stats->upstream_rs_timeout.inc();
   fail(ExchangeError::ResponseTimeout, "origin did not answer in time");
 }

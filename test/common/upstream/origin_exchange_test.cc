@@ -97,8 +97,8 @@ class OriginExchangeTest : public testing::Test {
     signal(SIGPIPE, SIG_IGN);
     ASSERT_TRUE(listener_.ok());
     http::registerProxyStats(stats::Scope("exchange_test", "chain", "t"), stats_);
-    for (const char* name :
-         {"upstream_rs_bad", "upstream_rs_timeout", "upstream_reset", "rq_retry"}) {
+    for (const char* name : {"upstream_rs_bad", "upstream_rs_timeout", "upstream_reset", "rq_retry",
+                             "downstream_rs_timeout"}) {
       base_[name] = stats::Store::get().counterValue(std::string("exchange_test.t.") + name);
     }
     options_.stats = &stats_;
@@ -392,6 +392,33 @@ TEST_F(OriginExchangeTest, SilentOriginTimesOut) {
   EXPECT_EQ(owner_.error, ExchangeError::ResponseTimeout);
   EXPECT_EQ(stat("upstream_rs_timeout"), 1u);
   EXPECT_EQ(pool_.idleCount(), 0u);
+}
+
+// A client that stops taking the response holds the origin back (the codec pauses it): the
+// silence that follows is the client's, not the origin's.
+TEST_F(OriginExchangeTest, AClientThatStopsReadingIsTheClientsTimeout) {
+  start(get(), connect(false, milliseconds(100)));
+  originReceives(1);
+  origin_->send("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc");
+  ASSERT_TRUE(run([&] { return owner_.body == "abc"; }));
+  exchange_->pauseResponse(true);
+  ASSERT_TRUE(run([&] { return owner_.error.has_value(); }));
+  EXPECT_EQ(owner_.error, ExchangeError::ClientStalled);
+  EXPECT_EQ(stat("downstream_rs_timeout"), 1u);
+  EXPECT_EQ(stat("upstream_rs_timeout"), 0u);
+  EXPECT_EQ(pool_.idleCount(), 0u);
+}
+
+// Not held back, the same silence is the origin's.
+TEST_F(OriginExchangeTest, AnOriginSilentMidBodyTimesOut) {
+  start(get(), connect(false, milliseconds(100)));
+  originReceives(1);
+  origin_->send("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc");
+  ASSERT_TRUE(run([&] { return owner_.error.has_value(); }));
+  EXPECT_EQ(owner_.body, "abc");
+  EXPECT_EQ(owner_.error, ExchangeError::ResponseTimeout);
+  EXPECT_EQ(stat("upstream_rs_timeout"), 1u);
+  EXPECT_EQ(stat("downstream_rs_timeout"), 0u);
 }
 
 TEST_F(OriginExchangeTest, StalledRequestBodyIsTheClientsTimeout) {
