@@ -617,6 +617,24 @@ def test_a_stream_the_client_stops_reading_is_reset_as_the_clients(start_sluice,
         sock.close()
 
 
+def test_streams_held_back_before_their_head_are_reset_not_answered(start_sluice, sluice_origin):
+    """A connection that opens no window and fills its queue: streams whose response head had
+    not come yet are held back too. At response_timeout every stream is the client's stall:
+    reset, none answered with a status of sluice's own."""
+    s = start_sluice(router={"response_timeout": "1s"}, patch=use_http2())
+    authority = f"127.0.0.1:{sluice_origin.port}"
+    sock = open_zero_window_connection(s, authority, "/bytes/4194304", 20)
+    try:
+        assert s.wait_stat("http2.http.downstream_rs_timeout", lambda v: v == 20,
+                           timeout=10) == 20
+        assert stat(s, "upstream_rs_timeout") == 0
+        assert stat(s, "rs_4xx") == 0 and stat(s, "rs_5xx") == 0
+        assert stat(s, "rs_2xx") < 20, "every head came: no stream was held back before it"
+        assert s.wait_stat("http2.http.streams_active", lambda v: v == 0) == 0
+    finally:
+        sock.close()
+
+
 def test_one_stream_reads_on_while_the_connection_queue_is_full(start_sluice, sluice_origin):
     """The connection's queue is full of streams the client does not read; a stream it does
     read is paused with the rest, and flows again as soon as the client takes its bytes."""

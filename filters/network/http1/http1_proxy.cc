@@ -516,8 +516,8 @@ void Http1ProxyFilter::onExchangeError(upstream::ExchangeError error, std::strin
   exchange_->reportTo(trace_);
   trace_.fail(detail, upstream::failureKind(error));
   if (error == upstream::ExchangeError::BodyTimeout) config_->stats.rq_body_timeout.inc();
-  if (exchange_->responseStarted()) {
-    // The client must see a truncated message.
+  if (exchange_->responseStarted() || !http::exchangeErrorAnswered(error)) {
+    // The client must see a truncated message (or takes nothing more).
     closeAll();
     return;
   }

@@ -574,8 +574,8 @@ void Http2ProxyFilter::Stream::onExchangeError(upstream::ExchangeError error,
   if (error == upstream::ExchangeError::BadResponse && websocket_pending_) {
     config().stats.websocket_rejected.inc();
   }
-  if (response_started_) {
-    // The client must see a truncated stream.
+  if (response_started_ || !http::exchangeErrorAnswered(error)) {
+    // The client must see a truncated stream (or takes nothing more).
     const bool timeout = error == upstream::ExchangeError::ResponseTimeout ||
                          error == upstream::ExchangeError::ClientStalled;
     reset(timeout ? ErrorCode::Cancel : ErrorCode::InternalError);

@@ -122,7 +122,7 @@ ProxyError exchangeError(upstream::ExchangeError error, bool origin_answered) {
       return ProxyError::HttpResponseTimeout;
     case upstream::ExchangeError::BodyTimeout:
       return ProxyError::HttpRequestError;
-    case upstream::ExchangeError::ClientStalled:  // after the response started: never a reply
+    case upstream::ExchangeError::ClientStalled:  // never answered (exchangeErrorAnswered)
       return ProxyError::ConnectionTerminated;
   }
   return ProxyError::ProxyInternalError;

@@ -72,10 +72,14 @@ std::string localReplyBody(uint16_t status, std::string_view detail) {
   return absl::StrFormat("%d %s: %s\n", status, statusText(status), detail);
 }
 
+bool exchangeErrorAnswered(upstream::ExchangeError error) {
+  return error != upstream::ExchangeError::ClientStalled;
+}
+
 uint16_t exchangeErrorStatus(upstream::ExchangeError error) {
   switch (error) {
     case upstream::ExchangeError::BodyTimeout:
-    case upstream::ExchangeError::ClientStalled:  // after the response started: never a reply
+    case upstream::ExchangeError::ClientStalled:  // never answered (exchangeErrorAnswered)
       return 408;
     case upstream::ExchangeError::ResponseTimeout:
       return 504;

@@ -737,7 +737,7 @@ void Connection::close(CloseType type) {
     close_after_flush_ = true;
     ++read_disable_count_;
     // Bytes queued in this turn's batch leave before the loop waits again: a socket that takes
-    // them all closes then, with no timer armed (a new connection per request closes so). One
+    // them all closes then, with no timer armed (a response with Connection: close closes so). One
     // that takes only part waits for writability, and that arms the timer (waitWritable).
     if (!send_queued_ || write_blocked_ || raw_ != nullptr || transport() != nullptr) {
       armFlushTimer();

@@ -222,7 +222,8 @@ class Connection : public event::DeferredDeletable, public memory::SlabAllocated
   // A write found the socket full: wait for writability (watched from now on).
   void waitWritable();
   void afterWrite();
-  // A flushed close's limit: what the peer does not take in kFlushCloseTimeout is dropped.
+  // A flushed close's limit: what the peer does not take within the thread's limit
+  // (setFlushCloseLimit) is dropped. Armed once.
   void armFlushTimer();
   void closeNow(ConnectionEvent event);
   // Reads by completion (event::IoBatch's standing receives): armed once a plain socket that

@@ -45,8 +45,8 @@ enum class ExchangeError : uint8_t {
   OriginClosed,     // the origin closed before the response ended (upstream_reset)
   ResponseTimeout,  // the origin was silent past response_timeout (upstream_rs_timeout)
   BodyTimeout,      // the client's body stalled before any response (the codec counts it)
-  ClientStalled,    // the client took none of the response past response_timeout, the origin
-                    // held back for it (downstream_rs_timeout)
+  ClientStalled,    // the client took nothing past response_timeout while the origin was held
+                    // back for it, before or after the response head (downstream_rs_timeout)
 };
 
 // The upstream layer's failure kind of an exchange error (BodyTimeout and ClientStalled are the

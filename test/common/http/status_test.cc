@@ -24,6 +24,16 @@ TEST(ExchangeErrorStatus, TimeoutsAreTheirOwnAndTheRestIsABadGateway) {
   EXPECT_EQ(exchangeErrorStatus(upstream::ExchangeError::OriginClosed), 502);
 }
 
+TEST(ExchangeErrorStatus, AClientThatTakesNothingIsNotAnswered) {
+  EXPECT_FALSE(exchangeErrorAnswered(upstream::ExchangeError::ClientStalled));
+  for (auto e : {upstream::ExchangeError::BodyTimeout, upstream::ExchangeError::ResponseTimeout,
+                 upstream::ExchangeError::BadResponse, upstream::ExchangeError::OriginClosed}) {
+    EXPECT_TRUE(exchangeErrorAnswered(e));
+  }
+  EXPECT_EQ(upstream::failureKind(upstream::ExchangeError::ClientStalled),
+            upstream::FailureKind::None);
+}
+
 TEST(ExchangeErrorFailureKind, MapsToTheUpstreamLayersKinds) {
   EXPECT_EQ(upstream::failureKind(upstream::ExchangeError::BadResponse),
             upstream::FailureKind::ProtocolError);
